@@ -1,0 +1,118 @@
+/* zt plugin ABI v1: the frozen layout. Every v1 struct's size and key field offsets, as built on
+ * LP64 platforms (x86-64 and aarch64 Linux). A failing assert here means an ABI break: v1 structs may
+ * only grow at their end, in a new minor version, and the sizes below then stay as the v1.0 minimum
+ * the host accepts (struct_size >= these). Do not edit these numbers to make a build pass.
+ */
+#ifndef ZT_ABI_CHECK_H
+#define ZT_ABI_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__cplusplus)
+#define ZT_STATIC_ASSERT(cond, name) static_assert(cond, #name)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define ZT_STATIC_ASSERT(cond, name) _Static_assert(cond, #name)
+#else /* C99: a negative array size fails the build */
+#define ZT_STATIC_ASSERT(cond, name) typedef char zt_static_assert_##name[(cond) ? 1 : -1]
+#endif
+
+#define ZT_ABI_SIZE(T, n) ZT_STATIC_ASSERT(sizeof(T) == (n), T##_size_is_frozen)
+#define ZT_ABI_OFFSET(T, f, n) ZT_STATIC_ASSERT(offsetof(T, f) == (n), T##_##f##_offset_is_frozen)
+
+#if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu
+ZT_ABI_SIZE(zt_tensor, 120);
+ZT_ABI_OFFSET(zt_tensor, data, 0);
+ZT_ABI_OFFSET(zt_tensor, ndim, 20);
+ZT_ABI_OFFSET(zt_tensor, shape, 24);
+ZT_ABI_OFFSET(zt_tensor, stride, 72);
+ZT_ABI_SIZE(zt_option, 56);
+ZT_ABI_OFFSET(zt_option, default_value, 16);
+ZT_ABI_OFFSET(zt_option, min, 24);
+ZT_ABI_OFFSET(zt_option, choices, 40);
+ZT_ABI_OFFSET(zt_option, help, 48);
+ZT_ABI_SIZE(zt_mem_stats, 32);
+ZT_ABI_SIZE(zt_device_ctx, 96);
+ZT_ABI_OFFSET(zt_device_ctx, total_memory, 32);
+ZT_ABI_OFFSET(zt_device_ctx, compute_stream, 40);
+ZT_ABI_OFFSET(zt_device_ctx, workspace_bytes, 88);
+ZT_ABI_SIZE(zt_group, 16);
+ZT_ABI_SIZE(zt_host, 208);
+ZT_ABI_OFFSET(zt_host, ctx, 8);
+ZT_ABI_OFFSET(zt_host, log, 16);
+ZT_ABI_OFFSET(zt_host, cfg_bool, 32);
+ZT_ABI_OFFSET(zt_host, alloc, 72);
+ZT_ABI_OFFSET(zt_host, device, 96);
+ZT_ABI_OFFSET(zt_host, world_rank, 104);
+ZT_ABI_OFFSET(zt_host, group_get, 112);
+ZT_ABI_OFFSET(zt_host, barrier, 176);
+ZT_ABI_OFFSET(zt_host, parallel_for, 184);
+ZT_ABI_OFFSET(zt_host, cancelled, 192);
+ZT_ABI_SIZE(zt_tokenizer_info, 48);
+ZT_ABI_OFFSET(zt_tokenizer_info, model_hash, 24);
+ZT_ABI_OFFSET(zt_tokenizer_info, model_type, 32);
+ZT_ABI_SIZE(zt_tokenizer_ops, 56);
+ZT_ABI_OFFSET(zt_tokenizer_ops, open, 8);
+ZT_ABI_OFFSET(zt_tokenizer_ops, id_to_piece, 48);
+ZT_ABI_SIZE(zt_batch, 72);
+ZT_ABI_OFFSET(zt_batch, tokens, 16);
+ZT_ABI_OFFSET(zt_batch, cu_seqlens, 48);
+ZT_ABI_OFFSET(zt_batch, n_loss_tokens_global, 64);
+ZT_ABI_SIZE(zt_attn_args, 992);
+ZT_ABI_OFFSET(zt_attn_args, batch, 24);
+ZT_ABI_OFFSET(zt_attn_args, q, 32);
+ZT_ABI_OFFSET(zt_attn_args, dv, 872);
+ZT_ABI_SIZE(zt_kv_cache_desc, 32);
+ZT_ABI_SIZE(zt_attention_ops, 64);
+ZT_ABI_OFFSET(zt_attention_ops, forward, 8);
+ZT_ABI_OFFSET(zt_attention_ops, kv_reset, 56);
+ZT_ABI_SIZE(zt_attention_binding, 24);
+ZT_ABI_SIZE(zt_param_decl, 72);
+ZT_ABI_OFFSET(zt_param_decl, shape, 16);
+ZT_ABI_OFFSET(zt_param_decl, tp_split_dim, 48);
+ZT_ABI_OFFSET(zt_param_decl, tied_to, 64);
+ZT_ABI_SIZE(zt_model_info, 80);
+ZT_ABI_OFFSET(zt_model_info, params, 48);
+ZT_ABI_OFFSET(zt_model_info, n_parameters, 56);
+ZT_ABI_OFFSET(zt_model_info, act_bytes_per_token_layer_recompute, 72);
+ZT_ABI_SIZE(zt_unit_call, 560);
+ZT_ABI_OFFSET(zt_unit_call, params, 16);
+ZT_ABI_OFFSET(zt_unit_call, x_in, 48);
+ZT_ABI_OFFSET(zt_unit_call, dx_in, 408);
+ZT_ABI_OFFSET(zt_unit_call, loss, 528);
+ZT_ABI_OFFSET(zt_unit_call, kv_seq_ids, 552);
+ZT_ABI_SIZE(zt_model_ops, 40);
+ZT_ABI_OFFSET(zt_model_ops, release, 32);
+ZT_ABI_SIZE(zt_optim_hparams, 40);
+ZT_ABI_OFFSET(zt_optim_hparams, grad_scale, 32);
+ZT_ABI_SIZE(zt_optimizer_ops, 32);
+ZT_ABI_OFFSET(zt_optimizer_ops, step, 24);
+ZT_ABI_SIZE(zt_unit_layout, 24);
+ZT_ABI_SIZE(zt_layout, 56);
+ZT_ABI_OFFSET(zt_layout, units, 16);
+ZT_ABI_OFFSET(zt_layout, compute_dtype, 48);
+ZT_ABI_SIZE(zt_step_args, 48);
+ZT_ABI_OFFSET(zt_step_args, loss_scale, 40);
+ZT_ABI_SIZE(zt_step_result, 16);
+ZT_ABI_SIZE(zt_mem_estimate, 136);
+ZT_ABI_OFFSET(zt_mem_estimate, host, 72);
+ZT_ABI_SIZE(zt_estimate_in, 56);
+ZT_ABI_OFFSET(zt_estimate_in, n_parameters, 32);
+ZT_ABI_OFFSET(zt_estimate_in, model, 48);
+ZT_ABI_SIZE(zt_zero_ops, 88);
+ZT_ABI_OFFSET(zt_zero_ops, setup, 8);
+ZT_ABI_OFFSET(zt_zero_ops, estimate, 80);
+ZT_ABI_SIZE(zt_rank_grid, 36);
+ZT_ABI_SIZE(zt_pp_action, 8);
+ZT_ABI_SIZE(zt_parallel_ops, 24);
+ZT_ABI_OFFSET(zt_parallel_ops, schedule, 16);
+ZT_ABI_SIZE(zt_plugin, 96);
+ZT_ABI_OFFSET(zt_plugin, kind, 12);
+ZT_ABI_OFFSET(zt_plugin, name, 16);
+ZT_ABI_OFFSET(zt_plugin, options, 40);
+ZT_ABI_OFFSET(zt_plugin, caps, 56);
+ZT_ABI_OFFSET(zt_plugin, probe, 64);
+ZT_ABI_OFFSET(zt_plugin, ops, 88);
+#endif /* LP64 */
+
+#endif /* ZT_ABI_CHECK_H */

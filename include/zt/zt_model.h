@@ -1,0 +1,205 @@
+/* zt plugin ABI v1: model plugins (ZT_KIND_MODEL, e.g. llama) and attention plugins
+ * (ZT_KIND_ATTENTION: naive, flash, paged).
+ *
+ * How a step flows: the model declares its parameters (zt_param_decl) and the host, through the zero
+ * plugin, owns their storage in flat per-unit buffers. The host then walks the units:
+ *
+ *   forward:  for u in 0..n_units-1: zero.before_unit(u) -> model.forward(u) -> zero.after_unit(u)
+ *   backward: for u in n_units-1..0: zero.before_unit(u) -> model.backward(u) -> zero.grads_ready(u)
+ *
+ * Unit 0 is the embedding (tokens -> hidden), units 1..n_layers are the transformer layers, the last
+ * unit is the final norm + LM head + masked cross-entropy (hidden -> loss). The model calls the
+ * attention plugin bound to it for the attention core of each layer.
+ */
+#ifndef ZT_MODEL_H
+#define ZT_MODEL_H
+
+#include "zt_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- batches --------------------------------------------------------------------------------- */
+
+/* One micro-batch of B rows of T tokens, in the memory of the run's device. Owned by the host; valid
+ * for the duration of the call it is passed to.
+ * Packed rows hold several documents: positions restart at 0 at each document start and doc_ids
+ * differ between documents, so attention never crosses a sample boundary. */
+typedef struct zt_batch {
+    uint32_t struct_size;
+    int32_t batch;            /* B */
+    int32_t seq_len;          /* T */
+    int32_t n_docs;           /* documents in the whole micro-batch (>= B when packed) */
+    const int32_t *tokens;    /* [B*T] input ids */
+    const int32_t *targets;   /* [B*T] next-token ids; -100 where no loss is taken */
+    const int32_t *positions; /* [B*T] position ids (rotary) */
+    const int32_t *doc_ids;   /* [B*T] document index per token, unique within a row; padding is -1 */
+    const int32_t *cu_seqlens;/* [n_docs+1] start offset of each document in the flat B*T stream */
+    int32_t max_doc_len;
+    int32_t reserved0;
+    /* Loss tokens in the whole global batch (all micro-batches and ranks): the loss is
+     * sum(-log p[target]) / n_loss_tokens_global, so it does not depend on how the batch is split. */
+    int64_t n_loss_tokens_global;
+} zt_batch;
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+/* The attention core for one layer: out = softmax(q k^T * scale + mask) v with the causal and
+ * document mask of `batch`. Layout [B, T, H, D] contiguous, dtype of the run (F32 on CPU, BF16 on
+ * CUDA). k and v have n_kv_heads heads; query head h uses kv head h / (n_heads / n_kv_heads). */
+typedef struct zt_attn_args {
+    uint32_t struct_size;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    float scale;              /* usually 1/sqrt(head_dim) */
+    int32_t causal;           /* 1: token i sees j <= i only */
+    const zt_batch *batch;
+    zt_tensor q, k, v, out;
+    /* backward only (NULL views in forward): dout in, dq/dk/dv out (overwritten, not accumulated) */
+    zt_tensor dout, dq, dk, dv;
+} zt_attn_args;
+
+/* A KV cache for generation, created and owned by the attention plugin (paged: blocks of
+ * block_size tokens addressed through per-sequence block tables). Opaque to everyone else. */
+typedef struct zt_kv_cache zt_kv_cache;
+
+typedef struct zt_kv_cache_desc {
+    uint32_t struct_size;
+    int32_t n_layers;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t max_seqs;         /* concurrent sequences */
+    int32_t max_tokens;       /* total token capacity across sequences */
+    int32_t block_size;       /* tokens per block (paged); 0: plugin default */
+    int32_t dtype;            /* zt_dtype of cached K/V */
+} zt_kv_cache_desc;
+
+typedef struct zt_attention_ops {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    /* Training/prefill. *saved receives what backward needs (e.g. log-sum-exp rows), allocated from
+     * ZT_POOL_ACTIVATIONS; pass saved == NULL when no backward follows. backward frees *saved.
+     * Thread: the training thread. */
+    zt_status (*forward)(void *state, const zt_attn_args *a, void **saved);
+    zt_status (*backward)(void *state, const zt_attn_args *a, void *saved);
+    /* Generation. NULL when the plugin lacks ZT_CAP_KV_CACHE. */
+    zt_status (*kv_create)(void *state, const zt_kv_cache_desc *d, zt_kv_cache **out);
+    void (*kv_destroy)(void *state, zt_kv_cache *c);
+    /* Append new_k/new_v ([n_seqs, n_new, Hkv, D]) for `layer` to the sequences seq_ids, then attend
+     * q ([n_seqs, n_new, H, D]) against each sequence's whole cache, writing `out`. The model calls
+     * this once per layer per decode step; kv_advance then commits n_new tokens for those sequences. */
+    zt_status (*kv_attend)(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids,
+                           int32_t n_seqs, const zt_attn_args *a);
+    zt_status (*kv_advance)(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
+                            int32_t n_new);
+    zt_status (*kv_reset)(void *state, zt_kv_cache *c, int32_t seq_id); /* free a sequence's blocks */
+} zt_attention_ops;
+
+/* An attention plugin bound to a model by the host (the model never loads plugins itself). */
+typedef struct zt_attention_binding {
+    const zt_attention_ops *ops;
+    void *state;
+    uint64_t caps;
+} zt_attention_binding;
+
+/* ---- parameters ------------------------------------------------------------------------------ */
+
+typedef enum zt_init_kind {
+    ZT_INIT_NORMAL = 0, /* N(0, init_std) */
+    ZT_INIT_ONES = 1,
+    ZT_INIT_ZEROS = 2
+} zt_init_kind;
+
+#define ZT_PARAM_NO_DECAY 0x1u   /* excluded from weight decay (norms, by default embeddings) */
+#define ZT_PARAM_EMBEDDING 0x2u  /* the token embedding (optional decay exclusion) */
+#define ZT_PARAM_TIED 0x4u       /* storage shared with tied_to; not a separate tensor */
+
+/* One logical parameter, named as Hugging Face names it, so checkpoints and exports use HF names. */
+typedef struct zt_param_decl {
+    const char *name;        /* "model.layers.0.self_attn.q_proj.weight" */
+    int32_t ndim;
+    int32_t unit;            /* the unit whose forward uses it */
+    int64_t shape[4];        /* HF layout: Linear weights are [out_features, in_features] */
+    int32_t tp_split_dim;    /* tensor parallel: -1 replicated, 0 split rows (column-parallel),
+                                1 split columns (row-parallel) */
+    uint32_t flags;          /* ZT_PARAM_* */
+    int32_t init;            /* zt_init_kind */
+    float init_std;
+    const char *tied_to;     /* ZT_PARAM_TIED: the name of the owning parameter; else NULL */
+} zt_param_decl;
+
+/* The model's shape and parameter list, valid from init until fini, owned by the plugin. */
+typedef struct zt_model_info {
+    uint32_t struct_size;
+    int32_t n_units;
+    int32_t n_layers;
+    int32_t vocab_size;
+    int32_t hidden_size;
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t intermediate_size;
+    int32_t max_seq_len;
+    int32_t n_params_decl;
+    int32_t reserved0;
+    const zt_param_decl *params; /* grouped by unit, in unit order */
+    int64_t n_parameters;        /* total scalar parameters (tied counted once) */
+    /* Bytes of activations kept per token per layer for backward, without and with recompute;
+     * used by the memory estimator. */
+    double act_bytes_per_token_layer;
+    double act_bytes_per_token_layer_recompute;
+} zt_model_info;
+
+/* ---- one unit's forward or backward ---------------------------------------------------------- */
+
+#define ZT_UNIT_TRAIN 0x1u     /* keep what backward needs in *saved */
+#define ZT_UNIT_RECOMPUTE 0x2u /* activation checkpointing: keep only the unit's input */
+
+typedef struct zt_unit_call {
+    uint32_t struct_size;
+    int32_t unit;
+    uint32_t flags;            /* ZT_UNIT_* */
+    int32_t n_params;
+    /* This unit's parameters in declaration order, as compute-dtype views owned by the zero plugin
+     * (all-gathered under ZeRO-3). Valid for this call only. */
+    const zt_tensor *params;
+    /* backward: where to accumulate this unit's gradients (+=), same order; NULL entries for
+     * frozen parameters. NULL in forward. */
+    const zt_tensor *grads;
+    const zt_batch *batch;
+    const zt_attention_binding *attention;
+    /* Hidden states [B, T, hidden]. forward: x_in -> x_out (x_in is unused by unit 0, which reads
+     * batch->tokens; x_out is unused by the last unit, which writes *loss).
+     * backward: dx_out (gradient w.r.t. this unit's output; unused by the last unit) -> dx_in
+     * (unused by unit 0). The host owns all four buffers. */
+    zt_tensor x_in, x_out, dx_out, dx_in;
+    float *loss;               /* last unit: host memory, receives this micro-batch's loss share */
+    /* Per (unit, micro-batch) slot for saved activations: the model allocates in forward (pool
+     * ZT_POOL_ACTIVATIONS), reads and frees in backward. The host owns the slot. */
+    void **saved;
+    /* Generation (NULL in training): decode against this cache; logits [B, T, vocab] go to x_out
+     * for the last unit. */
+    zt_kv_cache *kv;
+    const int32_t *kv_seq_ids;
+} zt_unit_call;
+
+typedef struct zt_model_ops {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    /* The model's shape and parameters, read from host config (model.preset / model.config)
+     * during init. Thread: any, after init. */
+    const zt_model_info *(*info)(void *state);
+    /* One unit forward / backward. Thread: the training thread. */
+    zt_status (*forward)(void *state, const zt_unit_call *c);
+    zt_status (*backward)(void *state, const zt_unit_call *c);
+    /* Free whatever forward left in *saved when no backward will follow (evaluation, abort). */
+    void (*release)(void *state, int32_t unit, void **saved);
+} zt_model_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZT_MODEL_H */

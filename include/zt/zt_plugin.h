@@ -1,0 +1,79 @@
+/* zt plugin ABI v1: the entry point. The only header a plugin needs to include.
+ *
+ * A plugin is a shared object that exports exactly one symbol, ZT_ENTRY_SYMBOL:
+ *
+ *     ZT_EXPORT const zt_plugin *zt_plugin_entry(void);
+ *
+ * Lifecycle (docs/plugins.md has the full story):
+ *   1. dlopen(RTLD_NOW | RTLD_LOCAL), dlsym(zt_plugin_entry), call it. It must do nothing but return
+ *      a pointer to a static zt_plugin.
+ *   2. The host checks magic, abi_major, abi_minor and struct_size before reading anything else, then
+ *      kind, name and the ops table's struct_size.
+ *   3. probe(host): can this plugin run on this machine? Cheap, no side effects, may be called many
+ *      times (zt-run --list-plugins). Returns ZT_OK or ZT_ERR_UNSUPPORTED with host->error() saying
+ *      why ("no CUDA device found").
+ *   4. The host validates the user's config against every loaded plugin's options schema.
+ *   5. init(host, &state): allocate plugin state; read options through host->cfg_*.
+ *   6. The kind's ops are called with `state` (zt_tokenizer_ops, zt_model_ops, ...).
+ *   7. fini(state): free everything. The host then dlclose()s.
+ *
+ * No C++ exception may leave any function of the table: catch everything at the boundary and turn it
+ * into a status with host->error().
+ */
+#ifndef ZT_PLUGIN_H
+#define ZT_PLUGIN_H
+
+#include "zt_types.h"
+#include "zt_host.h"
+#include "zt_tokenizer.h"
+#include "zt_model.h"
+#include "zt_train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zt_plugin {
+    /* Read first, before anything else, to decide whether the rest can be read at all. */
+    uint32_t magic;        /* ZT_ABI_MAGIC */
+    uint16_t abi_major;    /* ZT_ABI_MAJOR the plugin was built against */
+    uint16_t abi_minor;    /* ZT_ABI_MINOR the plugin was built against */
+    uint32_t struct_size;  /* sizeof(zt_plugin) as the plugin was built */
+
+    int32_t kind;          /* zt_kind */
+    const char *name;      /* short unique name used in --plugins, e.g. "adamw" */
+    const char *version;   /* the plugin's own version, semver "1.2.0" */
+    const char *description; /* one line */
+
+    const zt_option *options; /* the options schema; may be NULL when n_options == 0 */
+    uint32_t n_options;
+    uint32_t reserved0;
+    uint64_t caps;         /* ZT_CAP_* */
+
+    /* May this plugin run here? Called without init; state-free. */
+    zt_status (*probe)(const zt_host *host);
+    /* Create the plugin state. *state may be set to NULL for stateless plugins. */
+    zt_status (*init)(const zt_host *host, void **state);
+    void (*fini)(void *state);
+
+    /* The kind's ops table: zt_tokenizer_ops, zt_model_ops, zt_optimizer_ops, zt_zero_ops,
+     * zt_attention_ops or zt_parallel_ops. Static, owned by the plugin. */
+    const void *ops;
+} zt_plugin;
+
+typedef const zt_plugin *(*zt_plugin_entry_fn)(void);
+
+/* Declare the entry in a plugin source file:  ZT_PLUGIN_ENTRY { return &my_plugin; } */
+#ifdef __cplusplus
+#define ZT_PLUGIN_ENTRY extern "C" ZT_EXPORT const zt_plugin *zt_plugin_entry(void)
+#else
+#define ZT_PLUGIN_ENTRY ZT_EXPORT const zt_plugin *zt_plugin_entry(void)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "zt_abi_check.h"
+
+#endif /* ZT_PLUGIN_H */

@@ -1,0 +1,186 @@
+/* zt plugin ABI v1: optimizer plugins (ZT_KIND_OPTIMIZER), ZeRO plugins (ZT_KIND_ZERO) and parallel
+ * strategy plugins (ZT_KIND_PARALLEL).
+ *
+ * Division of labour: the optimizer is pure math over flat fp32 ranges; the zero plugin owns where
+ * parameters, gradients and optimizer state live (device or host, full or sharded) and when they
+ * move; the parallel plugin builds the rank grid and decides which units and tensor slices a rank
+ * holds. The host drives the step and owns checkpoints.
+ */
+#ifndef ZT_TRAIN_H
+#define ZT_TRAIN_H
+
+#include "zt_types.h"
+#include "zt_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- optimizer ------------------------------------------------------------------------------- */
+
+/* Per-call hyperparameters. The learning-rate schedule and parameter groups live in the host, so
+ * the optimizer sees the lr and weight decay that apply to this range. */
+typedef struct zt_optim_hparams {
+    uint32_t struct_size;
+    int32_t reserved0;
+    int64_t step;        /* 1-based count of optimizer steps taken, this one included */
+    double lr;
+    double weight_decay; /* 0 for no-decay groups */
+    double grad_scale;   /* multiply gradients by this first (clipping factor, 1/loss-scale) */
+} zt_optim_hparams;
+
+typedef struct zt_optimizer_ops {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    /* Number of fp32 state arrays per parameter element (AdamW: 2) and their names (checkpoint keys,
+     * e.g. "exp_avg"). The zero plugin allocates them, zero-filled, wherever it keeps the shard. */
+    int32_t (*n_state)(void *state);
+    const char *(*state_name)(void *state, int32_t i);
+    /* Update n elements in place. param, grad and every opt_state[i] point at the same element
+     * range, all in memory of `device_type` (ZT_DEVICE_CUDA: enqueue on `stream`, may return before
+     * the work is done; ZT_DEVICE_CPU: done on return, may use host->parallel_for).
+     * Thread: the training thread (or the offload thread the zero plugin runs it on). */
+    zt_status (*step)(void *state, const zt_optim_hparams *h, float *param, const float *grad,
+                      float *const *opt_state, uint64_t n, int32_t device_type, void *stream);
+} zt_optimizer_ops;
+
+/* ---- the flat parameter layout the host builds ----------------------------------------------- */
+
+/* Each unit's parameters live in one flat buffer, padded so it splits evenly across the data-
+ * parallel ranks: no tensor size ever has to divide the rank count. */
+typedef struct zt_unit_layout {
+    int64_t numel;        /* sum of the unit's parameter sizes */
+    int64_t padded_numel; /* numel rounded up to a multiple of dp_size * alignment */
+    int32_t first_param;  /* index into zt_model_info.params */
+    int32_t n_params;
+} zt_unit_layout;
+
+typedef struct zt_layout {
+    uint32_t struct_size;
+    int32_t n_units;
+    const zt_model_info *model;
+    const zt_unit_layout *units;     /* [n_units] */
+    const int64_t *param_offset;     /* [n_params_decl] element offset inside the unit's buffer */
+    const uint8_t *trainable;        /* [n_params_decl] 0 for frozen parameters */
+    const uint8_t *decay;            /* [n_params_decl] 1 when weight decay applies */
+    int32_t compute_dtype;           /* zt_dtype of the views handed to the model */
+    int32_t reserved0;
+} zt_layout;
+
+/* ---- ZeRO ------------------------------------------------------------------------------------ */
+
+typedef enum zt_phase {
+    ZT_PHASE_FORWARD = 0,
+    ZT_PHASE_BACKWARD = 1
+} zt_phase;
+
+typedef struct zt_step_args {
+    uint32_t struct_size;
+    int32_t reserved0;
+    int64_t step;            /* 1-based */
+    double lr;               /* this step's lr from the schedule */
+    double weight_decay;     /* for parameters whose layout decay flag is 1 */
+    double max_grad_norm;    /* clip to this global L2 norm; 0: no clipping */
+    double loss_scale;       /* gradients arrive multiplied by this (fp16); 1 otherwise */
+} zt_step_args;
+
+typedef struct zt_step_result {
+    uint32_t struct_size;
+    int32_t skipped;         /* 1: non-finite gradients, no update made */
+    double grad_norm;        /* global L2 norm before clipping, unscaled */
+} zt_step_result;
+
+/* Which flat array of a unit's local shard: the fp32 master copy, or optimizer state i (1-based). */
+#define ZT_SHARD_MASTER 0
+
+/* Memory a configuration needs, by pool, per rank (device) and per node (host), in bytes. */
+typedef struct zt_mem_estimate {
+    uint32_t struct_size;
+    int32_t reserved0;
+    double device[ZT_POOL_COUNT];
+    double host[ZT_POOL_COUNT];
+} zt_mem_estimate;
+
+typedef struct zt_estimate_in {
+    uint32_t struct_size;
+    int32_t dp_size;
+    int32_t micro_batch;
+    int32_t seq_len;
+    int32_t recompute;
+    int32_t compute_dtype;
+    int32_t n_optimizer_states;
+    int32_t reserved0;
+    int64_t n_parameters;
+    int64_t largest_unit_numel;
+    const zt_model_info *model;
+} zt_estimate_in;
+
+typedef struct zt_zero_ops {
+    uint32_t struct_size;
+    int32_t stage;           /* 0..3, as DeepSpeed's zero_optimization.stage */
+    /* Allocate every buffer for `layout` (through host->alloc, so each is accounted to its pool) and
+     * bind the optimizer. Thread: training thread; collective (all ranks call). */
+    zt_status (*setup)(void *state, const zt_layout *layout, const zt_optimizer_ops *opt,
+                       void *opt_state);
+    /* Make unit u's parameters available for `phase`: fill params[0..n) (and, in backward, grads)
+     * with compute-dtype views valid until after_unit. Stage 3 all-gathers here and prefetches the
+     * next unit. Collective. */
+    zt_status (*before_unit)(void *state, int32_t unit, int32_t phase, zt_tensor *params,
+                             zt_tensor *grads);
+    zt_status (*after_unit)(void *state, int32_t unit, int32_t phase);
+    /* Unit u's gradients for this micro-batch are complete (after its backward). On the last
+     * micro-batch of a step (last_micro = 1) stages 2/3 reduce-scatter them here, overlapped. */
+    zt_status (*grads_ready)(void *state, int32_t unit, int32_t last_micro);
+    /* Finish gradient communication, compute the global norm, clip, run the optimizer on the local
+     * shards (device or host), and make updated parameters available as the stage requires. */
+    zt_status (*step)(void *state, const zt_step_args *a, zt_step_result *r);
+    zt_status (*zero_grad)(void *state);
+    /* This rank's slice [offset, offset+count) of unit u's padded flat buffer (the same for master
+     * and each optimizer state). Checkpoints store it with the layout, so they reshard on load. */
+    void (*shard_range)(void *state, int32_t unit, int64_t *offset, int64_t *count);
+    /* Copy this rank's shard of `which` (ZT_SHARD_MASTER or optimizer state 1..n) to or from host
+     * memory of count floats. After write_shard of the master, the compute copy is refreshed. */
+    zt_status (*read_shard)(void *state, int32_t unit, int32_t which, float *dst);
+    zt_status (*write_shard)(void *state, int32_t unit, int32_t which, const float *src);
+    /* Memory this stage would need for `in`, for zt-run --dry-run. May be called with state from
+     * init before setup, and must not allocate. */
+    zt_status (*estimate)(void *state, const zt_estimate_in *in, zt_mem_estimate *out);
+} zt_zero_ops;
+
+/* ---- parallel strategy ----------------------------------------------------------------------- */
+
+typedef struct zt_rank_grid {
+    uint32_t struct_size;
+    int32_t dp_size, tp_size, pp_size;
+    int32_t dp_rank, tp_rank, pp_rank;
+    int32_t first_unit;      /* pipeline: the units this rank runs, inclusive */
+    int32_t last_unit;
+} zt_rank_grid;
+
+typedef enum zt_pp_op {
+    ZT_PP_FORWARD = 0,
+    ZT_PP_BACKWARD = 1
+} zt_pp_op;
+
+typedef struct zt_pp_action {
+    int32_t op;              /* zt_pp_op */
+    int32_t micro;           /* micro-batch index */
+} zt_pp_action;
+
+typedef struct zt_parallel_ops {
+    uint32_t struct_size;
+    uint32_t reserved0;
+    /* Build the grid from config (parallel_config.*) and create the "dp", "tp" and "pp" groups with
+     * host->group_create. Collective. */
+    zt_status (*setup)(void *state, const zt_model_info *model, zt_rank_grid *out);
+    /* This rank's ordered forward/backward actions for one step of n_micro micro-batches (1F1B for
+     * pp > 1). Writes up to cap actions, sets *n to the number needed. */
+    zt_status (*schedule)(void *state, int32_t n_micro, zt_pp_action *actions, int32_t cap,
+                          int32_t *n);
+} zt_parallel_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZT_TRAIN_H */
