@@ -1,0 +1,41 @@
+/* Reading a SentencePiece .model file before handing it to the library.
+ *
+ * The plugin reads the bytes itself (once) so that the hash describes exactly what was loaded, and
+ * walks the top level of the ModelProto protobuf so that a truncated or foreign file gets a message
+ * with a byte offset; libsentencepiece only says "ParseFromArray failed", and a file cut exactly
+ * between two vocabulary entries would even load, silently losing its normalizer and trainer spec. */
+#ifndef ZT_SPM_MODEL_FILE_H
+#define ZT_SPM_MODEL_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "zt/zt_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct spm_model_file {
+    unsigned char *bytes;  /* the whole file (malloc) */
+    size_t size;
+    uint64_t hash;         /* FNV-1a 64 of bytes[0, size) */
+    int32_t n_pieces;      /* vocabulary entries found by the scan */
+    char model_type[16];   /* "unigram", "bpe", "word" or "char", from trainer_spec.model_type */
+} spm_model_file;
+
+/* Read, hash and scan `path`. On failure returns ZT_ERR_IO (cannot open or read it, including a
+ * missing file), ZT_ERR_OUT_OF_MEMORY or ZT_ERR_FORMAT (not a model, truncated) and writes a phrase
+ * saying what is wrong with the file into why[0, why_cap) ("it is truncated: ..."); *out is then
+ * empty. */
+zt_status spm_model_file_read(const char *path, spm_model_file *out, char *why, size_t why_cap);
+void spm_model_file_free(spm_model_file *f);
+
+/* FNV-1a 64, the checksum zt uses everywhere (framework/checksum.c); a plugin links nothing from
+ * the host, so it carries its own copy of these few lines. */
+uint64_t spm_fnv1a64(const void *data, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

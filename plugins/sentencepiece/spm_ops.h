@@ -1,0 +1,31 @@
+/* The tokenizer ops, implemented in C++ over libsentencepiece (spm_ops.cc) and listed in the plugin's
+ * tables in plugin.c. Each function catches every C++ exception: none may cross the C ABI. */
+#ifndef ZT_SPM_OPS_H
+#define ZT_SPM_OPS_H
+
+#include "zt/zt_plugin.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What init creates: the services table, kept for error messages and logging. */
+typedef struct spm_plugin_state {
+    const zt_host *host;
+} spm_plugin_state;
+
+zt_status spm_open(void *state, const char *path, zt_tokenizer_model **out);
+void spm_close(zt_tokenizer_model *m);
+zt_status spm_info(zt_tokenizer_model *m, zt_tokenizer_info *out);
+zt_status spm_encode(zt_tokenizer_model *m, const char *text, uint64_t len, int32_t *ids,
+                     uint64_t cap, uint64_t *n_out);
+zt_status spm_decode(zt_tokenizer_model *m, const int32_t *ids, uint64_t n, char *text,
+                     uint64_t cap, uint64_t *len_out);
+zt_status spm_id_to_piece(zt_tokenizer_model *m, int32_t id, char *buf, uint64_t cap,
+                          uint64_t *len_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,110 @@
+/* One model, many threads: 8 threads encode different texts at the same time (each starts at a
+ * different line and walks the texts in its own order) and must get exactly the ids a single thread
+ * gets. Both trained models are used in turn, so per-thread buffers also see two models interleaved.
+ *
+ *   test_spm_concurrency PLUGINS_D WORK_DIR */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tk_common.h"
+#include "ztest.h"
+
+#define N_THREADS 8
+#define ROUNDS 40
+#define N_MODELS 2
+
+static tk_plugin plugin;
+static zt_tokenizer_model *models[N_MODELS];
+static tk_lines texts;
+static int32_t *serial_ids[N_MODELS];  /* per model: the ids of all lines, back to back */
+static uint64_t *serial_start[N_MODELS]; /* per model: line i's ids start at serial_start[i] */
+
+typedef struct worker {
+    int index;
+    int mismatches;
+    int failures;
+} worker;
+
+static void *encode_everything(void *arg)
+{
+    worker *w = arg;
+    int32_t ids[2048];
+    for (int round = 0; round < ROUNDS; round++) {
+        for (size_t k = 0; k < texts.count; k++) {
+            /* Each thread starts at its own line; odd threads walk backwards. */
+            size_t start = (size_t)w->index * texts.count / N_THREADS;
+            size_t line = w->index % 2 ? (start + texts.count - k) % texts.count
+                                       : (start + k) % texts.count;
+            int model = (int)((k + (size_t)round + (size_t)w->index) % N_MODELS);
+            uint64_t n = 0;
+            zt_status st = plugin.ops->encode(models[model], texts.line[line], texts.len[line], ids,
+                                              2048, &n);
+            if (st != ZT_OK) {
+                w->failures++;
+                continue;
+            }
+            const int32_t *want = serial_ids[model] + serial_start[model][line];
+            uint64_t n_want = serial_start[model][line + 1] - serial_start[model][line];
+            if (n != n_want || memcmp(ids, want, n * sizeof *ids) != 0) w->mismatches++;
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s PLUGINS_D WORK_DIR\n", argv[0]);
+        return 2;
+    }
+    tk_plugin_load(&plugin, argv[1]);
+    tk_read_lines(tk_path(argv[2], "texts.txt"), &texts);
+    ZT_CHECK(texts.count > N_THREADS);
+    models[0] = tk_open(&plugin, tk_path(argv[2], "bpe.model"));
+    models[1] = tk_open(&plugin, tk_path(argv[2], "unigram.model"));
+
+    /* The serial reference, on this thread alone. */
+    for (int m = 0; m < N_MODELS; m++) {
+        size_t total_bytes = 0;
+        for (size_t i = 0; i < texts.count; i++) total_bytes += texts.len[i];
+        serial_ids[m] = malloc((total_bytes + texts.count) * sizeof(int32_t));
+        serial_start[m] = malloc((texts.count + 1) * sizeof(uint64_t));
+        if (!serial_ids[m] || !serial_start[m]) return 1;
+        serial_start[m][0] = 0;
+        for (size_t i = 0; i < texts.count; i++) {
+            uint64_t n = 0;
+            int32_t *ids = tk_encode(&plugin, models[m], texts.line[i], texts.len[i], &n);
+            memcpy(serial_ids[m] + serial_start[m][i], ids, n * sizeof *ids);
+            serial_start[m][i + 1] = serial_start[m][i] + n;
+            free(ids);
+        }
+    }
+
+    pthread_t threads[N_THREADS];
+    worker workers[N_THREADS];
+    for (int t = 0; t < N_THREADS; t++) {
+        workers[t] = (worker){.index = t};
+        if (pthread_create(&threads[t], NULL, encode_everything, &workers[t]) != 0) {
+            fprintf(stderr, "cannot start thread %d\n", t);
+            return 1;
+        }
+    }
+    for (int t = 0; t < N_THREADS; t++) {
+        pthread_join(threads[t], NULL);
+        if (workers[t].failures || workers[t].mismatches)
+            fprintf(stderr, "thread %d: %d failed encodes, %d results differ from the serial ones\n",
+                    t, workers[t].failures, workers[t].mismatches);
+        ZT_CHECK_INT(workers[t].failures, 0);
+        ZT_CHECK_INT(workers[t].mismatches, 0);
+    }
+
+    for (int m = 0; m < N_MODELS; m++) {
+        plugin.ops->close(models[m]);
+        free(serial_ids[m]);
+        free(serial_start[m]);
+    }
+    tk_lines_free(&texts);
+    tk_plugin_unload(&plugin);
+    return zt_test_result();
+}
