@@ -63,6 +63,9 @@ typedef struct zt_plugin {
 
 typedef const zt_plugin *(*zt_plugin_entry_fn)(void);
 
+/* The entry every plugin defines (declared here so -Wmissing-prototypes stays quiet). */
+ZT_EXPORT const zt_plugin *zt_plugin_entry(void);
+
 /* Declare the entry in a plugin source file:  ZT_PLUGIN_ENTRY { return &my_plugin; } */
 #ifdef __cplusplus
 #define ZT_PLUGIN_ENTRY extern "C" ZT_EXPORT const zt_plugin *zt_plugin_entry(void)

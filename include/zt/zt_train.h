@@ -10,6 +10,7 @@
 #define ZT_TRAIN_H
 
 #include "zt_types.h"
+#include "zt_host.h"
 #include "zt_model.h"
 
 #ifdef __cplusplus
