@@ -43,7 +43,7 @@ typedef struct zt_mem_stats {
     uint64_t current;
     uint64_t peak;
     uint64_t limit; /* 0: no limit */
-    uint64_t n_allocs;
+    uint64_t n_allocs; /* live allocations (0 when everything was freed) */
 } zt_mem_stats;
 
 /* ---- device context -------------------------------------------------------------------------- */
@@ -114,7 +114,8 @@ typedef struct zt_host {
     zt_status (*cfg_int)(void *ctx, const char *key, int64_t *out);
     zt_status (*cfg_float)(void *ctx, const char *key, double *out);
     zt_status (*cfg_string)(void *ctx, const char *key, const char **out);
-    /* ZT_OPT_FLOATS: writes up to `cap` items, sets *n to the number the value has. */
+    /* ZT_OPT_FLOATS: sets *n to the number of items; writes them when *n <= cap, else writes
+     * nothing and returns ZT_ERR_BUFFER_TOO_SMALL. */
     zt_status (*cfg_floats)(void *ctx, const char *key, double *out, int32_t cap, int32_t *n);
 
     /* Tagged, accounted allocation. `tag` names the allocation in OOM messages ("layer 3 q_proj").
@@ -156,7 +157,7 @@ typedef struct zt_host {
     zt_status (*barrier)(void *ctx, const zt_group *g);
 
     /* Run fn over [0, n) on the host's worker threads, in chunks of at least `grain` items; returns
-     * when all chunks are done. Must not be called from inside fn. */
+     * when all chunks are done. A call from inside fn runs serially on the calling thread. */
     void (*parallel_for)(void *ctx, int64_t n, int64_t grain, zt_range_fn fn, void *arg);
 
     /* Nonzero once the user asked to stop (Ctrl-C): long loops in a plugin should return

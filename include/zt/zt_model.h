@@ -171,11 +171,14 @@ typedef struct zt_unit_call {
     const zt_batch *batch;
     const zt_attention_binding *attention;
     /* Hidden states [B, T, hidden]. forward: x_in -> x_out (x_in is unused by unit 0, which reads
-     * batch->tokens; x_out is unused by the last unit, which writes *loss).
+     * batch->tokens; the last unit writes *loss and/or logits, see below).
      * backward: dx_out (gradient w.r.t. this unit's output; unused by the last unit) -> dx_in
      * (unused by unit 0). The host owns all four buffers. */
     zt_tensor x_in, x_out, dx_out, dx_in;
-    float *loss;               /* last unit: host memory, receives this micro-batch's loss share */
+    /* Last unit: when loss != NULL (host memory) it receives this micro-batch's share of the loss,
+     * sum(-log p[target]) / batch->n_loss_tokens_global; when x_out.data != NULL the logits
+     * [B, T, vocab] are written there too (evaluation, tests, generation). */
+    float *loss;
     /* Per (unit, micro-batch) slot for saved activations: the model allocates in forward (pool
      * ZT_POOL_ACTIVATIONS), reads and frees in backward. The host owns the slot. */
     void **saved;

@@ -1,0 +1,52 @@
+/* The seam between the runtime and the hardware a run computes on.
+ *
+ * The runtime never calls a device API directly: it picks one backend for the run and goes through
+ * this table for everything that is not pageable host memory (which it allocates itself).
+ *
+ *   framework/device_cpu.c   zt_device_cpu: CPU runs. There is no device memory; "pinned" host
+ *                            memory is ordinary host memory (nothing is ever transferred).
+ *   framework/device_cuda.c  zt_device_cuda (arrives with CUDA support): cudaSetDevice in init,
+ *                            streams and cuBLAS handles in the zt_device_ctx, cudaMalloc for
+ *                            ZT_MEM_DEVICE, cudaHostAlloc for ZT_MEM_PINNED, cudaMemcpyAsync with
+ *                            cudaMemcpyDefault, cudaStreamSynchronize. To add it: define
+ *                            ZT_HAVE_CUDA_DEVICE for zt_core, link CUDA::cudart there, and the
+ *                            runtime picks it in choose_device_backend (runtime.c).
+ *
+ * Backend functions report failures through err (what failed and how to fix it); the runtime adds
+ * the pool, tag and memory use around an allocation failure.
+ */
+#ifndef ZT_FRAMEWORK_DEVICE_H
+#define ZT_FRAMEWORK_DEVICE_H
+
+#include "zt/zt_host.h"
+#include "error.h"
+
+typedef struct zt_device_backend {
+    const char *name; /* "cpu", "cuda" */
+
+    /* Select device `index` and fill every field of ctx except n_threads (the runtime's). Creates
+     * whatever streams and handles the backend exposes there. */
+    zt_status (*init)(int index, zt_device_ctx *ctx, zt_error *err);
+    /* Release what init created. ctx is the one init filled. */
+    void (*shutdown)(zt_device_ctx *ctx);
+
+    /* `where` is ZT_MEM_PINNED or ZT_MEM_DEVICE (pageable host memory never reaches a backend).
+     * alignment is a power of two >= sizeof(void *). bytes may be 0: return a unique pointer all
+     * the same (the runtime tells allocations apart by address). Returns NULL with err set on failure:
+     * ZT_ERR_OUT_OF_MEMORY when the memory is exhausted, ZT_ERR_UNSUPPORTED when this backend
+     * has no such memory at all. */
+    void *(*alloc)(const zt_device_ctx *ctx, int where, uint64_t bytes, uint64_t alignment,
+                   zt_error *err);
+    void (*free)(const zt_device_ctx *ctx, int where, void *ptr);
+
+    /* Copy between any two buffers of this run (host, pinned or device; they may overlap), ordered
+     * on `stream` (a cudaStream_t; ignored on CPU, where the copy is done on return). */
+    zt_status (*memcpy)(const zt_device_ctx *ctx, void *dst, const void *src, uint64_t bytes,
+                        void *stream, zt_error *err);
+    /* Wait for all work queued on `stream` (NULL: all of the device's work). */
+    zt_status (*sync)(const zt_device_ctx *ctx, void *stream, zt_error *err);
+} zt_device_backend;
+
+extern const zt_device_backend zt_device_cpu;
+
+#endif
