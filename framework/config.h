@@ -26,7 +26,8 @@ zt_status zt_config_load_string(zt_config *cfg, const char *json, const char *or
 
 /* Apply one "a.b.c=value" override (command line --set). The value is parsed as JSON when it is a
  * valid JSON scalar or array (3, 1e-4, true, [0.9,0.95], "x"), else taken as a string (cpu).
- * Overrides win over the file regardless of order. */
+ * Overrides win over the file regardless of order. For a STRING/ENUM key any value is taken as
+ * text (--set output_dir=2024 is the string "2024"). JSON null means "not set". */
 zt_status zt_config_set(zt_config *cfg, const char *assignment, zt_error *err);
 
 /* Declare the keys `owner` ("host" or a plugin name) understands. A key declared by two owners is an
@@ -39,8 +40,10 @@ zt_status zt_config_add_schema(zt_config *cfg, const char *owner, const zt_optio
 zt_status zt_config_validate(zt_config *cfg, zt_error *err);
 
 /* Typed access to a validated config: the given value, else the schema default. ZT_ERR_NOT_FOUND
- * for an undeclared key, or for a ZT_OPT_NO_DEFAULT key that was not given. Strings live as long as
- * cfg. */
+ * for an undeclared key, or for a ZT_OPT_NO_DEFAULT key that was not given; ZT_ERR_CONFIG for a
+ * value that fails its schema; ZT_ERR_INVALID_ARG for a getter of the wrong type. Getters work
+ * before zt_config_validate (values are checked as schemas arrive), so the host can read its own
+ * keys before plugins are loaded. Strings live as long as cfg. */
 zt_status zt_config_get_bool(const zt_config *cfg, const char *key, int32_t *out);
 zt_status zt_config_get_int(const zt_config *cfg, const char *key, int64_t *out);
 zt_status zt_config_get_float(const zt_config *cfg, const char *key, double *out);

@@ -59,7 +59,8 @@ int zt_json_get_bool(const zt_json *j, int tok);      /* 1 for true */
 double zt_json_get_number(const zt_json *j, int tok); /* strtod of the token */
 
 /* Unescape string token tok into a new NUL-terminated buffer (malloc; caller frees) and its byte
- * length. Invalid escapes, lone surrogates and invalid UTF-8 are ZT_ERR_FORMAT with line:col. */
+ * length. Invalid escapes, lone surrogates and invalid UTF-8 are ZT_ERR_FORMAT with line:col.
+ * \u0000 is rejected too: zt passes text on as NUL-terminated strings. */
 zt_status zt_json_string(const zt_json *j, int tok, char **out, size_t *out_len, zt_error *err);
 
 /* Same rules on raw bytes: decode JSON string content src[0, n) (without quotes) into dst, which must
