@@ -30,13 +30,14 @@ typedef struct zt_batch {
     uint32_t struct_size;
     int32_t batch;            /* B */
     int32_t seq_len;          /* T */
-    int32_t n_docs;           /* documents in the whole micro-batch (>= B when packed) */
+    int32_t n_docs;           /* spans in cu_seqlens: one per document, plus one per run of
+                                 padding that ends a row (padding attends only to padding) */
     const int32_t *tokens;    /* [B*T] input ids */
     const int32_t *targets;   /* [B*T] next-token ids; -100 where no loss is taken */
     const int32_t *positions; /* [B*T] position ids (rotary) */
     const int32_t *doc_ids;   /* [B*T] document index per token, unique within a row; padding is -1 */
     const int32_t *cu_seqlens;/* [n_docs+1] start offset of each document in the flat B*T stream */
-    int32_t max_doc_len;
+    int32_t max_doc_len;      /* longest span */
     int32_t reserved0;
     /* Loss tokens in the whole global batch (all micro-batches and ranks): the loss is
      * sum(-log p[target]) / n_loss_tokens_global, so it does not depend on how the batch is split. */
