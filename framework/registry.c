@@ -44,12 +44,12 @@ static const char *const ops_type_names[ZT_KIND_COUNT + 1] = {
  * minors only append. They are the frozen numbers of zt_abi_check.h, repeated here because sizeof
  * grows with every minor while the minimum a 1.x host accepts does not. */
 #define PLUGIN_V1_0_SIZE 96u
-static const uint32_t ops_v1_0_size[ZT_KIND_COUNT + 1] = {0, 56, 40, 32, 88, 64, 24};
+static const uint32_t ops_v1_0_size[ZT_KIND_COUNT + 1] = {0, 56, 40, 32, 88, 72, 24};
 
 _Static_assert(sizeof(zt_plugin) >= PLUGIN_V1_0_SIZE, "zt_plugin shrank below v1.0");
 _Static_assert(sizeof(zt_tokenizer_ops) >= 56 && sizeof(zt_model_ops) >= 40 &&
                    sizeof(zt_optimizer_ops) >= 32 && sizeof(zt_zero_ops) >= 88 &&
-                   sizeof(zt_attention_ops) >= 64 && sizeof(zt_parallel_ops) >= 24,
+                   sizeof(zt_attention_ops) >= 72 && sizeof(zt_parallel_ops) >= 24,
                "an ops table shrank below its v1.0 size");
 
 const char *zt_kind_name(int kind)

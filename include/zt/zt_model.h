@@ -81,8 +81,8 @@ typedef struct zt_attention_ops {
     uint32_t struct_size;
     uint32_t reserved0;
     /* Training/prefill. *saved receives what backward needs (e.g. log-sum-exp rows), allocated from
-     * ZT_POOL_ACTIVATIONS; pass saved == NULL when no backward follows. backward frees *saved.
-     * Thread: the training thread. */
+     * ZT_POOL_ACTIVATIONS; pass saved == NULL when no backward follows. backward reads a->out (the
+     * forward's output) and consumes saved, also when it fails. Thread: the training thread. */
     zt_status (*forward)(void *state, const zt_attn_args *a, void **saved);
     zt_status (*backward)(void *state, const zt_attn_args *a, void *saved);
     /* Generation. NULL when the plugin lacks ZT_CAP_KV_CACHE. */
@@ -96,6 +96,8 @@ typedef struct zt_attention_ops {
     zt_status (*kv_advance)(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
                             int32_t n_new);
     zt_status (*kv_reset)(void *state, zt_kv_cache *c, int32_t seq_id); /* free a sequence's blocks */
+    /* Free what forward left in `saved` when no backward will follow (evaluation, abort). */
+    void (*release)(void *state, void *saved);
 } zt_attention_ops;
 
 /* An attention plugin bound to a model by the host (the model never loads plugins itself). */
@@ -180,11 +182,12 @@ typedef struct zt_unit_call {
      * sum(-log p[target]) / batch->n_loss_tokens_global; when x_out.data != NULL the logits
      * [B, T, vocab] are written there too (evaluation, tests, generation). */
     float *loss;
-    /* Per (unit, micro-batch) slot for saved activations: the model allocates in forward (pool
-     * ZT_POOL_ACTIVATIONS), reads and frees in backward. The host owns the slot. */
+    /* Per (unit, micro-batch) slot for saved activations: NULL when a training forward starts; the
+     * model allocates in forward (pool ZT_POOL_ACTIVATIONS), reads and frees in backward (also when
+     * backward fails). The host owns the slot. */
     void **saved;
     /* Generation (NULL in training): decode against this cache; logits [B, T, vocab] go to x_out
-     * for the last unit. */
+     * for the last unit. After the last unit the host calls the attention plugin's kv_advance. */
     zt_kv_cache *kv;
     const int32_t *kv_seq_ids;
 } zt_unit_call;

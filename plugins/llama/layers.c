@@ -1,0 +1,622 @@
+/* Forward and backward of the three kinds of unit, in fp32 on the CPU, as transformers'
+ * LlamaForCausalLM computes them (docs/model-llama.md has the equations):
+ *
+ *   embedding:  x = E[tokens]
+ *   layer:      n1 = rmsnorm(x);  q,k,v = n1 Wq^T, n1 Wk^T, n1 Wv^T;  rope(q), rope(k)
+ *               h = x + attention(q, k, v) Wo^T
+ *               n2 = rmsnorm(h);  out = h + (silu(n2 Wg^T) * n2 Wu^T) Wd^T
+ *   head:       logits = rmsnorm(x) Wlm^T;  loss = sum(-log softmax(logits)[target]) / n_loss_tokens
+ *
+ * plugin.c has checked every view and the batch before these run. Forward with ZT_UNIT_TRAIN keeps a
+ * record (saved_record) for the backward; with ZT_UNIT_RECOMPUTE as well the record is only a
+ * marker and the backward recomputes the forward from the unit input, which the host keeps.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llama.h"
+
+#define SAVED_MAGIC 0x4C41535Au /* "ZSAL" */
+
+/* What a training forward leaves in *zt_unit_call.saved. One host->alloc block: this header, then
+ * the unit's activations (layer_acts or head_acts) unless `recompute` is set. */
+typedef struct saved_record {
+    uint32_t magic;
+    int32_t unit;
+    int32_t recompute;     /* 1: nothing but this header; the backward recomputes the forward */
+    int64_t tokens;        /* B*T of the forward that made it */
+    void *attention_saved; /* the attention plugin's record for this layer's backward */
+    const zt_attention_binding *attention; /* who made attention_saved, to release it */
+} saved_record;
+
+/* Activations are placed after the header at a 64-byte boundary. */
+#define RECORD_HEADER_BYTES ((sizeof(saved_record) + 63) / 64 * 64)
+
+typedef struct layer_acts {
+    float *norm1, *rstd1; /* input RMSNorm output [N, hidden] and its 1/rms [N] */
+    float *q, *k, *v;     /* projections after rotary embedding: [N, heads*D], [N, kv_heads*D] x 2 */
+    float *attn;          /* attention output [N, heads*D] */
+    float *resid;         /* h = x + o_proj(attn) [N, hidden] */
+    float *norm2, *rstd2; /* post-attention RMSNorm [N, hidden], [N] */
+    float *gate, *up;     /* MLP projections before the SwiGLU [N, intermediate] x 2 */
+} layer_acts;
+
+typedef struct head_acts {
+    float *norm, *rstd; /* final RMSNorm [N, hidden], [N] */
+    float *logits;      /* [N, vocab]; after a training forward: d loss / d logits */
+} head_acts;
+
+/* One unit call in progress: what every step needs. */
+typedef struct unit_run {
+    llama_state *s;
+    const zt_unit_call *c;
+    int64_t tokens; /* N = B*T */
+    char name[40];  /* "layer 3 (unit 4)", for messages */
+} unit_run;
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+/* Splits a float buffer into consecutive arrays, each starting at a 64-byte boundary. */
+typedef struct carver {
+    float *base; /* NULL: only count */
+    int64_t used;
+} carver;
+
+static float *carve(carver *cv, int64_t n)
+{
+    float *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += (n + 15) / 16 * 16;
+    return p;
+}
+
+static void carve_layer(const llama_config *c, int64_t N, carver *cv, layer_acts *a)
+{
+    int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, F = c->intermediate;
+    a->norm1 = carve(cv, N * H);
+    a->rstd1 = carve(cv, N);
+    a->q = carve(cv, N * Q);
+    a->k = carve(cv, N * KV);
+    a->v = carve(cv, N * KV);
+    a->attn = carve(cv, N * Q);
+    a->resid = carve(cv, N * H);
+    a->norm2 = carve(cv, N * H);
+    a->rstd2 = carve(cv, N);
+    a->gate = carve(cv, N * F);
+    a->up = carve(cv, N * F);
+}
+
+static void carve_head(const llama_config *c, int64_t N, carver *cv, head_acts *a)
+{
+    a->norm = carve(cv, N * c->hidden);
+    a->rstd = carve(cv, N);
+    a->logits = carve(cv, N * c->vocab);
+}
+
+/* The layer backward's scratch. */
+typedef struct layer_grads {
+    float *act;     /* silu(gate) * up, then its gradient [N, intermediate] */
+    float *norm;    /* gradient at the post-attention norm's output, later the input norm's [N, hidden] */
+    float *resid;   /* gradient at h, the residual stream after attention [N, hidden] */
+    float *attn;    /* gradient at the attention output [N, heads*D] */
+    float *q, *k, *v;
+    float *discard; /* dW of a frozen norm: the RMSNorm kernel always accumulates one [hidden] */
+} layer_grads;
+
+static void carve_layer_grads(const llama_config *c, int64_t N, carver *cv, layer_grads *d)
+{
+    int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    d->act = carve(cv, N * c->intermediate);
+    d->norm = carve(cv, N * H);
+    d->resid = carve(cv, N * H);
+    d->attn = carve(cv, N * Q);
+    d->q = carve(cv, N * Q);
+    d->k = carve(cv, N * KV);
+    d->v = carve(cv, N * KV);
+    d->discard = carve(cv, H);
+}
+
+static float *alloc_floats(const unit_run *r, int32_t pool, int64_t n, const char *what)
+{
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s %s", r->name, what);
+    const zt_host *h = r->s->host;
+    return h->alloc(h->ctx, pool, ZT_MEM_HOST, (uint64_t)n * sizeof(float), 0, tag);
+}
+
+/* A record with room for the activations of this unit (or just the header when `marker`). */
+static saved_record *record_new(const unit_run *r, int32_t pool, int marker, const char *what)
+{
+    carver cv = {NULL, 0};
+    layer_acts la;
+    head_acts ha;
+    int32_t unit = r->c->unit;
+    if (!marker) {
+        if (unit == r->s->info.n_units - 1) carve_head(&r->s->cfg, r->tokens, &cv, &ha);
+        else carve_layer(&r->s->cfg, r->tokens, &cv, &la);
+    }
+    char tag[64];
+    snprintf(tag, sizeof tag, "%s %s", r->name, what);
+    const zt_host *h = r->s->host;
+    saved_record *rec = h->alloc(h->ctx, pool, ZT_MEM_HOST, RECORD_HEADER_BYTES + (uint64_t)cv.used * sizeof(float),
+                                 0, tag);
+    if (!rec) return NULL;
+    memset(rec, 0, sizeof *rec);
+    rec->magic = SAVED_MAGIC;
+    rec->unit = unit;
+    rec->recompute = marker;
+    rec->tokens = r->tokens;
+    rec->attention = r->c->attention;
+    return rec;
+}
+
+static float *record_data(saved_record *rec)
+{
+    return (float *)((char *)rec + RECORD_HEADER_BYTES);
+}
+
+void llama_saved_free(llama_state *s, void *saved)
+{
+    saved_record *rec = saved;
+    if (!rec) return;
+    /* A record whose backward never runs: the attention plugin frees its own part. */
+    if (rec->attention_saved) rec->attention->ops->release(rec->attention->state, rec->attention_saved);
+    rec->magic = 0;
+    s->host->free(s->host->ctx, rec);
+}
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+static const float *param(const unit_run *r, int i)
+{
+    return r->c->params[i].data;
+}
+
+/* The gradient buffer of parameter i, or NULL when it is frozen. */
+static float *grad(const unit_run *r, int i)
+{
+    return r->c->grads ? r->c->grads[i].data : NULL;
+}
+
+/* Describes a failed kernel: they fail only when the 1 MiB matrix-multiply packing buffer cannot be
+ * allocated. */
+static zt_status kernel_failed(const unit_run *r, zt_status st, const char *step)
+{
+    r->s->host->error(r->s->host->ctx, st,
+                      "%s: %s failed (%s): the matrix-multiply kernel could not allocate its 1 MiB "
+                      "packing buffer; free memory or lower train_micro_batch_size_per_gpu",
+                      r->name, step, st == ZT_ERR_OUT_OF_MEMORY ? "out of memory" : "kernel error");
+    return st;
+}
+
+#define KERNEL(call, step)                                              \
+    do {                                                                \
+        zt_status kernel_st_ = (call);                                  \
+        if (kernel_st_ != ZT_OK) {                                      \
+            st = kernel_failed(r, kernel_st_, step);                    \
+            goto done;                                                  \
+        }                                                               \
+    } while (0)
+
+/* dX[M,K] += dY[M,N] W[N,K]: the input gradient of a linear layer added to what is there (several
+ * projections read the same input). */
+static zt_status linear_backward_input_add(const zt_cpu_ctx *ctx, int64_t M, int64_t N, int64_t K,
+                                           const float *dy, const float *w, float *dx)
+{
+    return zt_cpu_gemm(ctx, 0, 0, M, K, N, dy, N, w, K, dx, K, 1);
+}
+
+/* A [B, T, heads, D] view for the attention plugin. */
+static zt_tensor attention_view(float *data, const zt_batch *b, int64_t heads, int64_t D)
+{
+    zt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = ZT_F32;
+    t.device_type = ZT_DEVICE_CPU;
+    t.ndim = 4;
+    t.shape[0] = b->batch;
+    t.shape[1] = b->seq_len;
+    t.shape[2] = heads;
+    t.shape[3] = D;
+    t.stride[3] = 1;
+    t.stride[2] = D;
+    t.stride[1] = heads * D;
+    t.stride[0] = b->seq_len * heads * D;
+    return t;
+}
+
+static zt_attn_args attention_args(const unit_run *r, const layer_acts *a)
+{
+    const llama_config *c = &r->s->cfg;
+    const zt_batch *b = r->c->batch;
+    zt_attn_args args;
+    memset(&args, 0, sizeof args);
+    args.struct_size = sizeof args;
+    args.n_heads = (int32_t)c->heads;
+    args.n_kv_heads = (int32_t)c->kv_heads;
+    args.head_dim = (int32_t)c->head_dim;
+    args.scale = 1.0f / sqrtf((float)c->head_dim);
+    args.causal = 1;
+    args.batch = b;
+    args.q = attention_view(a->q, b, c->heads, c->head_dim);
+    args.k = attention_view(a->k, b, c->kv_heads, c->head_dim);
+    args.v = attention_view(a->v, b, c->kv_heads, c->head_dim);
+    args.out = attention_view(a->attn, b, c->heads, c->head_dim);
+    return args;
+}
+
+static zt_status attention_failed(const unit_run *r, zt_status st, const char *op)
+{
+    r->s->host->error(r->s->host->ctx, st, "%s: the attention plugin's %s failed (its message is above)",
+                      r->name, op);
+    return st;
+}
+
+static void unit_run_init(unit_run *r, llama_state *s, const zt_unit_call *c)
+{
+    r->s = s;
+    r->c = c;
+    r->tokens = (int64_t)c->batch->batch * c->batch->seq_len;
+    llama_unit_name(s, c->unit, r->name, sizeof r->name);
+}
+
+/* ---- embedding (unit 0) ---------------------------------------------------------------------- */
+
+static zt_status bad_token(const unit_run *r, const char *what, int64_t index, int32_t id)
+{
+    const zt_batch *b = r->c->batch;
+    r->s->host->error(r->s->host->ctx, ZT_ERR_INVALID_ARG,
+                      "%s: %s %d at batch row %lld, position %lld is outside the vocabulary [0, %lld) of "
+                      "this model (model.vocab_size); the data was tokenized with a tokenizer whose vocabulary "
+                      "does not fit the model: prepare it again (zt-prep) with the model's tokenizer",
+                      r->name, what, (int)id, (long long)(index / b->seq_len), (long long)(index % b->seq_len),
+                      (long long)r->s->cfg.vocab);
+    return ZT_ERR_INVALID_ARG;
+}
+
+zt_status llama_embedding_forward(llama_state *s, const zt_unit_call *c)
+{
+    unit_run run;
+    const unit_run *r = &run;
+    unit_run_init(&run, s, c);
+    int64_t bad = -1;
+    zt_status st = zt_cpu_embedding_forward(&s->cpu, r->tokens, s->cfg.vocab, s->cfg.hidden, c->batch->tokens,
+                                            param(r, EMBED_TABLE), c->x_out.data, &bad);
+    if (st != ZT_OK) return bad_token(r, "token id", bad, c->batch->tokens[bad]);
+    return ZT_OK; /* the backward needs only batch->tokens: nothing to save */
+}
+
+zt_status llama_embedding_backward(llama_state *s, const zt_unit_call *c)
+{
+    unit_run run;
+    const unit_run *r = &run;
+    unit_run_init(&run, s, c);
+    float *g = grad(r, EMBED_TABLE);
+    if (!g) return ZT_OK; /* frozen embedding: unit 0 has no input gradient to propagate */
+    int64_t bad = -1;
+    zt_status st = zt_cpu_embedding_backward(&s->cpu, r->tokens, s->cfg.vocab, s->cfg.hidden, c->batch->tokens,
+                                             c->dx_out.data, g, &bad);
+    if (st != ZT_OK) return bad_token(r, "token id", bad, c->batch->tokens[bad]);
+    return ZT_OK;
+}
+
+/* ---- transformer layer ----------------------------------------------------------------------- */
+
+/* The layer's forward on x, filling `a`. Writes `out` unless it is NULL (a recompute inside the
+ * backward needs only the activations). attention_saved: where the attention plugin keeps what its
+ * backward needs; NULL when no backward follows. */
+static zt_status layer_compute(const unit_run *r, const float *x, const layer_acts *a, float *out,
+                               void **attention_saved)
+{
+    llama_state *s = r->s;
+    const zt_unit_call *c = r->c;
+    const llama_config *cfg = &s->cfg;
+    const zt_cpu_ctx *ctx = &s->cpu;
+    int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
+    int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
+    const int32_t *positions = c->batch->positions;
+    zt_status st = ZT_OK;
+    float *act = NULL;
+
+    zt_cpu_rmsnorm_forward(ctx, N, H, (float)cfg->rms_norm_eps, x, param(r, LAYER_INPUT_NORM), a->norm1,
+                           a->rstd1);
+    KERNEL(zt_cpu_linear_forward(ctx, N, Q, H, a->norm1, param(r, LAYER_Q), a->q), "q_proj forward");
+    KERNEL(zt_cpu_linear_forward(ctx, N, KV, H, a->norm1, param(r, LAYER_K), a->k), "k_proj forward");
+    KERNEL(zt_cpu_linear_forward(ctx, N, KV, H, a->norm1, param(r, LAYER_V), a->v), "v_proj forward");
+    zt_cpu_rope_forward(ctx, N, cfg->heads, D, positions, s->inv_freq, a->q, a->q);
+    zt_cpu_rope_forward(ctx, N, cfg->kv_heads, D, positions, s->inv_freq, a->k, a->k);
+
+    const zt_attention_binding *att = c->attention;
+    zt_attn_args args = attention_args(r, a);
+    if (c->kv) {
+        st = att->ops->kv_attend(att->state, c->kv, c->unit - 1, c->kv_seq_ids, c->batch->batch, &args);
+        if (st != ZT_OK) return attention_failed(r, st, "kv_attend");
+    } else {
+        st = att->ops->forward(att->state, &args, attention_saved);
+        if (st != ZT_OK) return attention_failed(r, st, "forward");
+    }
+
+    KERNEL(zt_cpu_linear_forward(ctx, N, H, Q, a->attn, param(r, LAYER_O), a->resid), "o_proj forward");
+    zt_cpu_add(ctx, N * H, x, a->resid);
+    zt_cpu_rmsnorm_forward(ctx, N, H, (float)cfg->rms_norm_eps, a->resid, param(r, LAYER_POST_NORM), a->norm2,
+                           a->rstd2);
+    KERNEL(zt_cpu_linear_forward(ctx, N, F, H, a->norm2, param(r, LAYER_GATE), a->gate), "gate_proj forward");
+    KERNEL(zt_cpu_linear_forward(ctx, N, F, H, a->norm2, param(r, LAYER_UP), a->up), "up_proj forward");
+    if (!out) return ZT_OK;
+
+    act = alloc_floats(r, ZT_POOL_WORKSPACE, N * F, "SwiGLU output");
+    if (!act) return ZT_ERR_OUT_OF_MEMORY;
+    zt_cpu_swiglu_forward(ctx, N * F, a->gate, a->up, act);
+    /* out is written last, after every read of x: the host may pass one buffer as both. */
+    KERNEL(zt_cpu_linear_forward(ctx, N, H, F, act, param(r, LAYER_DOWN), out), "down_proj forward");
+    zt_cpu_add(ctx, N * H, a->resid, out);
+done:
+    s->host->free(s->host->ctx, act);
+    return st;
+}
+
+zt_status llama_layer_forward(llama_state *s, const zt_unit_call *c)
+{
+    unit_run run;
+    const unit_run *r = &run;
+    unit_run_init(&run, s, c);
+    int train = (c->flags & ZT_UNIT_TRAIN) != 0, recompute = (c->flags & ZT_UNIT_RECOMPUTE) != 0;
+    int keep = train && !recompute;
+    saved_record *rec = record_new(r, keep ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, 0,
+                                   keep ? "activations" : "forward scratch");
+    if (!rec) return ZT_ERR_OUT_OF_MEMORY;
+    carver cv = {record_data(rec), 0};
+    layer_acts a;
+    carve_layer(&s->cfg, r->tokens, &cv, &a);
+    zt_status st = layer_compute(r, c->x_in.data, &a, c->x_out.data, keep ? &rec->attention_saved : NULL);
+    if (st != ZT_OK || !keep) {
+        llama_saved_free(s, rec);
+        rec = NULL;
+    }
+    if (st == ZT_OK && train && recompute) {
+        rec = record_new(r, ZT_POOL_ACTIVATIONS, 1, "recompute marker");
+        if (!rec) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    if (st == ZT_OK && train) *c->saved = rec;
+    return st;
+}
+
+/* The saved record of this call, checked to belong to it. */
+static zt_status take_record(const unit_run *r, saved_record **out)
+{
+    saved_record *rec = *r->c->saved;
+    if (!rec || rec->magic != SAVED_MAGIC || rec->unit != r->c->unit || rec->tokens != r->tokens) {
+        r->s->host->error(r->s->host->ctx, ZT_ERR_INVALID_ARG,
+                          "%s backward: the saved-activations slot does not hold this unit's training forward "
+                          "(%s); run forward with ZT_UNIT_TRAIN on the same batch before backward, and free "
+                          "each slot once (a host or zero-plugin bug)",
+                          r->name,
+                          !rec ? "it is empty"
+                          : rec->magic != SAVED_MAGIC ? "it holds something else"
+                          : rec->unit != r->c->unit  ? "it belongs to another unit"
+                                                     : "it was made for a batch of another size");
+        return ZT_ERR_INVALID_ARG;
+    }
+    *out = rec;
+    return ZT_OK;
+}
+
+/* Recomputes a unit's activations into a fresh record when `rec` is only a recompute marker. */
+static zt_status materialize(const unit_run *r, saved_record *rec, saved_record **fresh);
+
+zt_status llama_layer_backward(llama_state *s, const zt_unit_call *c)
+{
+    unit_run run;
+    const unit_run *r = &run;
+    unit_run_init(&run, s, c);
+    const llama_config *cfg = &s->cfg;
+    const zt_cpu_ctx *ctx = &s->cpu;
+    int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
+    int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
+    saved_record *saved = NULL, *fresh = NULL;
+    float *work = NULL;
+    zt_status st = take_record(r, &saved);
+    if (st != ZT_OK) return st;
+    st = materialize(r, saved, &fresh);
+    if (st != ZT_OK) goto done;
+    saved_record *rec = fresh ? fresh : saved;
+    carver cv = {record_data(rec), 0};
+    layer_acts a;
+    carve_layer(cfg, N, &cv, &a);
+    carver wv = {NULL, 0};
+    layer_grads d;
+    carve_layer_grads(cfg, N, &wv, &d);
+    work = alloc_floats(r, ZT_POOL_WORKSPACE, wv.used, "backward scratch");
+    if (!work) {
+        st = ZT_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    wv = (carver){work, 0};
+    carve_layer_grads(cfg, N, &wv, &d);
+    const float *dy = c->dx_out.data;
+    float *g;
+
+    /* MLP: out = h + down(act), act = silu(gate) * up */
+    zt_cpu_swiglu_forward(ctx, N * F, a.gate, a.up, d.act);
+    if ((g = grad(r, LAYER_DOWN)))
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, H, F, dy, d.act, g), "down_proj weight gradient");
+    KERNEL(zt_cpu_linear_backward_input(ctx, N, H, F, dy, param(r, LAYER_DOWN), d.act), "down_proj backward");
+    zt_cpu_swiglu_backward(ctx, N * F, a.gate, a.up, d.act, a.gate, a.up); /* gate, up := their gradients */
+    if ((g = grad(r, LAYER_GATE)))
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.gate, a.norm2, g), "gate_proj weight gradient");
+    if ((g = grad(r, LAYER_UP)))
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.up, a.norm2, g), "up_proj weight gradient");
+    KERNEL(zt_cpu_linear_backward_input(ctx, N, F, H, a.gate, param(r, LAYER_GATE), d.norm), "gate_proj backward");
+    KERNEL(linear_backward_input_add(ctx, N, F, H, a.up, param(r, LAYER_UP), d.norm), "up_proj backward");
+    g = grad(r, LAYER_POST_NORM);
+    zt_cpu_rmsnorm_backward(ctx, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm, d.resid,
+                            g ? g : d.discard);
+    zt_cpu_add(ctx, N * H, dy, d.resid); /* the residual path */
+
+    /* attention: h = x + o_proj(attention(rope(q), rope(k), v)) */
+    if ((g = grad(r, LAYER_O)))
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, H, Q, d.resid, a.attn, g), "o_proj weight gradient");
+    KERNEL(zt_cpu_linear_backward_input(ctx, N, H, Q, d.resid, param(r, LAYER_O), d.attn), "o_proj backward");
+    zt_attn_args args = attention_args(r, &a);
+    args.dout = attention_view(d.attn, c->batch, cfg->heads, D);
+    args.dq = attention_view(d.q, c->batch, cfg->heads, D);
+    args.dk = attention_view(d.k, c->batch, cfg->kv_heads, D);
+    args.dv = attention_view(d.v, c->batch, cfg->kv_heads, D);
+    void *attention_saved = rec->attention_saved;
+    rec->attention_saved = NULL; /* the attention backward frees it */
+    st = c->attention->ops->backward(c->attention->state, &args, attention_saved);
+    if (st != ZT_OK) {
+        st = attention_failed(r, st, "backward");
+        goto done;
+    }
+    zt_cpu_rope_backward(ctx, N, cfg->heads, D, c->batch->positions, s->inv_freq, d.q, d.q);
+    zt_cpu_rope_backward(ctx, N, cfg->kv_heads, D, c->batch->positions, s->inv_freq, d.k, d.k);
+    if ((g = grad(r, LAYER_Q)))
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, Q, H, d.q, a.norm1, g), "q_proj weight gradient");
+    if ((g = grad(r, LAYER_K)))
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, KV, H, d.k, a.norm1, g), "k_proj weight gradient");
+    if ((g = grad(r, LAYER_V)))
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, KV, H, d.v, a.norm1, g), "v_proj weight gradient");
+    KERNEL(zt_cpu_linear_backward_input(ctx, N, Q, H, d.q, param(r, LAYER_Q), d.norm), "q_proj backward");
+    KERNEL(linear_backward_input_add(ctx, N, KV, H, d.k, param(r, LAYER_K), d.norm), "k_proj backward");
+    KERNEL(linear_backward_input_add(ctx, N, KV, H, d.v, param(r, LAYER_V), d.norm), "v_proj backward");
+    /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
+    g = grad(r, LAYER_INPUT_NORM);
+    zt_cpu_rmsnorm_backward(ctx, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1, d.norm,
+                            c->dx_in.data, g ? g : d.discard);
+    zt_cpu_add(ctx, N * H, d.resid, c->dx_in.data);
+done:
+    s->host->free(s->host->ctx, work);
+    llama_saved_free(s, fresh);
+    llama_saved_free(s, saved);
+    *c->saved = NULL;
+    return st;
+}
+
+/* ---- final norm, LM head and loss (last unit) ------------------------------------------------ */
+
+/* Logits of x into a->logits, and a copy into logits_out unless it is NULL; the loss share into
+ * *loss_out unless it is NULL; when `train`, a->logits is then replaced by d loss / d logits for the
+ * backward. */
+static zt_status head_compute(const unit_run *r, const float *x, const head_acts *a, float *logits_out,
+                              float *loss_out, int train)
+{
+    llama_state *s = r->s;
+    const zt_unit_call *c = r->c;
+    const llama_config *cfg = &s->cfg;
+    int64_t N = r->tokens, H = cfg->hidden, V = cfg->vocab;
+    zt_status st = ZT_OK;
+    float *row_loss = NULL;
+    zt_cpu_rmsnorm_forward(&s->cpu, N, H, (float)cfg->rms_norm_eps, x, param(r, HEAD_NORM), a->norm, a->rstd);
+    KERNEL(zt_cpu_linear_forward(&s->cpu, N, V, H, a->norm, param(r, HEAD_LM), a->logits), "lm_head forward");
+    if (logits_out) memcpy(logits_out, a->logits, (size_t)(N * V) * sizeof(float));
+    if (!loss_out && !train) return ZT_OK;
+
+    row_loss = alloc_floats(r, ZT_POOL_WORKSPACE, N, "per-token loss");
+    if (!row_loss) return ZT_ERR_OUT_OF_MEMORY;
+    double loss = 0.0;
+    int64_t bad = -1;
+    st = zt_cpu_cross_entropy(&s->cpu, N, V, a->logits, c->batch->targets,
+                              (double)c->batch->n_loss_tokens_global, 1.0f, row_loss, &loss,
+                              train ? a->logits : NULL, &bad);
+    if (st != ZT_OK) {
+        /* plugin.c checked n_loss_tokens_global, so this is a target outside the vocabulary */
+        st = bad_token(r, "target id", bad, c->batch->targets[bad]);
+        goto done;
+    }
+    if (loss_out) *loss_out = (float)loss;
+done:
+    s->host->free(s->host->ctx, row_loss);
+    return st;
+}
+
+zt_status llama_head_forward(llama_state *s, const zt_unit_call *c)
+{
+    unit_run run;
+    const unit_run *r = &run;
+    unit_run_init(&run, s, c);
+    int train = (c->flags & ZT_UNIT_TRAIN) != 0, recompute = (c->flags & ZT_UNIT_RECOMPUTE) != 0;
+    int keep = train && !recompute;
+    saved_record *rec = record_new(r, keep ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, 0,
+                                   keep ? "activations" : "forward scratch");
+    if (!rec) return ZT_ERR_OUT_OF_MEMORY;
+    carver cv = {record_data(rec), 0};
+    head_acts a;
+    carve_head(&s->cfg, r->tokens, &cv, &a);
+    zt_status st = head_compute(r, c->x_in.data, &a, c->x_out.data, c->loss, keep);
+    if (st != ZT_OK || !keep) {
+        llama_saved_free(s, rec);
+        rec = NULL;
+    }
+    if (st == ZT_OK && train && recompute) {
+        rec = record_new(r, ZT_POOL_ACTIVATIONS, 1, "recompute marker");
+        if (!rec) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    if (st == ZT_OK && train) *c->saved = rec;
+    return st;
+}
+
+zt_status llama_head_backward(llama_state *s, const zt_unit_call *c)
+{
+    unit_run run;
+    const unit_run *r = &run;
+    unit_run_init(&run, s, c);
+    const llama_config *cfg = &s->cfg;
+    int64_t N = r->tokens, H = cfg->hidden, V = cfg->vocab;
+    saved_record *saved = NULL, *fresh = NULL;
+    float *work = NULL;
+    zt_status st = take_record(r, &saved);
+    if (st != ZT_OK) return st;
+    st = materialize(r, saved, &fresh);
+    if (st != ZT_OK) goto done;
+    carver cv = {record_data(fresh ? fresh : saved), 0};
+    head_acts a;
+    carve_head(cfg, N, &cv, &a);
+    work = alloc_floats(r, ZT_POOL_WORKSPACE, N * H + H, "backward scratch");
+    if (!work) {
+        st = ZT_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    float *d_norm = work, *discard = work + N * H, *g;
+    if ((g = grad(r, HEAD_LM)))
+        KERNEL(zt_cpu_linear_backward_weight(&s->cpu, N, V, H, a.logits, a.norm, g), "lm_head weight gradient");
+    KERNEL(zt_cpu_linear_backward_input(&s->cpu, N, V, H, a.logits, param(r, HEAD_LM), d_norm),
+           "lm_head backward");
+    g = grad(r, HEAD_NORM);
+    zt_cpu_rmsnorm_backward(&s->cpu, N, H, c->x_in.data, param(r, HEAD_NORM), a.rstd, d_norm, c->dx_in.data,
+                            g ? g : discard);
+done:
+    s->host->free(s->host->ctx, work);
+    llama_saved_free(s, fresh);
+    llama_saved_free(s, saved);
+    *c->saved = NULL;
+    return st;
+}
+
+/* ---- recompute ------------------------------------------------------------------------------- */
+
+static zt_status materialize(const unit_run *r, saved_record *rec, saved_record **fresh)
+{
+    *fresh = NULL;
+    if (!rec->recompute) return ZT_OK;
+    saved_record *again = record_new(r, ZT_POOL_ACTIVATIONS, 0, "recomputed activations");
+    if (!again) return ZT_ERR_OUT_OF_MEMORY;
+    carver cv = {record_data(again), 0};
+    zt_status st;
+    if (r->c->unit == r->s->info.n_units - 1) {
+        head_acts a;
+        carve_head(&r->s->cfg, r->tokens, &cv, &a);
+        st = head_compute(r, r->c->x_in.data, &a, NULL, NULL, 1);
+    } else {
+        layer_acts a;
+        carve_layer(&r->s->cfg, r->tokens, &cv, &a);
+        st = layer_compute(r, r->c->x_in.data, &a, NULL, &again->attention_saved);
+    }
+    if (st != ZT_OK) {
+        llama_saved_free(r->s, again);
+        return st;
+    }
+    *fresh = again;
+    return ZT_OK;
+}

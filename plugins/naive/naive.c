@@ -1,0 +1,458 @@
+/* The naive attention plugin: exact fp32 attention on the CPU, the reference the faster plugins are
+ * checked against. Training goes through the kernels' attention (causal, packed-document mask,
+ * grouped KV heads read in place); generation attends against a KV cache of contiguous
+ * per-sequence buffers. docs/model-llama.md describes both.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "zt/zt_plugin.h"
+
+typedef struct naive_state {
+    const zt_host *host;
+    zt_cpu_ctx cpu;
+} naive_state;
+
+#define SAVED_MAGIC 0x5653414Eu /* "NASV" */
+
+/* What forward keeps for backward: the log-sum-exp of every query row, [B, H, T]. */
+typedef struct naive_saved {
+    uint32_t magic;
+    int32_t heads;
+    int64_t batch, seq;
+    float lse[];
+} naive_saved;
+
+#define CACHE_MAGIC 0x4556414Eu /* "NAVE" */
+
+/* K and V of every layer for max_seqs sequences, each sequence owning a contiguous slice of
+ * seq_capacity tokens: layout [layer][seq][token][kv_head][head_dim]. */
+struct zt_kv_cache {
+    uint32_t magic;
+    int32_t n_layers, n_kv_heads, head_dim, max_seqs;
+    int64_t seq_capacity;
+    int64_t *length; /* committed tokens per sequence */
+    float *k, *v;
+};
+
+/* ---- argument checks --------------------------------------------------------------------------- */
+
+static zt_status fail(const naive_state *s, zt_status st, const char *op, const char *fmt, ...) ZT_PRINTF(4, 5);
+static zt_status fail(const naive_state *s, zt_status st, const char *op, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s->host->error(s->host->ctx, st, "naive attention %s: %s", op, msg);
+    return st;
+}
+
+/* A contiguous fp32 CPU tensor [d0, d1, d2, d3]. */
+static zt_status check_tensor(const naive_state *s, const char *op, const char *name, const zt_tensor *t,
+                              int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    const int64_t want[4] = {d0, d1, d2, d3};
+    if (!t->data) return fail(s, ZT_ERR_INVALID_ARG, op, "%s has no data (NULL)", name);
+    if (t->dtype != ZT_F32)
+        return fail(s, ZT_ERR_UNSUPPORTED, op,
+                    "%s has dtype %d; naive attention computes in fp32 only (ZT_F32, the CPU path); use a CUDA "
+                    "attention plugin for bf16/fp16", name, (int)t->dtype);
+    if (t->device_type != ZT_DEVICE_CPU)
+        return fail(s, ZT_ERR_UNSUPPORTED, op, "%s is in device memory; naive attention runs on the CPU only", name);
+    int ok = t->ndim == 4;
+    int64_t stride = 1;
+    for (int i = 3; ok && i >= 0; i--) {
+        ok = t->shape[i] == want[i] && t->stride[i] == stride;
+        stride *= want[i];
+    }
+    if (!ok)
+        return fail(s, ZT_ERR_INVALID_ARG, op,
+                    "%s must be a contiguous [%lld, %lld, %lld, %lld] tensor ([batch, tokens, heads, head_dim]), "
+                    "got %d dimensions of shape [%lld, %lld, %lld, %lld]",
+                    name, (long long)d0, (long long)d1, (long long)d2, (long long)d3, (int)t->ndim,
+                    (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2], (long long)t->shape[3]);
+    return ZT_OK;
+}
+
+/* The head counts, scale and causality every op needs. */
+static zt_status check_heads(const naive_state *s, const char *op, const zt_attn_args *a)
+{
+    if (!a || a->struct_size < sizeof(zt_attn_args))
+        return fail(s, ZT_ERR_INVALID_ARG, op, "the argument struct is NULL or older than ABI 1.0");
+    if (a->n_heads < 1 || a->n_kv_heads < 1 || a->head_dim < 1 || a->n_heads % a->n_kv_heads != 0)
+        return fail(s, ZT_ERR_INVALID_ARG, op,
+                    "n_heads %d, n_kv_heads %d, head_dim %d: all must be positive and n_kv_heads must divide "
+                    "n_heads", (int)a->n_heads, (int)a->n_kv_heads, (int)a->head_dim);
+    if (!a->causal)
+        return fail(s, ZT_ERR_UNSUPPORTED, op,
+                    "non-causal attention was asked for (causal = 0); naive attention implements the causal "
+                    "mask of decoder-only models only");
+    if (!(a->scale > 0.0f) || !isfinite(a->scale))
+        return fail(s, ZT_ERR_INVALID_ARG, op, "the softmax scale %g is not a positive number", (double)a->scale);
+    return ZT_OK;
+}
+
+/* Training and prefill: q, k, v and out of the batch's shape. */
+static zt_status check_training_args(const naive_state *s, const char *op, const zt_attn_args *a)
+{
+    zt_status st = check_heads(s, op, a);
+    if (st != ZT_OK) return st;
+    const zt_batch *b = a->batch;
+    if (!b || b->batch < 1 || b->seq_len < 1)
+        return fail(s, ZT_ERR_INVALID_ARG, op, "the batch is missing or empty");
+    int64_t B = b->batch, T = b->seq_len, H = a->n_heads, Hkv = a->n_kv_heads, D = a->head_dim;
+    if ((st = check_tensor(s, op, "q", &a->q, B, T, H, D)) != ZT_OK) return st;
+    if ((st = check_tensor(s, op, "k", &a->k, B, T, Hkv, D)) != ZT_OK) return st;
+    if ((st = check_tensor(s, op, "v", &a->v, B, T, Hkv, D)) != ZT_OK) return st;
+    return check_tensor(s, op, "out", &a->out, B, T, H, D);
+}
+
+static zt_attention_shape kernel_shape(const zt_attn_args *a)
+{
+    zt_attention_shape shape = {
+        .batch = a->batch->batch, .seq = a->batch->seq_len, .heads = a->n_heads,
+        .kv_heads = a->n_kv_heads, .head_dim = a->head_dim, .scale = a->scale,
+    };
+    return shape;
+}
+
+/* ---- training ---------------------------------------------------------------------------------- */
+
+static zt_status naive_forward(void *state, const zt_attn_args *a, void **saved)
+{
+    naive_state *s = state;
+    zt_status st = check_training_args(s, "forward", a);
+    if (st != ZT_OK) return st;
+    zt_attention_shape shape = kernel_shape(a);
+    uint64_t rows = (uint64_t)(shape.batch * shape.heads * shape.seq);
+    /* Without a backward the log-sum-exp is scratch; with one it is the saved record. */
+    naive_saved *rec = s->host->alloc(s->host->ctx, saved ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, ZT_MEM_HOST,
+                                      sizeof(naive_saved) + rows * sizeof(float), 0,
+                                      "attention log-sum-exp rows");
+    if (!rec) return ZT_ERR_OUT_OF_MEMORY;
+    rec->magic = SAVED_MAGIC;
+    rec->heads = a->n_heads;
+    rec->batch = shape.batch;
+    rec->seq = shape.seq;
+    zt_cpu_attention_forward(&s->cpu, &shape, a->q.data, a->k.data, a->v.data, a->batch->doc_ids, a->out.data,
+                             rec->lse);
+    if (saved) *saved = rec;
+    else s->host->free(s->host->ctx, rec);
+    return ZT_OK;
+}
+
+/* Frees `saved` in every case, as the ABI's "backward frees saved" asks: a failed backward leaves
+ * nothing for the caller to clean up. */
+static zt_status naive_backward(void *state, const zt_attn_args *a, void *saved)
+{
+    naive_state *s = state;
+    naive_saved *rec = saved;
+    zt_status st = check_training_args(s, "backward", a);
+    if (st == ZT_OK) {
+        int64_t B = a->batch->batch, T = a->batch->seq_len, H = a->n_heads, Hkv = a->n_kv_heads, D = a->head_dim;
+        if (!rec || rec->magic != SAVED_MAGIC || rec->batch != B || rec->seq != T || rec->heads != H)
+            st = fail(s, ZT_ERR_INVALID_ARG, "backward",
+                      "the saved record is %s; pass what forward stored in *saved for this same batch, once",
+                      !rec ? "NULL (forward ran with saved == NULL, i.e. without a backward)"
+                      : rec->magic != SAVED_MAGIC ? "not one of naive attention's (or was freed already)"
+                                                  : "from a forward of another shape");
+        if (st == ZT_OK && (st = check_tensor(s, "backward", "dout", &a->dout, B, T, H, D)) == ZT_OK &&
+            (st = check_tensor(s, "backward", "dq", &a->dq, B, T, H, D)) == ZT_OK &&
+            (st = check_tensor(s, "backward", "dk", &a->dk, B, T, Hkv, D)) == ZT_OK)
+            st = check_tensor(s, "backward", "dv", &a->dv, B, T, Hkv, D);
+    }
+    if (st == ZT_OK) {
+        zt_attention_shape shape = kernel_shape(a);
+        zt_cpu_attention_backward(&s->cpu, &shape, a->q.data, a->k.data, a->v.data, a->batch->doc_ids,
+                                  a->out.data, rec->lse, a->dout.data, a->dq.data, a->dk.data, a->dv.data);
+    }
+    if (rec && rec->magic == SAVED_MAGIC) {
+        rec->magic = 0;
+        s->host->free(s->host->ctx, rec);
+    }
+    return st;
+}
+
+/* What forward saved, when no backward will follow. */
+static void naive_release(void *state, void *saved)
+{
+    naive_state *s = state;
+    naive_saved *rec = saved;
+    if (!rec || rec->magic != SAVED_MAGIC) return;
+    rec->magic = 0;
+    s->host->free(s->host->ctx, rec);
+}
+
+/* ---- KV cache ---------------------------------------------------------------------------------- */
+
+static zt_status naive_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_cache **out)
+{
+    naive_state *s = state;
+    if (!d || !out || d->struct_size < sizeof(zt_kv_cache_desc))
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_create", "the descriptor or the output pointer is NULL");
+    *out = NULL;
+    if (d->dtype != ZT_F32)
+        return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
+                    "cache dtype %d asked for; naive attention caches fp32 (ZT_F32) only", (int)d->dtype);
+    if (d->n_layers < 1 || d->n_kv_heads < 1 || d->head_dim < 1 || d->max_seqs < 1 || d->max_tokens < d->max_seqs)
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_create",
+                    "n_layers %d, n_kv_heads %d, head_dim %d, max_seqs %d, max_tokens %d: all must be positive "
+                    "and max_tokens at least max_seqs (every sequence gets max_tokens / max_seqs tokens)",
+                    (int)d->n_layers, (int)d->n_kv_heads, (int)d->head_dim, (int)d->max_seqs, (int)d->max_tokens);
+    double elements = (double)d->n_layers * d->max_seqs * (double)(d->max_tokens / d->max_seqs) * d->n_kv_heads *
+                      d->head_dim;
+    if (elements * sizeof(float) > 0x1p62)
+        return fail(s, ZT_ERR_OUT_OF_MEMORY, "kv_create",
+                    "a cache of %d layers x %d tokens x %d heads x %d would take %.3g bytes per K and V: more than "
+                    "any machine has; lower max_tokens", (int)d->n_layers, (int)d->max_tokens, (int)d->n_kv_heads,
+                    (int)d->head_dim, elements * sizeof(float));
+    zt_kv_cache *c = calloc(1, sizeof *c);
+    int64_t *length = calloc((size_t)d->max_seqs, sizeof *length);
+    if (!c || !length) {
+        free(c);
+        free(length);
+        return fail(s, ZT_ERR_OUT_OF_MEMORY, "kv_create", "cannot allocate the cache bookkeeping");
+    }
+    c->magic = CACHE_MAGIC;
+    c->n_layers = d->n_layers;
+    c->n_kv_heads = d->n_kv_heads;
+    c->head_dim = d->head_dim;
+    c->max_seqs = d->max_seqs;
+    c->seq_capacity = d->max_tokens / d->max_seqs;
+    c->length = length;
+    uint64_t bytes = (uint64_t)d->n_layers * (uint64_t)d->max_seqs * (uint64_t)c->seq_capacity *
+                     (uint64_t)d->n_kv_heads * (uint64_t)d->head_dim * sizeof(float);
+    c->k = s->host->alloc(s->host->ctx, ZT_POOL_KV_CACHE, ZT_MEM_HOST, bytes, 0, "KV cache keys");
+    c->v = c->k ? s->host->alloc(s->host->ctx, ZT_POOL_KV_CACHE, ZT_MEM_HOST, bytes, 0, "KV cache values") : NULL;
+    if (!c->v) {
+        s->host->free(s->host->ctx, c->k);
+        free(length);
+        free(c);
+        return ZT_ERR_OUT_OF_MEMORY; /* host->alloc described it */
+    }
+    *out = c;
+    return ZT_OK;
+}
+
+static void naive_kv_destroy(void *state, zt_kv_cache *c)
+{
+    naive_state *s = state;
+    if (!c || c->magic != CACHE_MAGIC) return;
+    c->magic = 0;
+    s->host->free(s->host->ctx, c->k);
+    s->host->free(s->host->ctx, c->v);
+    free(c->length);
+    free(c);
+}
+
+/* K (or V) of token `pos` of sequence `seq` in `layer`. */
+static float *cache_row(const zt_kv_cache *c, float *base, int32_t layer, int32_t seq, int64_t pos)
+{
+    int64_t row = ((int64_t)layer * c->max_seqs + seq) * c->seq_capacity + pos;
+    return base + row * c->n_kv_heads * c->head_dim;
+}
+
+/* Checks a cache handle and a list of sequences; `n_new` more tokens must fit each one. */
+static zt_status check_sequences(const naive_state *s, const char *op, const zt_kv_cache *c,
+                                 const int32_t *seq_ids, int32_t n_seqs, int64_t n_new)
+{
+    if (!c || c->magic != CACHE_MAGIC)
+        return fail(s, ZT_ERR_INVALID_ARG, op, "the cache handle is not a live naive-attention KV cache");
+    if (n_seqs < 1 || !seq_ids) return fail(s, ZT_ERR_INVALID_ARG, op, "no sequences given (n_seqs %d)", (int)n_seqs);
+    for (int32_t i = 0; i < n_seqs; i++) {
+        int32_t id = seq_ids[i];
+        if (id < 0 || id >= c->max_seqs)
+            return fail(s, ZT_ERR_INVALID_ARG, op, "sequence id %d (entry %d) is outside [0, %d), the max_seqs the "
+                        "cache was created with", (int)id, (int)i, (int)c->max_seqs);
+        for (int32_t j = 0; j < i; j++)
+            if (seq_ids[j] == id)
+                return fail(s, ZT_ERR_INVALID_ARG, op, "sequence id %d appears twice (entries %d and %d)", (int)id,
+                            (int)j, (int)i);
+        if (c->length[id] + n_new > c->seq_capacity)
+            return fail(s, ZT_ERR_BUFFER_TOO_SMALL, op,
+                        "sequence %d holds %lld tokens and %lld more do not fit its %lld-token share of the "
+                        "cache (max_tokens / max_seqs); create the cache with max_tokens of at least %lld, or "
+                        "reset finished sequences", (int)id, (long long)c->length[id], (long long)n_new,
+                        (long long)c->seq_capacity, (long long)((c->length[id] + n_new) * c->max_seqs));
+    }
+    return ZT_OK;
+}
+
+typedef struct attend_job {
+    const zt_kv_cache *c;
+    const zt_attn_args *a;
+    const int32_t *seq_ids;
+    int32_t layer;
+    int64_t n_new;
+} attend_job;
+
+/* One (sequence, new token, query head) per item: the query attends to the sequence's committed
+ * tokens and the new ones up to itself. Exact two-pass softmax: the maximum score first, then the
+ * normalized weighted sum of V. */
+static void attend_items(void *arg, int64_t begin, int64_t end)
+{
+    const attend_job *job = arg;
+    const zt_kv_cache *c = job->c;
+    const zt_attn_args *a = job->a;
+    int64_t H = a->n_heads, D = a->head_dim, group = a->n_heads / a->n_kv_heads, n_new = job->n_new;
+    for (int64_t item = begin; item < end; item++) {
+        int64_t h = item % H, i = item / H % n_new, seq_index = item / H / n_new;
+        int32_t seq = job->seq_ids[seq_index];
+        int64_t visible = c->length[seq] + i + 1;
+        const float *q = (const float *)a->q.data + ((seq_index * n_new + i) * H + h) * D;
+        float *out = (float *)a->out.data + ((seq_index * n_new + i) * H + h) * D;
+        int64_t kv_offset = h / group * D;
+        float max_score = -INFINITY;
+        for (int64_t j = 0; j < visible; j++) {
+            const float *k = cache_row(c, c->k, job->layer, seq, j) + kv_offset;
+            float score = 0.0f;
+            for (int64_t d = 0; d < D; d++) score += q[d] * k[d];
+            score *= a->scale;
+            if (score > max_score) max_score = score;
+        }
+        float sum = 0.0f;
+        for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
+        for (int64_t j = 0; j < visible; j++) {
+            const float *k = cache_row(c, c->k, job->layer, seq, j) + kv_offset;
+            const float *v = cache_row(c, c->v, job->layer, seq, j) + kv_offset;
+            float score = 0.0f;
+            for (int64_t d = 0; d < D; d++) score += q[d] * k[d];
+            float weight = expf(score * a->scale - max_score);
+            sum += weight;
+            for (int64_t d = 0; d < D; d++) out[d] += weight * v[d];
+        }
+        for (int64_t d = 0; d < D; d++) out[d] /= sum;
+    }
+}
+
+static zt_status naive_kv_attend(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids,
+                                 int32_t n_seqs, const zt_attn_args *a)
+{
+    naive_state *s = state;
+    zt_status st = check_heads(s, "kv_attend", a);
+    if (st != ZT_OK) return st;
+    int64_t n_new = a->q.shape[1];
+    if (a->q.ndim != 4 || n_new < 1)
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_attend", "q must be [n_seqs, n_new, heads, head_dim] with n_new >= 1");
+    if ((st = check_sequences(s, "kv_attend", c, seq_ids, n_seqs, n_new)) != ZT_OK) return st;
+    if (layer < 0 || layer >= c->n_layers)
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_attend", "layer %d is outside [0, %d), the cache's n_layers",
+                    (int)layer, (int)c->n_layers);
+    if (a->n_kv_heads != c->n_kv_heads || a->head_dim != c->head_dim)
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_attend",
+                    "the call has %d key/value heads of %d but the cache was created for %d of %d",
+                    (int)a->n_kv_heads, (int)a->head_dim, (int)c->n_kv_heads, (int)c->head_dim);
+    int64_t H = a->n_heads, Hkv = a->n_kv_heads, D = a->head_dim;
+    if ((st = check_tensor(s, "kv_attend", "q", &a->q, n_seqs, n_new, H, D)) != ZT_OK ||
+        (st = check_tensor(s, "kv_attend", "k", &a->k, n_seqs, n_new, Hkv, D)) != ZT_OK ||
+        (st = check_tensor(s, "kv_attend", "v", &a->v, n_seqs, n_new, Hkv, D)) != ZT_OK ||
+        (st = check_tensor(s, "kv_attend", "out", &a->out, n_seqs, n_new, H, D)) != ZT_OK)
+        return st;
+
+    /* Append: the new tokens go after each sequence's committed ones (kv_advance commits them). */
+    size_t row_bytes = (size_t)(Hkv * D) * sizeof(float);
+    for (int32_t i = 0; i < n_seqs; i++) {
+        for (int64_t t = 0; t < n_new; t++) {
+            int64_t pos = c->length[seq_ids[i]] + t;
+            memcpy(cache_row(c, c->k, layer, seq_ids[i], pos), (const float *)a->k.data + (i * n_new + t) * Hkv * D,
+                   row_bytes);
+            memcpy(cache_row(c, c->v, layer, seq_ids[i], pos), (const float *)a->v.data + (i * n_new + t) * Hkv * D,
+                   row_bytes);
+        }
+    }
+    attend_job job = {c, a, seq_ids, layer, n_new};
+    zt_cpu_parallel_for(&s->cpu, n_seqs * n_new * H, 4, attend_items, &job);
+    return ZT_OK;
+}
+
+static zt_status naive_kv_advance(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
+                                  int32_t n_new)
+{
+    naive_state *s = state;
+    if (n_new < 0) return fail(s, ZT_ERR_INVALID_ARG, "kv_advance", "n_new is %d, less than 0", (int)n_new);
+    zt_status st = check_sequences(s, "kv_advance", c, seq_ids, n_seqs, n_new);
+    if (st != ZT_OK) return st;
+    for (int32_t i = 0; i < n_seqs; i++) c->length[seq_ids[i]] += n_new;
+    return ZT_OK;
+}
+
+static zt_status naive_kv_reset(void *state, zt_kv_cache *c, int32_t seq_id)
+{
+    naive_state *s = state;
+    zt_status st = check_sequences(s, "kv_reset", c, &seq_id, 1, 0);
+    if (st != ZT_OK) return st;
+    c->length[seq_id] = 0;
+    return ZT_OK;
+}
+
+/* ---- plugin ------------------------------------------------------------------------------------ */
+
+static zt_status naive_probe(const zt_host *host)
+{
+    (void)host;
+    return ZT_OK;
+}
+
+static zt_status naive_init(const zt_host *host, void **state)
+{
+    *state = NULL;
+    if (host->device && host->device->device_type != ZT_DEVICE_CPU) {
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED,
+                    "naive attention runs on the CPU only (fp32); on a GPU use a CUDA attention plugin");
+        return ZT_ERR_UNSUPPORTED;
+    }
+    naive_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        host->error(host->ctx, ZT_ERR_OUT_OF_MEMORY, "cannot allocate the naive attention state");
+        return ZT_ERR_OUT_OF_MEMORY;
+    }
+    s->host = host;
+    s->cpu.parallel_for = host->parallel_for;
+    s->cpu.pool = host->ctx;
+    *state = s;
+    return ZT_OK;
+}
+
+static void naive_fini(void *state)
+{
+    free(state);
+}
+
+static const zt_attention_ops k_ops = {
+    .struct_size = sizeof(zt_attention_ops),
+    .forward = naive_forward,
+    .backward = naive_backward,
+    .kv_create = naive_kv_create,
+    .kv_destroy = naive_kv_destroy,
+    .kv_attend = naive_kv_attend,
+    .kv_advance = naive_kv_advance,
+    .kv_reset = naive_kv_reset,
+    .release = naive_release,
+};
+
+static const zt_plugin k_plugin = {
+    .magic = ZT_ABI_MAGIC,
+    .abi_major = ZT_ABI_MAJOR,
+    .abi_minor = ZT_ABI_MINOR,
+    .struct_size = sizeof(zt_plugin),
+    .kind = ZT_KIND_ATTENTION,
+    .name = "naive",
+    .version = "1.0.0",
+    .description = "exact fp32 causal attention on the CPU (packed documents, GQA, KV cache): the reference",
+    .caps = ZT_CAP_CPU | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE,
+    .probe = naive_probe,
+    .init = naive_init,
+    .fini = naive_fini,
+    .ops = &k_ops,
+};
+
+ZT_PLUGIN_ENTRY
+{
+    return &k_plugin;
+}
