@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install what zt needs to build and test on Debian 12+ / Ubuntu 22.04+. Safe to run again.
+# The CUDA toolkit is optional: without it zt builds the CPU path only (see README).
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libjsmn-dev                         # JSON tokenizer used by the config and data readers
+  libsentencepiece-dev sentencepiece  # tokenizer library + spm_train/spm_encode used by the tests
+  libopenmpi-dev openmpi-bin          # CPU ranks (multi-process tests)
+  clang libclang-rt-dev               # libFuzzer targets
+  python3
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages already installed"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
