@@ -50,6 +50,8 @@ static const zt_option k_host_options[] = {
     {"zero_optimization.stage", ZT_OPT_INT, MIN_MAX, "0", 0, 3, NULL,
      "ZeRO stage 0-3: selects the plugin zero0..zero3 (0: replicated optimizer state, 1: partitioned "
      "optimizer state, 2: + gradients, 3: + parameters)."},
+    {"optimizer.no_decay", ZT_OPT_STRING, 0, "norms", 0, 0, NULL,
+     "parameter groups excluded from weight decay, comma-separated: norms (RMSNorm weights, as the HF Trainer), embeddings (the token embedding and a tied LM head); \"\" decays every parameter (as torch.optim.AdamW(model.parameters()))"},
     {"optimizer.type", ZT_OPT_STRING, 0, "adamw", 0, 0, NULL,
      "Optimizer plugin to load, by name (e.g. adamw, lion; zt-run --list-plugins shows them)."},
 

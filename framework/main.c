@@ -32,12 +32,13 @@
 #include "json.h"
 #include "registry.h"
 #include "runtime.h"
+#include "trainer.h"
 
 #ifndef ZT_VERSION
 #error "ZT_VERSION must be defined (framework/CMakeLists.txt)"
 #endif
 
-enum { ZT_EXIT_OK = 0, ZT_EXIT_ERROR = 1, ZT_EXIT_USAGE = 2 };
+enum { ZT_EXIT_OK = 0, ZT_EXIT_ERROR = 1, ZT_EXIT_USAGE = 2, ZT_EXIT_INTERRUPTED = 130 };
 
 /* A probe is cheap by contract (ABI: "cheap, no side effects"); one that takes longer than this is
  * hung. Initializing the CUDA driver takes a few seconds on a large machine, hence the margin;
@@ -53,7 +54,8 @@ enum { ZT_EXIT_OK = 0, ZT_EXIT_ERROR = 1, ZT_EXIT_USAGE = 2 };
 
 enum option_id {
     OPT_HELP, OPT_VERSION, OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK,
-    OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR, N_OPTIONS
+    OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR,
+    OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, N_OPTIONS
 };
 
 static const zt_cli_option options[N_OPTIONS] = {
@@ -73,6 +75,11 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_SET] = {"--set", NULL, "KEY=VALUE", "override one config key, e.g. --set zero_optimization.stage=2 (repeatable)"},
     [OPT_OUTPUT_DIR] = {"--output-dir", NULL, "DIR",
                         "where the run writes its files, config.resolved.json first (same as --set output_dir=DIR)"},
+    /* training only (framework/trainer.c) */
+    [OPT_DATA] = {"--data", NULL, "DIR", "train on this zt-prep data set (same as --set data.path=DIR)"},
+    [OPT_MODEL] = {"--model", NULL, "DIR", "fine-tune the Hugging Face LLaMA model in DIR (config.json + safetensors)"},
+    [OPT_RESUME] = {"--resume", NULL, "DIR|latest", "continue from a checkpoint: its directory, or the newest in checkpoint.dir"},
+    [OPT_EXPORT] = {"--export", NULL, "DIR", "after training, write the model to DIR in Hugging Face format"},
 };
 
 typedef struct run_args {
@@ -85,6 +92,7 @@ typedef struct run_args {
     const char **sets;
     int n_sets;
     const char *output_dir;
+    const char *data, *model, *resume, *export_dir; /* training */
     int probe_timeout_s;
 } run_args;
 
@@ -98,14 +106,16 @@ static void print_help(FILE *f)
             "  zt-run --describe NAME [--plugin-path DIR]\n"
             "  zt-run --env [--plugin-path DIR]\n"
             "  zt-run --check [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR]\n"
+            "  zt-run [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR] [--data DIR]\n"
+            "         [--model DIR] [--resume DIR|latest] [--export DIR]      (train; docs/training.md)\n"
             "\n"
             "Options:\n",
             ZT_VERSION);
     zt_cli_print_options(f, options, N_OPTIONS);
     fprintf(f,
             "\n"
-            "Training arrives with the model and trainer (issue 4); until then zt-run checks configurations.\n"
             "Exit status: 0 success, 1 runtime, config or plugin error, 2 usage error.\n"
+            "Training exits with 130 after Ctrl-C, once it has saved a checkpoint.\n"
             "Plugin search path, config keys and more: docs/cli.md, docs/plugins.md, docs/config.md.\n");
 }
 
@@ -191,6 +201,10 @@ static int parse_args(int argc, char **argv, run_args *a)
             a->sets[a->n_sets++] = v;
             break;
         case OPT_OUTPUT_DIR: a->output_dir = v; break;
+        case OPT_DATA: a->data = v; break;
+        case OPT_MODEL: a->model = v; break;
+        case OPT_RESUME: a->resume = v; break;
+        case OPT_EXPORT: a->export_dir = v; break;
         }
     }
     /* Options only --check (the run) reads: silently ignoring them elsewhere would hide mistakes. */
@@ -198,6 +212,11 @@ static int parse_args(int argc, char **argv, run_args *a)
     for (size_t i = 0; i < sizeof run_only / sizeof run_only[0] && status < 0; i++)
         if (given[run_only[i]] && a->action >= 0 && a->action != OPT_CHECK)
             status = usage_error("%s has no effect with %s", options[run_only[i]].name, options[a->action].name);
+    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT};
+    for (size_t i = 0; i < sizeof train_only / sizeof train_only[0] && status < 0; i++)
+        if (given[train_only[i]] && a->action >= 0)
+            status = usage_error("%s is for training and has no effect with %s", options[train_only[i]].name,
+                                 options[a->action].name);
     free(args);
     if (status >= 0) return status;
 
@@ -950,6 +969,80 @@ done:
     return status;
 }
 
+/* ---- training (the loop itself is framework/trainer.c) ------------------------------------------ */
+
+/* Config and plugins as --check resolves them, but probed and initialized here, in the process
+ * that trains. */
+static int do_train(const run_args *a)
+{
+    zt_error err;
+    int status = ZT_EXIT_ERROR;
+    zt_registry *reg = NULL;
+    zt_runtime *rt = NULL;
+    char *plugins = NULL;
+    zt_plugin_set set;
+    memset(&set, 0, sizeof set);
+    zt_config *cfg = zt_config_new();
+    if (!cfg) {
+        fprintf(stderr, "zt-run: error: out of memory\n");
+        return ZT_EXIT_ERROR;
+    }
+    uint32_t n_host = 0;
+    const zt_option *host_opts = zt_host_options(&n_host);
+    if (zt_config_add_schema(cfg, "host", host_opts, n_host, &err) != ZT_OK) goto fail;
+    if (a->config_path && zt_config_load_file(cfg, a->config_path, &err) != ZT_OK) goto fail;
+    for (int i = 0; i < a->n_sets; i++)
+        if (zt_config_set(cfg, a->sets[i], &err) != ZT_OK) goto fail;
+    if (a->output_dir && set_output_dir(cfg, a->output_dir, &err) != ZT_OK) goto fail;
+    if (a->data) {
+        char *assignment = NULL;
+        if (asprintf(&assignment, "data.path=%s", a->data) < 0) goto oom;
+        zt_status st = zt_config_set(cfg, assignment, &err);
+        free(assignment);
+        if (st != ZT_OK) goto fail;
+    }
+    if (zt_registry_scan(a->plugin_paths, a->n_plugin_paths, &reg, &err) != ZT_OK) goto fail;
+    if (zt_plugin_set_resolve(reg, a->plugins, run_kinds(cfg), cfg, &set, &err) != ZT_OK) goto fail;
+    if (record_named_plugins(cfg, &set, &err) != ZT_OK) goto fail;
+    for (int k = 1; k <= ZT_KIND_COUNT; k++) {
+        const zt_loaded_plugin *lp = &set.by_kind[k];
+        if (lp->plugin &&
+            zt_config_add_schema(cfg, lp->desc.name, lp->plugin->options, lp->plugin->n_options, &err) != ZT_OK)
+            goto fail;
+    }
+    if (zt_train_configure(cfg, a->model, &err) != ZT_OK) goto fail;
+    int64_t threads = 0;
+    if (zt_config_get_int(cfg, "threads", &threads) != ZT_OK) threads = 0;
+    if (create_runtime(cfg, (int)threads, &rt, &err) != ZT_OK) goto fail;
+    for (int k = 1; k <= ZT_KIND_COUNT; k++)
+        if (set.by_kind[k].plugin && zt_plugin_probe(&set.by_kind[k], rt, &err) != ZT_OK) goto fail;
+    for (int k = 1; k <= ZT_KIND_COUNT; k++)
+        if (set.by_kind[k].plugin && zt_plugin_init(&set.by_kind[k], rt, &err) != ZT_OK) goto fail;
+    if (!(plugins = plugins_json(&set))) goto oom;
+    zt_train_request req = {cfg, &set, rt, plugins, a->resume, a->model, a->export_dir};
+    zt_status st = zt_train_run(&req, &err);
+    if (st == ZT_ERR_CANCELLED) {
+        fprintf(stderr, "zt-run: %s\n", err.msg);
+        status = ZT_EXIT_INTERRUPTED;
+    } else if (st != ZT_OK) {
+        run_error(&err);
+    } else {
+        status = ZT_EXIT_OK;
+    }
+    goto done;
+oom:
+    zt_error_set(&err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+fail:
+    run_error(&err);
+done:
+    free(plugins);
+    zt_plugin_set_unload(&set); /* fini before the runtime that served them goes */
+    zt_runtime_destroy(rt);
+    zt_registry_free(reg);
+    zt_config_free(cfg);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     run_args a;
@@ -960,12 +1053,7 @@ int main(int argc, char **argv)
         case OPT_DESCRIBE: status = do_describe(&a); break;
         case OPT_ENV: status = do_list_plugins(&a, 1); break;
         case OPT_CHECK: status = do_check(&a); break;
-        default:
-            fprintf(stderr,
-                    "zt-run: this build cannot train yet: training arrives with the model and trainer (issue 4).\n"
-                    "It can check a run (--check), list plugins (--list-plugins), describe one (--describe NAME)\n"
-                    "and show this machine (--env). Run zt-run --help for usage.\n");
-            status = ZT_EXIT_USAGE;
+        default: status = do_train(&a); break;
         }
     }
     free(a.plugin_paths);

@@ -9,7 +9,7 @@ pkgs=(
   libsentencepiece-dev sentencepiece  # tokenizer library + spm_train/spm_encode used by the tests
   libopenmpi-dev openmpi-bin          # CPU ranks (multi-process tests)
   clang libclang-rt-dev               # libFuzzer targets
-  python3
+  python3 python3-numpy              # independent references in tests
 )
 
 missing=()
@@ -17,15 +17,25 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#pkgs[@]} packages already installed"
-  exit 0
+  echo "install-deps: all ${#pkgs[@]} Debian packages already installed"
+else
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
+# Python modules some tests use as independent references. Debian's python3-numpy covers the system
+# python3; a python3 from elsewhere (pyenv, conda) gets them from PyPI. safetensors is optional: the
+# tests that compare with it skip with a message when it is missing.
+if ! python3 -c 'import numpy' 2>/dev/null; then
+  python3 -m pip install --quiet numpy || echo "install-deps: note: could not install numpy for $(command -v python3)" >&2
 fi
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! python3 -c 'import safetensors' 2>/dev/null; then
+  python3 -m pip install --quiet safetensors 2>/dev/null ||
+    echo "install-deps: note: Python safetensors not installed; tests comparing with it will skip" >&2
+fi

@@ -56,12 +56,14 @@ typedef struct zt_unit_layout {
     int32_t n_params;
 } zt_unit_layout;
 
+/* The host keeps the layout valid until the zero plugin's fini. */
 typedef struct zt_layout {
     uint32_t struct_size;
     int32_t n_units;
     const zt_model_info *model;
     const zt_unit_layout *units;     /* [n_units] */
-    const int64_t *param_offset;     /* [n_params_decl] element offset inside the unit's buffer */
+    const int64_t *param_offset;     /* [n_params_decl] element offset inside the unit's buffer;
+                                        -1 for a tied parameter (no storage of its own) */
     const uint8_t *trainable;        /* [n_params_decl] 0 for frozen parameters */
     const uint8_t *decay;            /* [n_params_decl] 1 when weight decay applies */
     int32_t compute_dtype;           /* zt_dtype of the views handed to the model */

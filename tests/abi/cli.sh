@@ -19,12 +19,9 @@ expect_ok "Usage:" -- "$ZT_RUN" -h
 # --help wins over everything else on the line.
 expect_ok "Usage:" -- "$ZT_RUN" --check --plugins nothing-like-this --help
 
-# No action: say plainly that training is not there yet, exit 2.
-expect_fail "zt-run: this build cannot train yet: training arrives with the model and trainer (issue 4)." \
-    -- "$ZT_RUN"
-expect_status 2
-expect_fail "cannot train yet" -- "$ZT_RUN" --plugins sgd --set steps=10
-expect_status 2
+# No action: training needs data; say which key to set, exit 1.
+expect_fail "no training data: data.path is not set" -- "$ZT_RUN"
+expect_status 1
 
 # Usage errors: exit 2, with what to do.
 expect_fail "zt-run: error: unknown option '--lst-plugins'; did you mean '--list-plugins'?" -- "$ZT_RUN" --lst-plugins

@@ -1,0 +1,1468 @@
+/* The training loop (trainer.h). Sections: settings from the config, the run's plugins, buffers,
+ * one micro-batch forward/backward, the step, evaluation, weights in (random, HF, checkpoint) and
+ * out (checkpoint, HF export), Ctrl-C, and the loop itself. */
+#define _GNU_SOURCE
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "hf_model.h"
+#include "json.h"
+#include "layout.h"
+#include "loader.h"
+#include "log.h"
+#include "metrics.h"
+#include "schedule.h"
+
+#define TRAINER_STATE_BLOB "trainer_state"
+#define TRAINER_STATE_FORMAT "zt-trainer-state"
+
+/* ---- settings --------------------------------------------------------------------------------- */
+
+typedef struct train_settings {
+    int64_t micro_batch, accum, steps, epochs, seed, seq_len;
+    int64_t eval_every, eval_batches, ckpt_every, ckpt_keep, log_every;
+    double clip, weight_decay;
+    int32_t recompute, shuffle, packed, fp16;
+    const char *data_path, *output_dir, *trainable;
+    uint32_t no_decay_flags;
+    char ckpt_root[4096];
+} train_settings;
+
+static zt_status no_data_error(zt_error *err)
+{
+    return zt_error_set(err, ZT_ERR_CONFIG,
+                        "no training data: data.path is not set; point it at a directory written by zt-prep "
+                        "(--data DIR, or --set data.path=DIR)");
+}
+
+static int64_t cfg_int(const zt_config *cfg, const char *key, int64_t fallback)
+{
+    int64_t v;
+    return zt_config_get_int(cfg, key, &v) == ZT_OK ? v : fallback;
+}
+
+/* optimizer.no_decay: which ZT_PARAM_* groups get no weight decay. */
+static zt_status parse_no_decay(const char *list, uint32_t *flags, zt_error *err)
+{
+    *flags = 0;
+    const char *p = list;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n == 5 && !strncmp(p, "norms", 5)) *flags |= ZT_PARAM_NO_DECAY;
+        else if (n == 10 && !strncmp(p, "embeddings", 10)) *flags |= ZT_PARAM_EMBEDDING;
+        else
+            return zt_error_set(err, ZT_ERR_CONFIG,
+                                "optimizer.no_decay \"%s\": \"%.*s\" is not a parameter group; use a comma-separated "
+                                "list of norms and embeddings, or \"\" to decay every parameter",
+                                list, (int)n, p);
+        p += n;
+        if (*p == ',') p++;
+    }
+    return ZT_OK;
+}
+
+static zt_status read_settings(const zt_config *cfg, train_settings *s, zt_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->micro_batch = cfg_int(cfg, "train_micro_batch_size_per_gpu", 1);
+    s->accum = cfg_int(cfg, "gradient_accumulation_steps", 1);
+    s->steps = cfg_int(cfg, "steps", 1);
+    s->epochs = cfg_int(cfg, "epochs", 0);
+    s->seed = cfg_int(cfg, "seed", 0);
+    s->seq_len = cfg_int(cfg, "data.seq_len", 512);
+    s->eval_every = cfg_int(cfg, "eval.every", 0);
+    s->eval_batches = cfg_int(cfg, "eval.batches", 1);
+    s->ckpt_every = cfg_int(cfg, "checkpoint.every", 0);
+    s->ckpt_keep = cfg_int(cfg, "checkpoint.keep", 0);
+    s->log_every = cfg_int(cfg, "log.every", 1);
+    if (zt_config_get_float(cfg, "gradient_clipping", &s->clip) != ZT_OK) s->clip = 0;
+    /* The optimizer plugin declares weight_decay when it has one; without it nothing decays. */
+    if (zt_config_get_float(cfg, "optimizer.params.weight_decay", &s->weight_decay) != ZT_OK) s->weight_decay = 0;
+    zt_config_get_bool(cfg, "recompute", &s->recompute);
+    zt_config_get_bool(cfg, "data.shuffle", &s->shuffle);
+    zt_config_get_bool(cfg, "fp16.enabled", &s->fp16);
+
+    s->packed = ZT_LOADER_LAYOUT_MANIFEST;
+    const char *mode = NULL;
+    if (zt_config_is_set(cfg, "data.mode") && zt_config_get_string(cfg, "data.mode", &mode) == ZT_OK)
+        s->packed = !strcmp(mode, "packed");
+
+    if (zt_config_get_string(cfg, "data.path", &s->data_path) != ZT_OK) return no_data_error(err);
+    if (zt_config_get_string(cfg, "output_dir", &s->output_dir) != ZT_OK)
+        return zt_error_set(err, ZT_ERR_INTERNAL, "the host key output_dir has no value");
+    if (zt_config_get_string(cfg, "trainable_params", &s->trainable) != ZT_OK) s->trainable = NULL;
+
+    const char *dir = NULL;
+    int n = zt_config_get_string(cfg, "checkpoint.dir", &dir) == ZT_OK
+                ? snprintf(s->ckpt_root, sizeof s->ckpt_root, "%s", dir)
+                : snprintf(s->ckpt_root, sizeof s->ckpt_root, "%s/checkpoints", s->output_dir);
+    if (n < 0 || n >= (int)sizeof s->ckpt_root)
+        return zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir (or output_dir) is longer than %zu bytes",
+                            sizeof s->ckpt_root - 1);
+
+    const char *no_decay = NULL;
+    zt_config_get_string(cfg, "optimizer.no_decay", &no_decay);
+    zt_status st = parse_no_decay(no_decay, &s->no_decay_flags, err);
+    if (st != ZT_OK) return st;
+
+    int64_t global;
+    if (zt_config_get_int(cfg, "train_batch_size", &global) == ZT_OK) {
+        int64_t dp = cfg_int(cfg, "parallel_config.data_parallel", 1);
+        if (global != s->micro_batch * s->accum * dp)
+            return zt_error_set(err, ZT_ERR_CONFIG,
+                                "train_batch_size is %lld but train_micro_batch_size_per_gpu x "
+                                "gradient_accumulation_steps x parallel_config.data_parallel = %lld x %lld x %lld = "
+                                "%lld; make them agree (as DeepSpeed requires) or remove train_batch_size",
+                                (long long)global, (long long)s->micro_batch, (long long)s->accum, (long long)dp,
+                                (long long)(s->micro_batch * s->accum * dp));
+    }
+    return ZT_OK;
+}
+
+/* ---- configuration: --model and the data set's vocabulary ------------------------------------ */
+
+/* The tokenizer vocab_size of data_dir/manifest.json. */
+static zt_status manifest_vocab(const char *data_dir, int64_t *vocab, zt_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", data_dir, ZT_LOADER_MANIFEST) >= (int)sizeof path)
+        return zt_error_set(err, ZT_ERR_CONFIG, "data.path is too long");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return zt_error_set(err, ZT_ERR_IO,
+                            "cannot read %s: %s; data.path must be a directory written by zt-prep", path,
+                            strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char chunk[65536];
+    size_t got;
+    while (mem && (got = fread(chunk, 1, sizeof chunk, f)) > 0) fwrite(chunk, 1, got, mem);
+    fclose(f);
+    if (!mem || fclose(mem) != 0) {
+        free(text);
+        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+    }
+    zt_json j;
+    zt_status st = zt_json_parse(text, len, path, &j, err);
+    if (st == ZT_OK) {
+        int tok = j.tok[0].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, 0, "tokenizer") : -1;
+        int v = tok >= 0 && j.tok[tok].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, tok, "vocab_size") : -1;
+        if (v < 0 || !zt_json_is_number(&j, v) || zt_json_get_number(&j, v) < 1)
+            st = zt_error_set(err, ZT_ERR_FORMAT,
+                              "%s has no positive tokenizer.vocab_size; re-run zt-prep to rewrite the data set", path);
+        else
+            *vocab = (int64_t)zt_json_get_number(&j, v);
+        zt_json_free(&j);
+    }
+    free(text);
+    return st;
+}
+
+/* One model.* key and the value config.json gives it. */
+typedef struct hf_key {
+    const char *key;
+    double value;
+    int is_float;
+} hf_key;
+
+/* A value the user gave must agree with config.json: a model of another shape would fail later, at
+ * the weights, with a less helpful message. */
+static zt_status check_user_value(const zt_config *cfg, const hf_key *k, const char *path, zt_error *err)
+{
+    if (!zt_config_is_set(cfg, k->key)) return ZT_OK;
+    double mine = k->value;
+    int64_t mine_int;
+    if (k->is_float) zt_config_get_float(cfg, k->key, &mine);
+    else if (zt_config_get_int(cfg, k->key, &mine_int) == ZT_OK) mine = (double)mine_int;
+    if (mine == k->value) return ZT_OK;
+    return zt_error_set(err, ZT_ERR_CONFIG,
+                        "%s is %.17g in the config but %.17g in %s (--model); remove the key (the model directory "
+                        "decides) or use another model",
+                        k->key, mine, k->value, path);
+}
+
+/* The model.* keys of an HF config.json (the llama plugin uses transformers' names under "model."),
+ * added to cfg as if from a config file named after it. */
+static zt_status apply_hf_config(zt_config *cfg, const char *model_dir, zt_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", model_dir) >= (int)sizeof path)
+        return zt_error_set(err, ZT_ERR_CONFIG, "--model %s: the path is too long", model_dir);
+    zt_hf_config hf;
+    zt_status st = zt_hf_config_load(path, &hf, err);
+    if (st != ZT_OK) return st;
+    if (zt_config_is_set(cfg, "model.preset"))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "model.preset and --model %s both give the model's shape; remove model.preset (the "
+                            "model directory's config.json decides)",
+                            model_dir);
+    const hf_key shape[] = {
+        {"model.hidden_size", (double)hf.hidden_size, 0},
+        {"model.intermediate_size", (double)hf.intermediate_size, 0},
+        {"model.num_hidden_layers", (double)hf.num_hidden_layers, 0},
+        {"model.num_attention_heads", (double)hf.num_attention_heads, 0},
+        {"model.num_key_value_heads", (double)hf.num_key_value_heads, 0},
+        {"model.head_dim", (double)hf.head_dim, 0},
+        {"model.vocab_size", (double)hf.vocab_size, 0},
+        {"model.max_position_embeddings", (double)hf.max_position_embeddings, 0},
+        {"model.rms_norm_eps", hf.rms_norm_eps, 1},
+        {"model.rope_theta", hf.rope_theta, 1},
+        {"model.initializer_range", hf.initializer_range, 1},
+    };
+    const hf_key llama3[] = {
+        {"model.rope_scaling.factor", hf.rope_factor, 1},
+        {"model.rope_scaling.low_freq_factor", hf.rope_low_freq_factor, 1},
+        {"model.rope_scaling.high_freq_factor", hf.rope_high_freq_factor, 1},
+        {"model.rope_scaling.original_max_position_embeddings", (double)hf.rope_original_max_position_embeddings, 0},
+    };
+    size_t n_llama3 = hf.rope_llama3 ? sizeof llama3 / sizeof llama3[0] : 0;
+
+    char *json = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&json, &len);
+    if (!f) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading --model");
+    fprintf(f, "{\"model\": {\"tie_word_embeddings\": %s, \"rope_scaling\": {\"rope_type\": \"%s\"",
+            hf.tie_word_embeddings ? "true" : "false", hf.rope_llama3 ? "llama3" : "none");
+    for (size_t i = 0; i < n_llama3 && st == ZT_OK; i++) {
+        fprintf(f, ", \"%s\": %.17g", strrchr(llama3[i].key, '.') + 1, llama3[i].value);
+        st = check_user_value(cfg, &llama3[i], path, err);
+    }
+    fputc('}', f);
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0] && st == ZT_OK; i++) {
+        fprintf(f, ", \"%s\": %.17g", strrchr(shape[i].key, '.') + 1, shape[i].value);
+        st = check_user_value(cfg, &shape[i], path, err);
+    }
+    fputs("}}", f);
+    if (fclose(f) != 0 && st == ZT_OK)
+        st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading --model");
+    if (st == ZT_OK) {
+        char origin[4200];
+        snprintf(origin, sizeof origin, "--model %s", path);
+        st = zt_config_load_string(cfg, json, origin, err);
+    }
+    free(json);
+    return st;
+}
+
+zt_status zt_train_configure(zt_config *cfg, const char *model_dir, zt_error *err)
+{
+    zt_status st = zt_config_validate(cfg, err);
+    if (st != ZT_OK) return st;
+    const char *data = NULL;
+    if (zt_config_get_string(cfg, "data.path", &data) != ZT_OK) return no_data_error(err);
+    if (model_dir) {
+        st = apply_hf_config(cfg, model_dir, err);
+        return st == ZT_OK ? zt_config_validate(cfg, err) : st;
+    }
+    if (zt_config_is_set(cfg, "model.vocab_size")) return ZT_OK;
+    int64_t vocab;
+    st = manifest_vocab(data, &vocab, err);
+    if (st != ZT_OK) return st;
+    char json[128];
+    snprintf(json, sizeof json, "{\"model\": {\"vocab_size\": %lld}}", (long long)vocab);
+    st = zt_config_load_string(cfg, json, "data.path manifest.json (tokenizer.vocab_size)", err);
+    return st == ZT_OK ? zt_config_validate(cfg, err) : st;
+}
+
+/* ---- the trainer's state ------------------------------------------------------------------------ */
+
+/* A copy of one loader micro-batch: the loader overwrites its own on the next call, and a step needs
+ * all of its micro-batches at once (their loss tokens are counted before the first forward). */
+typedef struct micro_batch {
+    int32_t *tokens, *targets, *positions, *doc_ids, *cu_seqlens;
+    int32_t n_spans, max_span_len;
+    int64_t n_tokens, n_loss_tokens;
+} micro_batch;
+
+typedef struct trainer {
+    const zt_train_request *req;
+    zt_runtime *rt;
+    train_settings set;
+    const zt_host *host; /* the trainer's own services table: collectives */
+    zt_group dp;
+
+    const zt_loaded_plugin *model_lp, *zero_lp, *opt_lp, *attention_lp;
+    const zt_model_ops *model;
+    const zt_zero_ops *zero;
+    const zt_optimizer_ops *opt;
+    const zt_model_info *info;
+    zt_attention_binding attention;
+
+    zt_host_layout *layout;
+    zt_schedule schedule;
+    zt_loader *train_loader, *val_loader;
+    const zt_loader_info *data_info;
+
+    micro_batch *micro;  /* [accum] */
+    float **hidden;      /* [n_units - 1]: the output of unit u is hidden[u] */
+    float *dx[2];
+    void **saved;        /* [n_units] */
+    zt_tensor *params, *grads;
+    int32_t max_unit_params;
+    float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
+
+    zt_metrics *metrics;
+    int64_t step;        /* optimizer steps completed */
+    double elapsed_before; /* training seconds of earlier sessions (resume) */
+    double session_s;      /* training seconds of this session (steps only) */
+    int64_t tokens_seen;
+} trainer;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A plugin call failed: its own message, prefixed by what the trainer was doing. */
+static zt_status plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *err, const char *fmt, ...)
+    ZT_PRINTF(4, 5);
+static zt_status plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *err, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    zt_status reported;
+    const char *msg = zt_runtime_take_error(lp->host, &reported);
+    return zt_error_set(err, st, "%s plugin '%s', %s: %s%s", zt_kind_name(lp->plugin->kind), lp->desc.name, what,
+                        msg[0] ? msg : zt_status_name(st), msg[0] ? "" : " (the plugin gave no message)");
+}
+
+/* Our own collective failed: the runtime recorded why in our services table. */
+static zt_status host_failed(trainer *t, zt_status st, zt_error *err, const char *what)
+{
+    zt_status reported;
+    const char *msg = zt_runtime_take_error(t->host, &reported);
+    return zt_error_set(err, st, "%s failed: %s", what, msg[0] ? msg : zt_status_name(st));
+}
+
+static zt_tensor hidden_view(float *data, const zt_batch *b, int64_t width)
+{
+    zt_tensor t;
+    memset(&t, 0, sizeof t);
+    if (!data) return t;
+    t.data = data;
+    t.dtype = ZT_F32;
+    t.device_type = ZT_DEVICE_CPU;
+    t.ndim = 3;
+    t.shape[0] = b->batch;
+    t.shape[1] = b->seq_len;
+    t.shape[2] = width;
+    t.stride[2] = 1;
+    t.stride[1] = width;
+    t.stride[0] = width * b->seq_len;
+    return t;
+}
+
+static void *talloc(trainer *t, int pool, uint64_t bytes, const char *tag, zt_error *err)
+{
+    void *p = zt_runtime_alloc(t->rt, pool, ZT_MEM_HOST, bytes ? bytes : 1, 0, tag, err);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+/* ---- setup ------------------------------------------------------------------------------------ */
+
+static zt_status bind_plugins(trainer *t, zt_error *err)
+{
+    zt_plugin_set *set = t->req->plugins;
+    t->model_lp = &set->by_kind[ZT_KIND_MODEL];
+    t->zero_lp = &set->by_kind[ZT_KIND_ZERO];
+    t->opt_lp = &set->by_kind[ZT_KIND_OPTIMIZER];
+    t->attention_lp = &set->by_kind[ZT_KIND_ATTENTION];
+    const zt_loaded_plugin *needed[] = {t->model_lp, t->zero_lp, t->opt_lp, t->attention_lp};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        if (!needed[i]->plugin || !needed[i]->initialized)
+            return zt_error_set(err, ZT_ERR_INTERNAL, "the trainer needs initialized model, attention, optimizer "
+                                "and zero plugins");
+    if (set->by_kind[ZT_KIND_PARALLEL].plugin)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "parallel plugin '%s' is loaded, but this trainer runs one process with plain data "
+                            "parallelism only; set parallel_config.* to 1",
+                            set->by_kind[ZT_KIND_PARALLEL].desc.name);
+    t->model = t->model_lp->plugin->ops;
+    t->zero = t->zero_lp->plugin->ops;
+    t->opt = t->opt_lp->plugin->ops;
+    t->attention.ops = t->attention_lp->plugin->ops;
+    t->attention.state = t->attention_lp->state;
+    t->attention.caps = t->attention_lp->plugin->caps;
+    t->info = t->model->info(t->model_lp->state);
+    if (!t->info || t->info->n_units < 2)
+        return zt_error_set(err, ZT_ERR_INTERNAL, "model plugin '%s' reports no model info (or fewer than 2 units)",
+                            t->model_lp->desc.name);
+    if (t->set.recompute && !(t->model_lp->plugin->caps & ZT_CAP_RECOMPUTE))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "recompute is true but model plugin '%s' cannot recompute activations (no "
+                            "ZT_CAP_RECOMPUTE); set recompute to false",
+                            t->model_lp->desc.name);
+
+    /* Data parallelism over the whole job: "dp" is "world" until a parallel plugin arranges ranks. */
+    t->host = zt_runtime_host(t->rt, "trainer", NULL, 0);
+    if (!t->host) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating the trainer's services");
+    int32_t world = t->host->world_size;
+    int32_t *ranks = malloc((size_t)world * sizeof *ranks);
+    if (!ranks) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating group 'dp'");
+    for (int32_t r = 0; r < world; r++) ranks[r] = r;
+    zt_status st = t->host->group_create(t->host->ctx, "dp", ranks, world, &t->dp);
+    free(ranks);
+    if (st != ZT_OK) return host_failed(t, st, err, "creating the data-parallel group 'dp'");
+    int64_t dp_config = cfg_int(t->req->cfg, "parallel_config.data_parallel", 1);
+    if (dp_config != t->dp.size)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "parallel_config.data_parallel is %lld but the job has %d process%s; launch that many "
+                            "ranks or set it to %d",
+                            (long long)dp_config, (int)t->dp.size, t->dp.size == 1 ? "" : "es", (int)t->dp.size);
+    if (t->host->world_size > 1)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "multi-process training needs the MPI/NCCL transport, which this build lacks; run "
+                            "one process");
+    if (t->set.fp16)
+        zt_log(ZT_LOG_WARN, "fp16.enabled is ignored on the CPU, which trains in fp32");
+    return ZT_OK;
+}
+
+static zt_status open_data(trainer *t, zt_error *err)
+{
+    zt_loader_options o;
+    zt_loader_options_default(&o);
+    o.dir = t->set.data_path;
+    o.split = "train";
+    o.micro_batch = (int32_t)t->set.micro_batch;
+    o.seq_len = (int32_t)t->set.seq_len;
+    o.packed = t->set.packed;
+    o.shuffle = t->set.shuffle;
+    o.seed = (uint64_t)t->set.seed;
+    o.rank = t->dp.rank;
+    o.world = t->dp.size;
+    o.model_vocab_size = t->info->vocab_size;
+    zt_status st = zt_loader_open(&o, &t->train_loader, err);
+    if (st != ZT_OK) return st;
+    t->data_info = zt_loader_info_get(t->train_loader); /* the loader refused a vocabulary too large */
+    if (t->data_info->packed && !(t->attention.caps & ZT_CAP_PACKED))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "the data is packed (several samples per row) but attention plugin '%s' cannot keep "
+                            "them apart (no ZT_CAP_PACKED): set data.mode to padded, or use an attention plugin "
+                            "that supports packing (naive)",
+                            t->attention_lp->desc.name);
+    if (t->data_info->vocab_size < t->info->vocab_size)
+        zt_log(ZT_LOG_INFO, "the model's vocabulary (%d) is larger than the tokenizer's (%lld): embedding rows "
+               "past %lld are never used (models often pad their vocabulary)",
+               (int)t->info->vocab_size, (long long)t->data_info->vocab_size, (long long)t->data_info->vocab_size);
+    if (t->set.seq_len > t->info->max_seq_len)
+        zt_log(ZT_LOG_WARN, "data.seq_len %lld is longer than the model's max_position_embeddings %d",
+               (long long)t->set.seq_len, (int)t->info->max_seq_len);
+    if (t->set.eval_every > 0) {
+        o.split = "val";
+        o.single_pass = 1;
+        o.shuffle = 0;
+        st = zt_loader_open(&o, &t->val_loader, err);
+        if (st != ZT_OK) {
+            zt_error_append(err, "\neval.every is %lld, which needs the data set's validation split: re-run zt-prep "
+                            "with --val-fraction, or set eval.every to 0", (long long)t->set.eval_every);
+            return st;
+        }
+    }
+    return ZT_OK;
+}
+
+static zt_status alloc_buffers(trainer *t, zt_error *err)
+{
+    const zt_model_info *m = t->info;
+    int64_t rows = t->set.micro_batch * t->set.seq_len;
+    int32_t n_units = m->n_units;
+    t->micro = talloc(t, ZT_POOL_OTHER, (uint64_t)t->set.accum * sizeof *t->micro, "trainer micro-batch table", err);
+    t->hidden = talloc(t, ZT_POOL_OTHER, (uint64_t)n_units * sizeof *t->hidden, "trainer hidden table", err);
+    t->saved = talloc(t, ZT_POOL_OTHER, (uint64_t)n_units * sizeof *t->saved, "trainer saved slots", err);
+    if (!t->micro || !t->hidden || !t->saved) return ZT_ERR_OUT_OF_MEMORY;
+    for (int64_t k = 0; k < t->set.accum; k++) {
+        micro_batch *mb = &t->micro[k];
+        int32_t **arrays[] = {&mb->tokens, &mb->targets, &mb->positions, &mb->doc_ids, &mb->cu_seqlens};
+        for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
+            *arrays[a] = talloc(t, ZT_POOL_OTHER, (uint64_t)(rows + 1) * sizeof(int32_t), "trainer micro-batch", err);
+            if (!*arrays[a]) return ZT_ERR_OUT_OF_MEMORY;
+        }
+    }
+    uint64_t hidden_bytes = (uint64_t)rows * (uint64_t)m->hidden_size * sizeof(float);
+    for (int32_t u = 0; u + 1 < n_units; u++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "unit %d output (kept for backward)", (int)u);
+        t->hidden[u] = talloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, tag, err);
+        if (!t->hidden[u]) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < 2; i++) {
+        t->dx[i] = talloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, "hidden-state gradient", err);
+        if (!t->dx[i]) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    for (int32_t u = 0; u < n_units; u++)
+        if (t->layout->units[u].n_params > t->max_unit_params) t->max_unit_params = t->layout->units[u].n_params;
+    t->params = talloc(t, ZT_POOL_OTHER, (uint64_t)(t->max_unit_params + 1) * sizeof(zt_tensor), "unit views", err);
+    t->grads = talloc(t, ZT_POOL_OTHER, (uint64_t)(t->max_unit_params + 1) * sizeof(zt_tensor), "unit views", err);
+    if (!t->params || !t->grads) return ZT_ERR_OUT_OF_MEMORY;
+    return ZT_OK;
+}
+
+/* One unit's shard in host memory for weights on their way in or out (loading, checkpoints,
+ * export). Held only meanwhile: for a 7B model it is the 0.5 GB embedding. */
+static zt_status hold_shard_buffer(trainer *t, zt_error *err)
+{
+    if (!t->shard_buf)
+        t->shard_buf = talloc(t, ZT_POOL_WORKSPACE, (uint64_t)t->layout->largest_unit_numel * sizeof(float),
+                              "one unit's shard (weights in and out)", err);
+    return t->shard_buf ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
+}
+
+static void drop_shard_buffer(trainer *t)
+{
+    zt_runtime_free(t->rt, t->shard_buf);
+    t->shard_buf = NULL;
+}
+
+static void free_buffers(trainer *t)
+{
+    if (t->micro) {
+        for (int64_t k = 0; k < t->set.accum; k++) {
+            micro_batch *mb = &t->micro[k];
+            int32_t *arrays[] = {mb->tokens, mb->targets, mb->positions, mb->doc_ids, mb->cu_seqlens};
+            for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) zt_runtime_free(t->rt, arrays[a]);
+        }
+    }
+    if (t->hidden)
+        for (int32_t u = 0; u < t->info->n_units; u++) zt_runtime_free(t->rt, t->hidden[u]);
+    if (t->saved)
+        for (int32_t u = 0; u < t->info->n_units; u++)
+            if (t->saved[u]) t->model->release(t->model_lp->state, u, &t->saved[u]);
+    zt_runtime_free(t->rt, t->micro);
+    zt_runtime_free(t->rt, t->hidden);
+    zt_runtime_free(t->rt, t->saved);
+    zt_runtime_free(t->rt, t->dx[0]);
+    zt_runtime_free(t->rt, t->dx[1]);
+    zt_runtime_free(t->rt, t->params);
+    zt_runtime_free(t->rt, t->grads);
+    drop_shard_buffer(t);
+}
+
+/* ---- one micro-batch -------------------------------------------------------------------------- */
+
+static zt_batch batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global)
+{
+    zt_batch b = {.struct_size = sizeof b,
+                  .batch = (int32_t)t->set.micro_batch,
+                  .seq_len = (int32_t)t->set.seq_len,
+                  .n_docs = mb->n_spans,
+                  .tokens = mb->tokens,
+                  .targets = mb->targets,
+                  .positions = mb->positions,
+                  .doc_ids = mb->doc_ids,
+                  .cu_seqlens = mb->cu_seqlens,
+                  .max_doc_len = mb->max_span_len,
+                  .n_loss_tokens_global = n_loss_tokens_global};
+    return b;
+}
+
+static zt_unit_call unit_call(trainer *t, int32_t u, uint32_t flags, const zt_batch *b)
+{
+    const zt_unit_layout *ul = &t->layout->units[u];
+    zt_unit_call c = {.struct_size = sizeof c,
+                      .unit = u,
+                      .flags = flags,
+                      .n_params = ul->n_params,
+                      .params = t->params,
+                      .batch = b,
+                      .attention = &t->attention};
+    int64_t width = t->info->hidden_size;
+    if (u > 0) c.x_in = hidden_view(t->hidden[u - 1], b, width);
+    if (u + 1 < t->info->n_units) c.x_out = hidden_view(t->hidden[u], b, width);
+    return c;
+}
+
+/* Forward through every unit; the last unit's loss goes to *loss. flags: ZT_UNIT_TRAIN (and
+ * recompute) for training, 0 for evaluation (nothing is kept). */
+static zt_status forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err)
+{
+    int32_t n_units = t->info->n_units;
+    void *zs = t->zero_lp->state;
+    for (int32_t u = 0; u < n_units; u++) {
+        zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_FORWARD, t->params, NULL);
+        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "before_unit(%d, forward)", (int)u);
+        zt_unit_call c = unit_call(t, u, flags, b);
+        if (u == n_units - 1) c.loss = loss;
+        c.saved = (flags & ZT_UNIT_TRAIN) ? &t->saved[u] : NULL;
+        st = t->model->forward(t->model_lp->state, &c);
+        if (st != ZT_OK) return plugin_failed(t->model_lp, st, err, "forward of unit %d", (int)u);
+        st = t->zero->after_unit(zs, u, ZT_PHASE_FORWARD);
+        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "after_unit(%d, forward)", (int)u);
+    }
+    return ZT_OK;
+}
+
+static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err)
+{
+    int32_t n_units = t->info->n_units;
+    void *zs = t->zero_lp->state;
+    int64_t width = t->info->hidden_size;
+    int cur = 0; /* dx[cur] holds the gradient of the current unit's output */
+    for (int32_t u = n_units - 1; u >= 0; u--) {
+        zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_BACKWARD, t->params, t->grads);
+        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "before_unit(%d, backward)", (int)u);
+        zt_unit_call c = unit_call(t, u, ZT_UNIT_TRAIN, b);
+        c.grads = t->grads;
+        c.saved = &t->saved[u];
+        if (u + 1 < n_units) c.dx_out = hidden_view(t->dx[cur], b, width);
+        if (u > 0) c.dx_in = hidden_view(t->dx[1 - cur], b, width);
+        st = t->model->backward(t->model_lp->state, &c);
+        if (st != ZT_OK) return plugin_failed(t->model_lp, st, err, "backward of unit %d", (int)u);
+        st = t->zero->grads_ready(zs, u, last_micro);
+        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "grads_ready(%d)", (int)u);
+        st = t->zero->after_unit(zs, u, ZT_PHASE_BACKWARD);
+        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "after_unit(%d, backward)", (int)u);
+        cur = 1 - cur;
+    }
+    return ZT_OK;
+}
+
+/* ---- one optimizer step ----------------------------------------------------------------------- */
+
+static void copy_micro(micro_batch *dst, const zt_loader_batch *src)
+{
+    size_t cells = (size_t)src->batch * (size_t)src->seq_len * sizeof(int32_t);
+    memcpy(dst->tokens, src->tokens, cells);
+    memcpy(dst->targets, src->targets, cells);
+    memcpy(dst->positions, src->positions, cells);
+    memcpy(dst->doc_ids, src->doc_ids, cells);
+    memcpy(dst->cu_seqlens, src->cu_seqlens, ((size_t)src->n_spans + 1) * sizeof(int32_t));
+    dst->n_spans = src->n_spans;
+    dst->max_span_len = src->max_span_len;
+    dst->n_tokens = src->n_tokens;
+    dst->n_loss_tokens = src->n_loss_tokens;
+}
+
+typedef struct step_outcome {
+    double loss;      /* mean over the global batch's loss tokens; NAN when it has none */
+    double lr;
+    zt_step_result result;
+    int64_t tokens, loss_tokens; /* global */
+} step_outcome;
+
+static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->result.struct_size = sizeof out->result;
+    int64_t counts[2] = {0, 0}; /* loss tokens, tokens of this rank's micro-batches */
+    for (int64_t k = 0; k < t->set.accum; k++) {
+        const zt_loader_batch *lb;
+        zt_status st = zt_loader_next(t->train_loader, &lb, err);
+        if (st != ZT_OK) return st;
+        copy_micro(&t->micro[k], lb);
+        counts[0] += lb->n_loss_tokens;
+        counts[1] += lb->n_tokens;
+    }
+    zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, counts, counts, 2, ZT_I64, ZT_REDUCE_SUM, NULL);
+    if (st != ZT_OK) return host_failed(t, st, err, "counting the global batch's loss tokens (all-reduce over 'dp')");
+    out->loss_tokens = counts[0];
+    out->tokens = counts[1];
+    out->lr = zt_schedule_lr(&t->schedule, step);
+    if (counts[0] == 0) {
+        /* Nothing to learn from (every target is -100, e.g. answers cut off by seq_len): the mean
+         * is undefined, so the step makes no update at all. */
+        out->loss = NAN;
+        out->result.skipped = 1;
+        out->result.grad_norm = 0;
+        zt_log(ZT_LOG_WARN, "step %lld: the global batch has no loss tokens (every target is -100); no update",
+               (long long)step);
+        return ZT_OK;
+    }
+
+    double loss = 0;
+    uint32_t flags = ZT_UNIT_TRAIN | (t->set.recompute ? ZT_UNIT_RECOMPUTE : 0);
+    for (int64_t k = 0; k < t->set.accum; k++) {
+        zt_batch b = batch_of(t, &t->micro[k], counts[0]);
+        float part = 0;
+        st = forward(t, &b, flags, &part, err);
+        if (st == ZT_OK) st = backward(t, &b, k == t->set.accum - 1, err);
+        if (st != ZT_OK) return st;
+        loss += part;
+    }
+    if (t->dp.size > 1) {
+        float shared = (float)loss;
+        st = t->host->all_reduce(t->host->ctx, &t->dp, &shared, &shared, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
+        if (st != ZT_OK) return host_failed(t, st, err, "summing the loss over 'dp'");
+        loss = shared;
+    }
+    out->loss = loss;
+
+    zt_step_args a = {.struct_size = sizeof a,
+                      .step = step,
+                      .lr = out->lr,
+                      .weight_decay = t->set.weight_decay,
+                      .max_grad_norm = t->set.clip,
+                      .loss_scale = 1.0};
+    void *zs = t->zero_lp->state;
+    st = t->zero->step(zs, &a, &out->result);
+    if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "step %lld", (long long)step);
+    st = t->zero->zero_grad(zs);
+    if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "zero_grad after step %lld", (long long)step);
+    if (out->result.skipped)
+        zt_log(ZT_LOG_WARN, "step %lld: the gradient norm is %g (non-finite): the update was skipped",
+               (long long)step, out->result.grad_norm);
+    return ZT_OK;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------- */
+
+/* Mean loss over the loss tokens of up to eval.batches micro-batches of the validation split. */
+static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_error *err)
+{
+    zt_loader_rewind(t->val_loader);
+    int64_t n_batches = zt_loader_info_get(t->val_loader)->batches_per_epoch;
+    if (n_batches > t->set.eval_batches) n_batches = t->set.eval_batches;
+    double sum = 0;
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < n_batches && !zt_runtime_cancel_requested(); i++) {
+        const zt_loader_batch *lb;
+        zt_status st = zt_loader_next(t->val_loader, &lb, err);
+        if (st != ZT_OK) return st;
+        zt_batch b;
+        zt_loader_batch_view(lb, &b);
+        b.n_loss_tokens_global = 1; /* the model returns the sum; divided by the token count below */
+        float part = 0;
+        st = forward(t, &b, 0, &part, err);
+        if (st != ZT_OK) return st;
+        sum += part;
+        tokens += lb->n_loss_tokens;
+    }
+    if (t->dp.size > 1) {
+        float s = (float)sum;
+        int64_t n = tokens;
+        zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, &s, &s, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
+        if (st == ZT_OK) st = t->host->all_reduce(t->host->ctx, &t->dp, &n, &n, 1, ZT_I64, ZT_REDUCE_SUM, NULL);
+        if (st != ZT_OK) return host_failed(t, st, err, "summing the evaluation loss over 'dp'");
+        sum = s;
+        tokens = n;
+    }
+    *n_tokens = tokens;
+    *mean_loss = tokens ? sum / (double)tokens : NAN;
+    return ZT_OK;
+}
+
+/* ---- weights in ------------------------------------------------------------------------------- */
+
+/* Fill every unit's master from `fill`, which writes this rank's slice [offset, offset + count) of a
+ * unit's padded buffer into dst (padding zero). */
+typedef zt_status (*shard_source)(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                                  zt_error *err);
+
+static zt_status load_master(trainer *t, shard_source fill, void *ctx, zt_error *err)
+{
+    void *zs = t->zero_lp->state;
+    zt_status st = hold_shard_buffer(t, err);
+    for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
+        int64_t offset, count;
+        t->zero->shard_range(zs, u, &offset, &count);
+        st = fill(t, ctx, u, offset, count, t->shard_buf, err);
+        if (st != ZT_OK) return st;
+        st = t->zero->write_shard(zs, u, ZT_SHARD_MASTER, t->shard_buf);
+        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, weights)", (int)u);
+    }
+    return st;
+}
+
+static zt_status random_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                               zt_error *err)
+{
+    (void)ctx, (void)err;
+    zt_layout_init_range(t->layout, t->rt, unit, (uint64_t)t->set.seed, offset, count, dst);
+    return ZT_OK;
+}
+
+/* Calls fn for every parameter with storage that overlaps [offset, offset + count) of unit u:
+ * the element range inside the tensor and where it lies in the slice. */
+typedef zt_status (*piece_fn)(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                              zt_error *err);
+
+static zt_status for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count, float *slice, piece_fn fn,
+                                void *ctx, zt_error *err)
+{
+    const zt_unit_layout *ul = &t->layout->units[u];
+    for (int32_t i = ul->first_param; i < ul->first_param + ul->n_params; i++) {
+        int64_t lo = t->layout->param_offset[i];
+        if (lo < 0) continue; /* tied */
+        int64_t hi = lo + t->layout->numel[i];
+        int64_t from = lo > offset ? lo : offset, to = hi < offset + count ? hi : offset + count;
+        if (from >= to) continue;
+        zt_status st = fn(t, ctx, i, from - lo, to - from, slice + (from - offset), err);
+        if (st != ZT_OK) return st;
+    }
+    return ZT_OK;
+}
+
+static zt_status hf_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                          zt_error *err)
+{
+    const zt_param_decl *p = &t->info->params[param];
+    return zt_hf_model_read(ctx, p->name, p->ndim, p->shape, (uint64_t)elem_offset, (uint64_t)n, slice_at, err);
+}
+
+static zt_status hf_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                           zt_error *err)
+{
+    memset(dst, 0, (size_t)count * sizeof *dst);
+    return for_each_piece(t, unit, offset, count, dst, hf_piece, ctx, err);
+}
+
+static zt_status load_hf(trainer *t, const char *dir, zt_error *err)
+{
+    zt_hf_model *m;
+    zt_status st = zt_hf_model_open(dir, &m, err);
+    if (st != ZT_OK) return st;
+    st = load_master(t, hf_source, m, err);
+    zt_hf_model_close(m);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "weights loaded from %s", dir);
+    return st;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------------ */
+
+static const char *state_name(trainer *t, int32_t k)
+{
+    const char *name = t->opt->state_name ? t->opt->state_name(t->opt_lp->state, k) : NULL;
+    return name ? name : "state";
+}
+
+static int32_t n_opt_state(trainer *t)
+{
+    return t->opt->n_state ? t->opt->n_state(t->opt_lp->state) : 0;
+}
+
+/* The trainer's own state: JSON, one object. */
+static char *trainer_state_json(trainer *t, int64_t step)
+{
+    char schedule[512];
+    zt_schedule_to_json(&t->schedule, schedule, sizeof schedule);
+    char *text = NULL;
+    if (asprintf(&text,
+                 "{\"format\":\"" TRAINER_STATE_FORMAT "\",\"version\":1,\"step\":%lld,\"seed\":%lld,"
+                 "\"elapsed_s\":%.17g,\"tokens_seen\":%lld,\"schedule\":%s}",
+                 (long long)step, (long long)t->set.seed, t->elapsed_before + t->session_s, (long long)t->tokens_seen,
+                 schedule) < 0)
+        return NULL;
+    return text;
+}
+
+typedef struct save_ctx {
+    zt_ckpt_rank_writer *w;
+    const char *group;
+} save_ctx;
+
+static zt_status save_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                            zt_error *err)
+{
+    save_ctx *s = ctx;
+    if (strcmp(s->group, ZT_CKPT_GROUP_PARAM) != 0 && !t->layout->trainable[param]) return ZT_OK; /* no state */
+    return zt_ckpt_rank_writer_add_shard(s->w, t->info->params[param].name, s->group, elem_offset, n, slice_at, err);
+}
+
+static char *resolved_config_json(trainer *t, zt_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing the resolved config");
+        return NULL;
+    }
+    zt_status st = zt_config_write_resolved(t->req->cfg, f, t->req->plugins_json, err);
+    if (fclose(f) != 0 && st == ZT_OK) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st != ZT_OK) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* The declarations of every tensor a checkpoint holds: weights of every parameter with storage,
+ * optimizer state of the trainable ones. */
+static zt_ckpt_tensor_decl *checkpoint_decls(trainer *t, size_t *n_out)
+{
+    int32_t n_state = n_opt_state(t), np = t->info->n_params_decl;
+    zt_ckpt_tensor_decl *d = calloc((size_t)np * (size_t)(1 + n_state), sizeof *d);
+    size_t n = 0;
+    for (int32_t g = 0; d && g <= n_state; g++) {
+        for (int32_t i = 0; i < np; i++) {
+            const zt_param_decl *p = &t->info->params[i];
+            if (t->layout->param_offset[i] < 0 || (g > 0 && !t->layout->trainable[i])) continue;
+            d[n].name = p->name;
+            d[n].group = g == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, g - 1);
+            d[n].ndim = p->ndim;
+            for (int32_t k = 0; k < p->ndim; k++) d[n].shape[k] = p->shape[k];
+            n++;
+        }
+    }
+    *n_out = n;
+    return d;
+}
+
+static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, const zt_loader_position *pos,
+                                 zt_ckpt_rank_result *result, zt_error *err)
+{
+    zt_ckpt_rank_writer *w;
+    zt_status st = zt_ckpt_rank_writer_open(staging, t->dp.rank, &w, err);
+    if (st != ZT_OK) return st;
+    void *zs = t->zero_lp->state;
+    int32_t n_state = n_opt_state(t);
+    for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
+        int64_t offset, count;
+        t->zero->shard_range(zs, u, &offset, &count);
+        for (int32_t which = 0; which <= n_state && st == ZT_OK; which++) {
+            st = t->zero->read_shard(zs, u, which, t->shard_buf);
+            if (st != ZT_OK) {
+                st = plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, array %d)", (int)u, (int)which);
+                break;
+            }
+            save_ctx sc = {w, which == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, which - 1)};
+            st = for_each_piece(t, u, offset, count, t->shard_buf, save_piece, &sc, err);
+        }
+    }
+    char position[512], blob_name[64];
+    zt_loader_position_to_json(pos, position, sizeof position);
+    snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)t->dp.rank);
+    if (st == ZT_OK) st = zt_ckpt_rank_writer_add_blob(w, blob_name, position, strlen(position), err);
+    if (st == ZT_OK && t->dp.rank == 0) {
+        char *state = trainer_state_json(t, step);
+        st = state ? zt_ckpt_rank_writer_add_blob(w, TRAINER_STATE_BLOB, state, strlen(state), err)
+                   : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing the trainer state");
+        free(state);
+    }
+    if (st != ZT_OK) {
+        zt_ckpt_rank_writer_abort(w);
+        return st;
+    }
+    return zt_ckpt_rank_writer_finish(w, result, err);
+}
+
+static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_position *pos, char **final_dir,
+                                 zt_error *err)
+{
+    double started = now_s();
+    char *staging = NULL, *config = NULL;
+    zt_ckpt_rank_result result = {0};
+    size_t n_decls = 0;
+    zt_ckpt_tensor_decl *decls = checkpoint_decls(t, &n_decls);
+    if (!decls) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory listing the checkpoint's tensors");
+    zt_status st = hold_shard_buffer(t, err);
+    if (st == ZT_OK) st = zt_ckpt_stage(t->set.ckpt_root, step, &staging, err);
+    if (st == ZT_OK) st = write_rank_file(t, staging, step, pos, &result, err);
+    if (st == ZT_OK && !(config = resolved_config_json(t, err))) st = err->status;
+    if (st == ZT_OK) {
+        zt_ckpt_commit_args a = {.root = t->set.ckpt_root,
+                                 .staging_dir = staging,
+                                 .step = step,
+                                 .config_json = config,
+                                 .layout = {.world_size = t->host->world_size,
+                                            .zero_stage = t->zero->stage,
+                                            .dp_size = t->dp.size,
+                                            .tp_size = 1,
+                                            .pp_size = 1},
+                                 .tensors = decls,
+                                 .n_tensors = n_decls,
+                                 .ranks = &result,
+                                 .n_ranks = 1,
+                                 .keep_last = (int32_t)t->set.ckpt_keep};
+        zt_ckpt_model_shape_from_info(t->info, &a.model);
+        st = zt_ckpt_commit(&a, final_dir, err);
+    }
+    if (st != ZT_OK && staging) zt_ckpt_discard_stage(staging);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "checkpoint of step %lld saved to %s (%.1f s)", (long long)step,
+                            *final_dir ? *final_dir : t->set.ckpt_root, now_s() - started);
+    zt_ckpt_rank_result_free(&result);
+    free(staging);
+    free(config);
+    free(decls);
+    drop_shard_buffer(t);
+    return st;
+}
+
+typedef struct resume_ctx {
+    zt_ckpt *ckpt;
+    const char *group;
+    int64_t missing;   /* optimizer-state elements the checkpoint lacks (newly trainable parameters) */
+} resume_ctx;
+
+static zt_status ckpt_param_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                                   zt_error *err)
+{
+    resume_ctx *r = ctx;
+    return zt_ckpt_read_unit_shard(r->ckpt, &t->layout->layout, unit, ZT_CKPT_GROUP_PARAM, offset, count, dst, err);
+}
+
+static zt_status resume_state_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n,
+                                    float *slice_at, zt_error *err)
+{
+    resume_ctx *r = ctx;
+    const char *name = t->info->params[param].name;
+    if (!t->layout->trainable[param]) return ZT_OK;
+    if (!zt_ckpt_find(r->ckpt, name, r->group)) {
+        r->missing += n; /* stays zero: a fresh optimizer state, as for a parameter never trained */
+        return ZT_OK;
+    }
+    return zt_ckpt_read(r->ckpt, name, r->group, elem_offset, n, slice_at, err);
+}
+
+/* The JSON number of `key` in object text, or fallback. */
+static double json_number(const zt_json *j, const char *key, double fallback)
+{
+    int v = zt_json_object_get(j, 0, key);
+    return v >= 0 && zt_json_is_number(j, v) ? zt_json_get_number(j, v) : fallback;
+}
+
+static zt_status restore_trainer_state(trainer *t, zt_ckpt *c, zt_error *err)
+{
+    const void *data;
+    size_t size;
+    zt_status st = zt_ckpt_blob(c, TRAINER_STATE_BLOB, &data, &size, err);
+    if (st != ZT_OK) return st;
+    zt_json j;
+    st = zt_json_parse(data, size, "checkpoint blob " TRAINER_STATE_BLOB, &j, err);
+    if (st != ZT_OK) return st;
+    int format = zt_json_object_get(&j, 0, "format");
+    if (j.tok[0].type != ZT_JSON_OBJECT || format < 0 || !zt_json_eq(&j, format, TRAINER_STATE_FORMAT) ||
+        json_number(&j, "version", 0) != 1 || json_number(&j, "step", -1) != (double)zt_ckpt_step(c)) {
+        zt_json_free(&j);
+        return zt_error_set(err, ZT_ERR_FORMAT,
+                            "the checkpoint's " TRAINER_STATE_BLOB " is not a version 1 " TRAINER_STATE_FORMAT
+                            " for its step %lld; it was written by another program or version",
+                            (long long)zt_ckpt_step(c));
+    }
+    t->elapsed_before = json_number(&j, "elapsed_s", 0);
+    t->tokens_seen = (int64_t)json_number(&j, "tokens_seen", 0);
+    double seed = json_number(&j, "seed", -1);
+    if (seed != (double)t->set.seed)
+        zt_log(ZT_LOG_WARN, "the checkpoint was trained with seed %.0f, this run has seed %lld", seed,
+               (long long)t->set.seed);
+    int sched = zt_json_object_get(&j, 0, "schedule");
+    char now[512];
+    zt_schedule_to_json(&t->schedule, now, sizeof now);
+    if (sched >= 0) {
+        int len = j.tok[sched].end - j.tok[sched].start;
+        if ((size_t)len != strlen(now) || memcmp(j.text + j.tok[sched].start, now, (size_t)len) != 0)
+            zt_log(ZT_LOG_WARN, "the learning-rate schedule changed since the checkpoint: it was %.*s, now %s", len,
+                   j.text + j.tok[sched].start, now);
+    }
+    zt_json_free(&j);
+    return ZT_OK;
+}
+
+static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
+{
+    char blob_name[64];
+    snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)t->dp.rank);
+    const void *data;
+    size_t size;
+    zt_status st = zt_ckpt_blob(c, blob_name, &data, &size, err);
+    if (st != ZT_OK) return st;
+    zt_loader_position pos;
+    st = zt_loader_position_from_json(data, size, blob_name, &pos, err);
+    if (st == ZT_OK) st = zt_loader_set_position(t->train_loader, &pos, err);
+    return st;
+}
+
+static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
+{
+    const char *want = t->req->resume;
+    if (!strcmp(want, "latest")) return zt_ckpt_latest(t->set.ckpt_root, step_dir, err);
+    char probe[4096];
+    struct stat sb;
+    snprintf(probe, sizeof probe, "%s/checkpoint.json", want);
+    if (stat(probe, &sb) == 0) return (*step_dir = strdup(want)) ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
+    if (stat(want, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return zt_error_set(err, ZT_ERR_NOT_FOUND,
+                            "--resume %s: no such directory; give a checkpoint (a step-NNNNNN directory), a "
+                            "checkpoint root, or latest (the newest under %s)",
+                            want, t->set.ckpt_root);
+    return zt_ckpt_latest(want, step_dir, err); /* a root: its newest complete checkpoint */
+}
+
+static zt_status resume(trainer *t, zt_error *err)
+{
+    char *dir = NULL;
+    zt_status st = resolve_resume_dir(t, &dir, err);
+    if (st != ZT_OK) {
+        if (st == ZT_ERR_NOT_FOUND)
+            zt_error_append(err, "\nnothing to resume from: train without --resume first, or point --resume at "
+                            "a checkpoint directory");
+        return st;
+    }
+    zt_ckpt *c = NULL;
+    st = zt_ckpt_open(dir, &c, err);
+    static const char *const groups[] = {ZT_CKPT_GROUP_PARAM};
+    if (st == ZT_OK) st = zt_ckpt_check_model(c, t->info, groups, 1, err);
+    resume_ctx r = {c, ZT_CKPT_GROUP_PARAM, 0};
+    if (st == ZT_OK) st = load_master(t, ckpt_param_source, &r, err);
+    void *zs = t->zero_lp->state;
+    int32_t n_state = n_opt_state(t);
+    for (int32_t k = 0; k < n_state && st == ZT_OK; k++) {
+        r.group = state_name(t, k);
+        for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
+            int64_t offset, count;
+            t->zero->shard_range(zs, u, &offset, &count);
+            memset(t->shard_buf, 0, (size_t)count * sizeof(float));
+            st = for_each_piece(t, u, offset, count, t->shard_buf, resume_state_piece, &r, err);
+            if (st != ZT_OK) break;
+            st = t->zero->write_shard(zs, u, k + 1, t->shard_buf);
+            if (st != ZT_OK) st = plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, %s)", (int)u, r.group);
+        }
+    }
+    if (st == ZT_OK) st = restore_trainer_state(t, c, err);
+    if (st == ZT_OK) st = restore_loader(t, c, err);
+    if (st == ZT_OK) {
+        t->step = zt_ckpt_step(c);
+        if (r.missing)
+            zt_log(ZT_LOG_WARN, "the checkpoint holds no optimizer state for %lld elements of parameters that are "
+                   "trainable now (trainable_params changed); their state starts at zero", (long long)r.missing);
+        zt_log(ZT_LOG_INFO, "resumed from %s at step %lld", dir, (long long)t->step);
+    } else {
+        zt_error_append(err, "\n(while resuming from %s)", dir);
+    }
+    zt_ckpt_close(c);
+    free(dir);
+    return st;
+}
+
+/* ---- HF export -------------------------------------------------------------------------------- */
+
+typedef struct export_ctx {
+    trainer *t;
+    const zt_hf_tensor_list *list;
+    int32_t loaded_unit; /* whose master is in shard_buf; -1 none */
+} export_ctx;
+
+static zt_status export_fill(void *opaque, size_t index, uint64_t elem_offset, uint64_t count, float *dst,
+                             zt_error *err)
+{
+    export_ctx *x = opaque;
+    trainer *t = x->t;
+    const char *name = x->list->specs[index].name;
+    int32_t i = zt_layout_find(t->layout, name);
+    if (i < 0)
+        return zt_error_set(err, ZT_ERR_INTERNAL, "export: the model has no parameter '%s' that config.json implies",
+                            name);
+    int32_t owner = t->layout->owner[i];
+    int32_t unit = t->info->params[owner].unit;
+    if (x->loaded_unit != unit) {
+        zt_status st = t->zero->read_shard(t->zero_lp->state, unit, ZT_SHARD_MASTER, t->shard_buf);
+        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "read_shard(unit %d) for export", (int)unit);
+        x->loaded_unit = unit;
+    }
+    memcpy(dst, t->shard_buf + t->layout->param_offset[owner] + (int64_t)elem_offset, count * sizeof(float));
+    return ZT_OK;
+}
+
+/* The config.json of the trained model: the --model one, else built from the model and its keys. */
+static zt_status export_config(trainer *t, zt_hf_config *c, zt_error *err)
+{
+    if (t->req->model_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", t->req->model_dir);
+        return zt_hf_config_load(path, c, err);
+    }
+    const zt_config *cfg = t->req->cfg;
+    if (zt_config_is_set(cfg, "model.preset") &&
+        (!zt_config_is_set(cfg, "model.rms_norm_eps") || !zt_config_is_set(cfg, "model.rope_theta")))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "--export with model.preset needs model.rms_norm_eps and model.rope_theta set "
+                            "explicitly (the preset's values are internal to the model plugin); add them, e.g. "
+                            "--set model.rms_norm_eps=1e-5 --set model.rope_theta=10000");
+    const zt_model_info *m = t->info;
+    zt_hf_config_defaults(c);
+    c->hidden_size = m->hidden_size;
+    c->intermediate_size = m->intermediate_size;
+    c->num_hidden_layers = m->n_layers;
+    c->num_attention_heads = m->n_heads;
+    c->num_key_value_heads = m->n_kv_heads;
+    c->head_dim = m->head_dim;
+    c->vocab_size = m->vocab_size;
+    c->max_position_embeddings = m->max_seq_len;
+    c->tie_word_embeddings = 0;
+    for (int32_t i = 0; i < m->n_params_decl; i++)
+        if (m->params[i].flags & ZT_PARAM_TIED) c->tie_word_embeddings = 1;
+    zt_config_get_float(cfg, "model.rms_norm_eps", &c->rms_norm_eps);
+    zt_config_get_float(cfg, "model.rope_theta", &c->rope_theta);
+    zt_config_get_float(cfg, "model.initializer_range", &c->initializer_range);
+    const char *rope_type = "none";
+    zt_config_get_string(cfg, "model.rope_scaling.rope_type", &rope_type);
+    if (!strcmp(rope_type, "llama3")) {
+        c->rope_llama3 = 1;
+        zt_config_get_float(cfg, "model.rope_scaling.factor", &c->rope_factor);
+        zt_config_get_float(cfg, "model.rope_scaling.low_freq_factor", &c->rope_low_freq_factor);
+        zt_config_get_float(cfg, "model.rope_scaling.high_freq_factor", &c->rope_high_freq_factor);
+        zt_config_get_int(cfg, "model.rope_scaling.original_max_position_embeddings",
+                          &c->rope_original_max_position_embeddings);
+    }
+    /* The special tokens of the tokenizer the data was prepared with. */
+    c->bos_token_id = t->data_info->bos_id;
+    c->pad_token_id = t->data_info->pad_id;
+    c->n_eos = 0;
+    if (t->data_info->eos_id >= 0) c->eos_token_ids[c->n_eos++] = t->data_info->eos_id;
+    c->dtype = ZT_ST_F32;
+    return ZT_OK;
+}
+
+static zt_status export_hf(trainer *t, zt_error *err)
+{
+    zt_hf_config c;
+    zt_status st = export_config(t, &c, err);
+    if (st != ZT_OK) return st;
+    c.dtype = ZT_ST_F32;
+    zt_hf_tensor_list list = {0};
+    st = zt_hf_llama_tensors(&c, ZT_ST_F32, &list, err);
+    if (st != ZT_OK) return st;
+    export_ctx x = {t, &list, -1};
+    st = hold_shard_buffer(t, err);
+    if (st == ZT_OK) st = zt_hf_export(t->req->export_dir, &c, list.specs, list.n, export_fill, &x, 0, err);
+    zt_hf_tensor_list_free(&list);
+    drop_shard_buffer(t);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "model exported in Hugging Face format to %s", t->req->export_dir);
+    return st;
+}
+
+/* ---- Ctrl-C ------------------------------------------------------------------------------------ */
+
+static struct sigaction g_old_int, g_old_term;
+
+static void on_interrupt(int sig)
+{
+    (void)sig;
+    if (zt_runtime_cancel_requested()) {
+        static const char msg[] = "\nzt-run: second interrupt: exiting now, without a checkpoint\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)ignored;
+        _exit(130);
+    }
+    zt_runtime_request_cancel();
+    static const char msg[] = "\nzt-run: interrupt: finishing the current step, then saving a checkpoint "
+                              "(interrupt again to quit without one)\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+}
+
+static void catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &g_old_int);
+    sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+static void restore_interrupts(void)
+{
+    sigaction(SIGINT, &g_old_int, NULL);
+    sigaction(SIGTERM, &g_old_term, NULL);
+}
+
+/* ---- the loop ---------------------------------------------------------------------------------- */
+
+static void fill_record(trainer *t, const step_outcome *o, int64_t step, double step_s, int64_t session_steps,
+                        zt_train_record *r)
+{
+    memset(r, 0, sizeof *r);
+    r->step = step;
+    r->total_steps = t->set.steps;
+    r->loss = o->loss;
+    r->lr = o->lr;
+    r->grad_norm = o->result.grad_norm;
+    r->skipped = o->result.skipped;
+    r->tokens = o->tokens;
+    r->loss_tokens = o->loss_tokens;
+    r->step_s = step_s;
+    r->elapsed_s = t->elapsed_before + t->session_s;
+    r->eta_s = t->session_s / (double)session_steps * (double)(t->set.steps - step);
+    r->has_device = t->host->device->device_type != ZT_DEVICE_CPU;
+    for (int p = 0; p < ZT_POOL_COUNT; p++) {
+        zt_runtime_mem_stats(t->rt, p, ZT_MEM_HOST, &r->host_mem[p]);
+        if (r->has_device) zt_runtime_mem_stats(t->rt, p, ZT_MEM_DEVICE, &r->device_mem[p]);
+    }
+}
+
+static zt_status run_eval(trainer *t, int64_t step, zt_error *err)
+{
+    double started = now_s(), loss = 0;
+    int64_t tokens = 0;
+    zt_status st = evaluate(t, &loss, &tokens, err);
+    if (st != ZT_OK || zt_runtime_cancel_requested()) return st;
+    double took = now_s() - started;
+    zt_log(ZT_LOG_INFO, "step %lld/%lld | eval_loss %.4f over %lld tokens (%.1f s)", (long long)step,
+           (long long)t->set.steps, loss, (long long)tokens, took);
+    return zt_metrics_eval(t->metrics, step, loss, tokens, took, err);
+}
+
+/* How to continue after an interruption, for the final message. */
+static void interrupted_message(trainer *t, int64_t start_step, const char *saved_dir, zt_error *err)
+{
+    if (t->step == start_step && !saved_dir) {
+        zt_error_set(err, ZT_ERR_CANCELLED, "interrupted before step %lld was complete: nothing new to save%s",
+                     (long long)(t->step + 1), t->req->resume ? " (the checkpoint resumed from is unchanged)" : "");
+        return;
+    }
+    zt_error_set(err, ZT_ERR_CANCELLED,
+                 "interrupted after step %lld of %lld; its checkpoint is in %s. Resume with the same command plus "
+                 "--resume latest",
+                 (long long)t->step, (long long)t->set.steps, saved_dir ? saved_dir : t->set.ckpt_root);
+}
+
+static zt_status train_loop(trainer *t, zt_error *err)
+{
+    /* The run starts from a saved state (a checkpoint) or a reproducible one (seed, --model). */
+    int64_t start_step = t->step, last_saved = t->step, session_steps = 0;
+    zt_loader_position pos;
+    zt_loader_get_position(t->train_loader, &pos);
+    zt_status st = ZT_OK;
+    while (t->step < t->set.steps && !zt_runtime_cancel_requested()) {
+        if (t->set.epochs > 0 && pos.epoch >= (uint64_t)t->set.epochs) {
+            zt_log(ZT_LOG_INFO, "reached %lld epoch%s after step %lld: stopping (epochs)", (long long)t->set.epochs,
+                   t->set.epochs == 1 ? "" : "s", (long long)t->step);
+            break;
+        }
+        int64_t step = t->step + 1;
+        double started = now_s();
+        step_outcome o;
+        st = train_step(t, step, &o, err);
+        if (st == ZT_ERR_CANCELLED) break; /* a plugin stopped mid-step: the last complete step is saved */
+        if (st != ZT_OK) return st;
+        double step_s = now_s() - started;
+        t->session_s += step_s;
+        session_steps++;
+        t->step = step;
+        t->tokens_seen += o.tokens;
+        zt_loader_get_position(t->train_loader, &pos);
+
+        zt_train_record r;
+        fill_record(t, &o, step, step_s, session_steps, &r);
+        st = zt_metrics_train(t->metrics, &r, err);
+        if (st != ZT_OK) return st;
+        if (step % t->set.log_every == 0 || step == t->set.steps) {
+            char line[512];
+            zt_metrics_format_train(&r, line, sizeof line);
+            zt_log(ZT_LOG_INFO, "%s", line);
+        }
+        if (t->set.eval_every > 0 && step % t->set.eval_every == 0) {
+            st = run_eval(t, step, err);
+            if (st != ZT_OK) return st;
+        }
+        if (t->set.ckpt_every > 0 && step % t->set.ckpt_every == 0 && step < t->set.steps) {
+            char *dir = NULL;
+            st = save_checkpoint(t, step, &pos, &dir, err);
+            free(dir);
+            if (st != ZT_OK) return st;
+            last_saved = step;
+        }
+    }
+    int cancelled = st == ZT_ERR_CANCELLED || zt_runtime_cancel_requested();
+    char *dir = NULL;
+    zt_status saved = t->step > last_saved ? save_checkpoint(t, t->step, &pos, &dir, err) : ZT_OK;
+    if (saved == ZT_OK && cancelled) {
+        interrupted_message(t, start_step, dir, err);
+        saved = ZT_ERR_CANCELLED;
+    }
+    free(dir);
+    return saved;
+}
+
+/* ---- entry ------------------------------------------------------------------------------------- */
+
+/* mkdir -p */
+static zt_status make_dirs(const char *dir, zt_error *err)
+{
+    char path[4096];
+    if (!dir[0] || snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path - 64)
+        return zt_error_set(err, ZT_ERR_CONFIG, "output_dir \"%.100s\" is empty or too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return zt_error_set(err, ZT_ERR_IO, "output_dir %s: cannot create %s: %s", dir, path, strerror(errno));
+        *p = saved;
+        if (!saved) return ZT_OK;
+    }
+}
+
+static zt_status prepare_output(trainer *t, zt_error *err)
+{
+    zt_status st = make_dirs(t->set.output_dir, err);
+    if (st != ZT_OK) return st;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.resolved.json", t->set.output_dir);
+    st = zt_config_save_resolved(t->req->cfg, path, t->req->plugins_json, err);
+    if (st != ZT_OK) return st;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->set.output_dir);
+    return zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
+}
+
+static zt_status setup_and_train(trainer *t, zt_error *err)
+{
+    zt_status st = read_settings(t->req->cfg, &t->set, err);
+    if (st == ZT_OK) st = bind_plugins(t, err);
+    if (st == ZT_OK) st = zt_schedule_from_config(t->req->cfg, &t->schedule, err);
+    zt_layout_options lo = {t->dp.size, t->set.trainable, t->set.no_decay_flags};
+    if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
+    if (st == ZT_OK) {
+        zt_status zs = t->zero->setup(t->zero_lp->state, &t->layout->layout, t->opt, t->opt_lp->state);
+        if (zs != ZT_OK) st = plugin_failed(t->zero_lp, zs, err, "setup");
+    }
+    if (st == ZT_OK) st = open_data(t, err);
+    if (st == ZT_OK) st = alloc_buffers(t, err);
+    if (st != ZT_OK) return st;
+
+    if (t->req->resume) st = resume(t, err);
+    else if (t->req->model_dir) st = load_hf(t, t->req->model_dir, err);
+    else st = load_master(t, random_source, NULL, err);
+    drop_shard_buffer(t);
+    if (st == ZT_OK) st = prepare_output(t, err);
+    if (st != ZT_OK) return st;
+
+    zt_log(ZT_LOG_INFO, "training %lld parameters (%lld trainable) for %lld steps of %lld x %lld x %d sequences of "
+           "%lld tokens; schedule %s, peak lr %g",
+           (long long)t->info->n_parameters, (long long)t->layout->n_trainable, (long long)t->set.steps,
+           (long long)t->set.micro_batch, (long long)t->set.accum, (int)t->dp.size, (long long)t->set.seq_len,
+           zt_schedule_type_name(t->schedule.type), t->schedule.peak_lr);
+    if (t->step >= t->set.steps)
+        zt_log(ZT_LOG_INFO, "the checkpoint is at step %lld and steps is %lld: nothing left to train",
+               (long long)t->step, (long long)t->set.steps);
+    st = train_loop(t, err);
+    if (st == ZT_OK && t->req->export_dir) st = export_hf(t, err);
+    return st;
+}
+
+zt_status zt_train_run(const zt_train_request *req, zt_error *err)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.req = req;
+    t.rt = req->rt;
+    catch_interrupts();
+    zt_status st = setup_and_train(&t, err);
+    restore_interrupts();
+    zt_metrics_close(t.metrics);
+    if (t.info) free_buffers(&t);
+    zt_loader_close(t.train_loader);
+    zt_loader_close(t.val_loader);
+    /* The zero plugin holds the layout (and the layout the model's info) until its fini. */
+    zt_plugin_set_unload(req->plugins);
+    zt_layout_free(t.layout);
+    return st;
+}

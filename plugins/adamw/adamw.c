@@ -1,0 +1,228 @@
+/* adamw: torch.optim.AdamW, exactly (Loshchilov & Hutter, decoupled weight decay).
+ *
+ * Per element, with g the gradient times the host's grad_scale (clipping factor / loss scale) and t
+ * the 1-based step:
+ *     p = p * (1 - lr * weight_decay)                 decay first, on the old parameter
+ *     m = beta1 * m + (1 - beta1) * g                 exp_avg
+ *     v = beta2 * v + (1 - beta2) * g^2               exp_avg_sq
+ *     p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * eps is added to the bias-corrected sqrt(v), as torch does (not inside the square root). The
+ * arithmetic is the CPU kernel's (kernels/cpu/adamw.c), which follows torch's evaluation order.
+ *
+ * lr and weight_decay arrive per call: the host's schedule sets the lr, and the host's parameter
+ * groups give weight_decay = 0 to the ranges excluded from decay. This plugin declares those keys
+ * (DeepSpeed's names, so a ds_config.json's "optimizer": {"params": ...} works) and reads betas and
+ * eps itself.
+ */
+#include <math.h>
+#include <string.h>
+
+#include <zt/zt.h>
+
+#include "cpu/kernels.h"
+
+/* Gradients are scaled into this many floats at a time when grad_scale != 1 (the kernel reads an
+ * unscaled const gradient). 1 Mi elements: 4 MiB of workspace, large enough for every thread. */
+#define SCALE_CHUNK (1 << 20)
+
+typedef struct adamw_state {
+    const zt_host *host;
+    double beta1, beta2, eps;
+    float *scaled_grad; /* [SCALE_CHUNK], allocated on first use */
+} adamw_state;
+
+static const zt_option adamw_options[] = {
+    {.key = "optimizer.params.lr",
+     .type = ZT_OPT_FLOAT,
+     .flags = ZT_OPT_HAS_MIN | ZT_OPT_MIN_OPEN,
+     .default_value = "3e-4",
+     .min = 0.0,
+     .help = "peak learning rate; the host's schedule (scheduler.*) scales it per step"},
+    {.key = "optimizer.params.betas",
+     .type = ZT_OPT_FLOATS,
+     .flags = ZT_OPT_HAS_MIN | ZT_OPT_HAS_MAX,
+     .default_value = "[0.9, 0.999]",
+     .min = 0.0,
+     .max = 1.0,
+     .help = "[beta1, beta2]: decay rates of the first and second moment estimates, each in [0, 1)"},
+    {.key = "optimizer.params.eps",
+     .type = ZT_OPT_FLOAT,
+     .flags = ZT_OPT_HAS_MIN,
+     .default_value = "1e-8",
+     .min = 0.0,
+     .help = "added to the bias-corrected sqrt(exp_avg_sq) for numerical stability"},
+    {.key = "optimizer.params.weight_decay",
+     .type = ZT_OPT_FLOAT,
+     .flags = ZT_OPT_HAS_MIN,
+     .default_value = "0.01",
+     .min = 0.0,
+     .help = "decoupled weight decay (torch.optim.AdamW's default 0.01); parameters excluded by "
+             "optimizer.no_decay get none"},
+};
+
+static zt_status adamw_probe(const zt_host *host)
+{
+    (void)host;
+    return ZT_OK;
+}
+
+static zt_status adamw_init(const zt_host *host, void **state_out)
+{
+    double betas[2], eps;
+    int32_t n_betas = 0;
+    zt_status st = host->cfg_floats(host->ctx, "optimizer.params.betas", betas, 2, &n_betas);
+    if (st == ZT_ERR_BUFFER_TOO_SMALL || (st == ZT_OK && n_betas != 2)) {
+        host->error(host->ctx, ZT_ERR_CONFIG,
+                    "optimizer.params.betas must hold exactly 2 numbers [beta1, beta2], got %d; write e.g. "
+                    "\"optimizer\": {\"params\": {\"betas\": [0.9, 0.999]}}",
+                    (int)n_betas);
+        return ZT_ERR_CONFIG;
+    }
+    if (st == ZT_OK) st = host->cfg_float(host->ctx, "optimizer.params.eps", &eps);
+    if (st != ZT_OK) {
+        host->error(host->ctx, st, "adamw: cannot read its options (status %d): a host bug", (int)st);
+        return st;
+    }
+    /* The schema bounds each beta to [0, 1]; 1 itself would divide by zero in the bias correction. */
+    for (int i = 0; i < 2; i++) {
+        if (betas[i] >= 1.0) {
+            host->error(host->ctx, ZT_ERR_CONFIG,
+                        "optimizer.params.betas[%d] is %g: it must be below 1 (1 - beta%d^t corrects the bias "
+                        "and would be 0); typical values are [0.9, 0.999] or [0.9, 0.95]",
+                        i, betas[i], i + 1);
+            return ZT_ERR_CONFIG;
+        }
+    }
+    adamw_state *s = host->alloc(host->ctx, ZT_POOL_OTHER, ZT_MEM_HOST, sizeof *s, 0, "adamw state");
+    if (!s) return ZT_ERR_OUT_OF_MEMORY;
+    memset(s, 0, sizeof *s);
+    s->host = host;
+    s->beta1 = betas[0];
+    s->beta2 = betas[1];
+    s->eps = eps;
+    *state_out = s;
+    return ZT_OK;
+}
+
+static void adamw_fini(void *opaque)
+{
+    adamw_state *s = opaque;
+    if (!s) return;
+    s->host->free(s->host->ctx, s->scaled_grad);
+    s->host->free(s->host->ctx, s);
+}
+
+static int32_t adamw_n_state(void *opaque)
+{
+    (void)opaque;
+    return 2;
+}
+
+static const char *adamw_state_name(void *opaque, int32_t i)
+{
+    (void)opaque;
+    return i == 0 ? "exp_avg" : i == 1 ? "exp_avg_sq" : NULL;
+}
+
+typedef struct scale_job {
+    const float *src;
+    float *dst;
+    float scale;
+} scale_job;
+
+static void scale_range(void *arg, int64_t begin, int64_t end)
+{
+    const scale_job *j = arg;
+    for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale;
+}
+
+static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *param, const float *grad,
+                            float *const *opt_state, uint64_t n, int32_t device_type, void *stream)
+{
+    (void)stream;
+    adamw_state *s = opaque;
+    const zt_host *host = s->host;
+    if (device_type == ZT_DEVICE_CUDA) {
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED,
+                    "adamw has no CUDA kernel yet: keep the optimizer state in host memory "
+                    "(zero_optimization.offload_optimizer.device = \"cpu\" with a ZeRO plugin that offloads) "
+                    "or train on the CPU");
+        return ZT_ERR_UNSUPPORTED;
+    }
+    if (device_type != ZT_DEVICE_CPU) {
+        host->error(host->ctx, ZT_ERR_INVALID_ARG, "adamw step: unknown device_type %d", (int)device_type);
+        return ZT_ERR_INVALID_ARG;
+    }
+    if (!h || h->struct_size < sizeof(zt_optim_hparams)) {
+        host->error(host->ctx, ZT_ERR_INVALID_ARG,
+                    "adamw step: hparams is NULL or its struct_size %u is below the v1 size %u",
+                    h ? (unsigned)h->struct_size : 0u, (unsigned)sizeof(zt_optim_hparams));
+        return ZT_ERR_INVALID_ARG;
+    }
+    if (h->step < 1 || !isfinite(h->lr) || h->lr < 0.0 || !isfinite(h->weight_decay) || h->weight_decay < 0.0 ||
+        !isfinite(h->grad_scale)) {
+        host->error(host->ctx, ZT_ERR_INVALID_ARG,
+                    "adamw step %lld: step must be >= 1, lr (%g) and weight_decay (%g) finite and >= 0, "
+                    "grad_scale (%g) finite",
+                    (long long)h->step, h->lr, h->weight_decay, h->grad_scale);
+        return ZT_ERR_INVALID_ARG;
+    }
+    if (n == 0) return ZT_OK;
+    if (!param || !grad || !opt_state || !opt_state[0] || !opt_state[1] || n > (uint64_t)INT64_MAX) {
+        host->error(host->ctx, ZT_ERR_INVALID_ARG,
+                    "adamw step: param, grad, exp_avg and exp_avg_sq must be non-NULL for %llu elements",
+                    (unsigned long long)n);
+        return ZT_ERR_INVALID_ARG;
+    }
+
+    zt_cpu_ctx cpu = {.parallel_for = host->parallel_for, .pool = host->ctx};
+    zt_adamw_params hp = {h->lr, s->beta1, s->beta2, s->eps, h->weight_decay, h->step};
+    if (h->grad_scale == 1.0) {
+        zt_cpu_adamw_step(&cpu, (int64_t)n, &hp, param, grad, opt_state[0], opt_state[1]);
+        return ZT_OK;
+    }
+    if (!s->scaled_grad) {
+        s->scaled_grad = host->alloc(host->ctx, ZT_POOL_WORKSPACE, ZT_MEM_HOST, SCALE_CHUNK * sizeof(float), 0,
+                                     "adamw scaled gradient chunk");
+        if (!s->scaled_grad) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    /* torch multiplies the fp32 gradient by the fp32 clip coefficient before the step: the same here. */
+    for (uint64_t at = 0; at < n; at += SCALE_CHUNK) {
+        int64_t len = (int64_t)(n - at < SCALE_CHUNK ? n - at : SCALE_CHUNK);
+        scale_job job = {grad + at, s->scaled_grad, (float)h->grad_scale};
+        host->parallel_for(host->ctx, len, 1 << 14, scale_range, &job);
+        zt_cpu_adamw_step(&cpu, len, &hp, param + at, s->scaled_grad, opt_state[0] + at, opt_state[1] + at);
+    }
+    return ZT_OK;
+}
+
+static const zt_optimizer_ops adamw_ops = {
+    .struct_size = sizeof(zt_optimizer_ops),
+    .n_state = adamw_n_state,
+    .state_name = adamw_state_name,
+    .step = adamw_step,
+};
+
+static const zt_plugin adamw_plugin = {
+    .magic = ZT_ABI_MAGIC,
+    .abi_major = ZT_ABI_MAJOR,
+    .abi_minor = ZT_ABI_MINOR,
+    .struct_size = sizeof(zt_plugin),
+    .kind = ZT_KIND_OPTIMIZER,
+    .name = "adamw",
+    .version = "1.0.0",
+    .description = "AdamW with decoupled weight decay, exactly as torch.optim.AdamW (CPU)",
+    .options = adamw_options,
+    .n_options = sizeof adamw_options / sizeof adamw_options[0],
+    /* Element-wise on whatever range it is given: correct on ZeRO shards and on offloaded state. */
+    .caps = ZT_CAP_CPU | ZT_CAP_MULTI_RANK | ZT_CAP_OFFLOAD,
+    .probe = adamw_probe,
+    .init = adamw_init,
+    .fini = adamw_fini,
+    .ops = &adamw_ops,
+};
+
+ZT_PLUGIN_ENTRY
+{
+    return &adamw_plugin;
+}

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# zt-run training end to end. One test per call:
+#   run_test.sh ZT_RUN ZT_PREP SOURCE_DIR WORK_DIR TEST [ARGS...]
+# prepare_data runs first (ctest fixture train_data): the bundled example tasks (examples/data)
+# tokenized by zt-prep. Every run uses a small LLaMA (2 layers, hidden 64) so each test stays short.
+set -u
+zt_run=$1 zt_prep=$2 src=$3 work=$4 test=$5
+shift 5
+here=$(cd "$(dirname "$0")" && pwd)
+. "$src/tests/lib.sh"
+python3 -c "import numpy" 2>/dev/null || skip "python3 with numpy is needed to read the results"
+
+data=$work/data
+out=$work/$test
+model=(--set model.hidden_size=64 --set model.intermediate_size=128 --set model.num_hidden_layers=2
+       --set model.num_attention_heads=4 --set model.num_key_value_heads=2)
+# A short step: 8 sequences of 128 tokens.
+common=(--data "$data" "${model[@]}" --set data.seq_len=128 --set threads=2 --set log.every=1000
+        --set optimizer.params.lr=3e-3)
+
+check() {
+    if ! python3 "$here/check.py" "$@"; then
+        zt_failures=$((zt_failures + 1))
+    fi
+}
+
+# Runs zt-run in the background and sends it `signal` once it has logged `after` steps; sets RC.
+interrupt_after() {
+    local signal=$1 after=$2 metrics=$3
+    shift 3
+    "$zt_run" "$@" >"$out/interrupt.log" 2>&1 &
+    local pid=$! i
+    for i in $(seq 300); do
+        [ -f "$metrics" ] && [ "$(wc -l <"$metrics")" -ge "$after" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "-$signal" "$pid" 2>/dev/null
+    wait "$pid"
+    RC=$?
+}
+
+prepare_data() {
+    [ -x "$zt_prep" ] || skip "zt-prep is not built"
+    rm -rf "$data" "$work/data-no-val" # only these: other tests may be running in $work
+    mkdir -p "$work"
+    expect_ok "wrote" -- "$zt_prep" "$src/examples/data/tasks.json" -t "$src/examples/data/tokenizer.model" \
+        -o "$data" --val-fraction 0.05 --seed 0 --no-progress
+    expect_ok "wrote" -- "$zt_prep" "$src/examples/data/heldout.json" -t "$src/examples/data/tokenizer.model" \
+        -o "$work/data-no-val" --val-fraction 0 --seed 0 --no-progress
+}
+
+# The same global batch of 8 sequences as 1 x 8, 2 x 4 and 4 x 2 micro-batches x accumulation steps:
+# the loss is the mean over the global batch's loss tokens, so losses, gradient norms and the weights
+# after 3 steps agree to float rounding.
+loss_invariance() {
+    local split
+    for split in 8x1 4x2 2x4; do
+        expect_ok -- "$zt_run" "${common[@]}" --output-dir "$out/$split" --set steps=3 \
+            --set train_micro_batch_size_per_gpu="${split%x*}" --set gradient_accumulation_steps="${split#*x}" \
+            --export "$out/$split/hf"
+    done
+    for split in 4x2 2x4; do
+        check same-metrics "$out/8x1/metrics.jsonl" "$out/$split/metrics.jsonl" 1e-5
+        check same-weights "$out/8x1/hf/model.safetensors" "$out/$split/hf/model.safetensors" 1e-5 1e-6
+    done
+}
+
+# 6 steps straight == 5 steps (checkpoints at 3 and 5) + resume from step 3 + 3 steps: the same
+# losses, gradient norms, evaluation losses and final weights, bit for bit, though the resumed part
+# runs on another number of threads.
+resume() {
+    local same=(--set train_micro_batch_size_per_gpu=4 --set gradient_accumulation_steps=2
+                --set scheduler.params.total_num_steps=6 --set scheduler.params.warmup_num_steps=2 --set eval.every=2
+                --set eval.batches=4)
+    expect_ok -- "$zt_run" "${common[@]}" "${same[@]}" --output-dir "$out/straight" --set steps=6 \
+        --export "$out/straight/hf"
+    expect_ok "checkpoint of step 3 saved" "checkpoint of step 5 saved" -- "$zt_run" "${common[@]}" "${same[@]}" \
+        --output-dir "$out/resumed" --set steps=5 --set checkpoint.every=3
+    expect_ok "resumed from $out/resumed/checkpoints/step-000003 at step 3" -- "$zt_run" "${common[@]}" \
+        "${same[@]}" --output-dir "$out/resumed" --set steps=6 --set threads=1 \
+        --resume "$out/resumed/checkpoints/step-000003" --export "$out/resumed/hf"
+    # metrics.jsonl of the resumed run: steps 4 and 5 of the first session were dropped and redone
+    check same-metrics "$out/straight/metrics.jsonl" "$out/resumed/metrics.jsonl" 0
+    if ! cmp -s "$out/straight/hf/model.safetensors" "$out/resumed/hf/model.safetensors"; then
+        echo "FAIL: the weights after a resume differ from those of the uninterrupted run"
+        zt_failures=$((zt_failures + 1))
+    fi
+    # --resume latest picks step 6 now; with steps = 6 there is nothing left to do
+    expect_ok "resumed from $out/resumed/checkpoints/step-000006" "nothing left to train" -- "$zt_run" \
+        "${common[@]}" "${same[@]}" --output-dir "$out/resumed" --set steps=6 --resume latest
+}
+
+# Ctrl-C (and SIGTERM): the step in progress finishes, a checkpoint is saved, the exit status is 130,
+# and the message says how to resume, which then works.
+interrupt() {
+    local signal steps
+    for signal in INT TERM; do
+        rm -rf "$out"
+        mkdir -p "$out"
+        interrupt_after "$signal" 3 "$out/metrics.jsonl" "${common[@]}" --output-dir "$out" --set steps=100000 \
+            --set train_micro_batch_size_per_gpu=2
+        if [ "$RC" -ne 130 ]; then
+            echo "FAIL: SIG$signal: exit status $RC, expected 130"
+            cat "$out/interrupt.log"
+            zt_failures=$((zt_failures + 1))
+            continue
+        fi
+        steps=$(python3 "$here/check.py" last-step "$out/metrics.jsonl")
+        local saved="$out/checkpoints/step-$(printf %06d "$steps")"
+        expect_ok "interrupted after step $steps of 100000" "its checkpoint is in $saved" \
+            "Resume with the same command plus --resume latest" -- cat "$out/interrupt.log"
+        expect_ok "step-$(printf %06d "$steps")" -- cat "$out/checkpoints/latest"
+        [ -f "$saved/checkpoint.json" ] || { echo "FAIL: no $saved/checkpoint.json"; zt_failures=$((zt_failures + 1)); }
+        expect_ok "resumed from $saved at step $steps" -- "$zt_run" "${common[@]}" --output-dir "$out" \
+            --set steps=$((steps + 2)) --set train_micro_batch_size_per_gpu=2 --resume latest
+    done
+}
+
+# From random weights the model learns the example tasks: the loss starts at ln(512) = 6.238 (uniform
+# predictions over the tokenizer's 512 pieces) and the validation loss falls below 3.6 within 120
+# steps of 8 sequences (about 3.3 is reached; deterministic for the seed).
+learns() {
+    expect_ok -- "$zt_run" "${common[@]}" --output-dir "$out" --set steps=120 \
+        --set train_micro_batch_size_per_gpu=8 --set optimizer.params.lr=5e-3 \
+        --set scheduler.params.warmup_num_steps=10 --set eval.every=120
+    check learns "$out/metrics.jsonl" 6.238 3.6
+}
+
+# One AdamW step on a torch fixture's batch through --model, llama, zero0 and adamw, then --export:
+# loss, gradient norm and weights against transformers + torch.optim.AdamW (check.py fixture).
+fixture() {
+    local maker=$1 fixture_dir=$2
+    out=$out-$(basename "$fixture_dir") # one folder per fixture: ctest may run them in parallel
+    mkdir -p "$out"
+    rm -rf "$out/data" "$out/run"
+    expect_ok -- "$maker" "$fixture_dir" "$out/data"
+    expect_ok -- "$zt_run" --model "$fixture_dir" --data "$out/data" --output-dir "$out/run" --set threads=2 \
+        --set train_micro_batch_size_per_gpu=2 --set data.seq_len=16 --set data.shuffle=false --set steps=1 \
+        --set scheduler.type=constant --set optimizer.params.lr=0.01 --set 'optimizer.params.betas=[0.9,0.95]' \
+        --set optimizer.params.eps=1e-8 --set optimizer.params.weight_decay=0.1 --set gradient_clipping=0 \
+        --export "$out/run/hf"
+    check fixture "$fixture_dir" "$out/run/metrics.jsonl" "$out/run/hf"
+}
+
+# Bad input: each message says what is wrong and what to do, and the exit status is 1 (2 for usage).
+errors() {
+    mkdir -p "$out"
+    local fixture_model=$src/tests/reference/fixtures/llama_mha_tied
+    expect_fail "no training data: data.path is not set" -- "$zt_run" "${model[@]}" --output-dir "$out/x"
+    expect_fail "trainable_params: the pattern \"layers.9\" matches no parameter" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/x" --set trainable_params=q_proj,layers.9
+    expect_fail "has vocab_size 512 (manifest tokenizer) but the model has only 100 embeddings" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/x" --set model.vocab_size=100
+    expect_fail "needs the data set's validation split" "set eval.every to 0" -- \
+        "$zt_run" --data "$work/data-no-val" "${model[@]}" --output-dir "$out/x" --set eval.every=5
+    expect_fail "nothing to resume from" -- "$zt_run" "${common[@]}" --output-dir "$out/empty" --resume latest
+    expect_fail "--resume $out/nowhere: no such directory" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/x" --resume "$out/nowhere"
+    expect_fail "'scheduler.params.warmup_num_steps' is set but scheduler.type \"constant\" does not use it" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/x" --set scheduler.type=constant \
+        --set scheduler.params.warmup_num_steps=10
+    expect_fail "train_batch_size is 99 but train_micro_batch_size_per_gpu x gradient_accumulation_steps" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/x" --set train_batch_size=99
+    expect_fail "model.preset and --model $fixture_model both give the model's shape" -- \
+        "$zt_run" --data "$data" --model "$fixture_model" --output-dir "$out/x" --set model.preset=tiny
+    expect_fail "model.hidden_size is 64 in the config but 32 in $fixture_model/config.json" -- \
+        "$zt_run" --data "$data" --model "$fixture_model" --output-dir "$out/x" --set model.hidden_size=64
+    expect_fail "$out/nowhere" -- "$zt_run" --data "$data" --model "$out/nowhere" --output-dir "$out/x"
+    expect_fail "--data is for training and has no effect with --check" -- "$zt_run" --check --data "$data"
+    # A checkpoint of one model shape does not resume another.
+    expect_ok -- "$zt_run" "${common[@]}" --output-dir "$out/small" --set steps=1 --set train_micro_batch_size_per_gpu=1
+    expect_fail "hidden_size" -- "$zt_run" "${common[@]}" --output-dir "$out/small" --set steps=2 \
+        --set train_micro_batch_size_per_gpu=1 --set model.hidden_size=32 --resume latest
+}
+
+case $test in
+    prepare_data | fixture) ;;
+    *) rm -rf "$out" && mkdir -p "$out" ;; # every run starts from nothing
+esac
+"$test" "$@"
+finish
