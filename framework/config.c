@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "config.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1514,51 +1515,14 @@ zt_status zt_config_write_resolved(const zt_config *cfg, FILE *out, const char *
 zt_status zt_config_save_resolved(const zt_config *cfg, const char *path, const char *plugins_json,
                                   zt_error *err)
 {
-    /* Temp file in the same directory, fsync, rename: a reader sees the old file or the whole new one. */
-    char *tmp = format_alloc("%s.tmp.XXXXXX", path);
-    if (!tmp) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving '%s'", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        zt_status st = zt_error_set(err, ZT_ERR_IO,
-                                    "cannot create '%s': %s; check that the directory exists and is "
-                                    "writable",
-                                    tmp, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    fchmod(fd, 0644); /* mkstemp creates 0600; this file is meant to be shared and read */
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return zt_error_set(err, ZT_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
-    }
-    zt_status st = zt_config_write_resolved(cfg, f, plugins_json, err);
-    if (st == ZT_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0)) {
-        st = zt_error_set(err, ZT_ERR_IO, "cannot write '%s': %s (is the disk full?)", tmp,
-                          strerror(errno));
-    }
-    if (fclose(f) != 0 && st == ZT_OK) {
-        st = zt_error_set(err, ZT_ERR_IO, "cannot write '%s': %s (is the disk full?)", tmp,
-                          strerror(errno));
-    }
-    if (st == ZT_OK && rename(tmp, path) != 0) {
-        st = zt_error_set(err, ZT_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    }
-    if (st != ZT_OK) {
-        unlink(tmp);
-    } else {
-        /* Make the rename itself durable. */
-        const char *slash = strrchr(path, '/');
-        char *dir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
-        int dir_fd = dir ? open(dir, O_RDONLY | O_DIRECTORY) : -1;
-        if (dir_fd >= 0) {
-            fsync(dir_fd);
-            close(dir_fd);
-        }
-        free(dir);
-    }
-    free(tmp);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving '%s'", path);
+    zt_status st = zt_config_write_resolved(cfg, mem, plugins_json, err);
+    if (fclose(mem) != 0 && st == ZT_OK)
+        st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving '%s'", path);
+    if (st == ZT_OK) st = zt_atomic_write(path, text, len, err);
+    free(text);
     return st;
 }

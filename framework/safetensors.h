@@ -8,9 +8,6 @@
  * validates: the tensors tile the data section exactly (no gap, no overlap, nothing after the last
  * one) and each one's byte size is numel * dtype size. Every error names the file, the tensor and the
  * problem.
- *
- * This header also holds the atomic file writer and whole-file reader used by safetensors,
- * hf_model and checkpoint files.
  */
 #ifndef ZT_FRAMEWORK_SAFETENSORS_H
 #define ZT_FRAMEWORK_SAFETENSORS_H
@@ -18,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "error.h"
+#include "fileio.h"
 
 /* ---- dtypes ---------------------------------------------------------------------------------- */
 
@@ -140,28 +138,5 @@ const zt_st_tensor *zt_st_set_at(const zt_st_set *s, size_t i, const zt_st_file 
 const zt_st_tensor *zt_st_set_find(const zt_st_set *s, const char *name, const zt_st_file **file);
 /* 1 when the set came from an index. */
 int zt_st_set_sharded(const zt_st_set *s);
-
-/* ---- atomic files ---------------------------------------------------------------------------- */
-
-/* A file that appears at `path` complete or not at all: written to a temp file in the same directory,
- * then fsync, rename and fsync of the directory on commit. */
-typedef struct zt_atomic_file {
-    int fd;
-    char *path;
-    char *tmp_path;
-} zt_atomic_file;
-
-zt_status zt_atomic_file_open(zt_atomic_file *f, const char *path, zt_error *err);
-zt_status zt_atomic_file_write(zt_atomic_file *f, const void *data, size_t n, zt_error *err);
-zt_status zt_atomic_file_commit(zt_atomic_file *f, zt_error *err);
-/* Discard the temp file; safe after a failed write or commit, and on a zeroed struct. */
-void zt_atomic_file_abort(zt_atomic_file *f);
-/* Whole contents at once. */
-zt_status zt_atomic_write(const char *path, const void *data, size_t n, zt_error *err);
-/* fsync a directory so renames inside it are durable. */
-zt_status zt_fsync_dir(const char *dir, zt_error *err);
-/* Read a whole (small) file into a NUL-terminated malloc'd buffer; *len excludes the NUL. A missing
- * file is ZT_ERR_NOT_FOUND. */
-zt_status zt_read_file(const char *path, char **out, size_t *len, zt_error *err);
 
 #endif

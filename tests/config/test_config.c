@@ -799,7 +799,7 @@ static void test_resolved_round_trip(const char *ds_path)
     rmdir(dir);
     ZT_CHECK_INT(zt_config_save_resolved(cfg, "/nonexistent-dir/config.resolved.json", NULL, &err),
                  ZT_ERR_IO);
-    ZT_CHECK_CONTAINS(err.msg, "cannot create '/nonexistent-dir/config.resolved.json.tmp.");
+    ZT_CHECK_CONTAINS(err.msg, "cannot create a temp file next to '/nonexistent-dir/config.resolved.json'");
     ZT_CHECK_CONTAINS(err.msg, "No such file or directory; check that the directory exists");
 
     free(text);
