@@ -1,0 +1,127 @@
+/* Internals shared by the .cu files of kernels/cuda: the context, error reporting and bf16 helpers.
+ * Not part of the C API (kernels_cuda.h is). */
+#ifndef ZT_KERNELS_CUDA_COMMON_CUH
+#define ZT_KERNELS_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include "cuda/kernels_cuda.h"
+
+/* Slots of zt_cuda_ctx.index_errors: where an out-of-range device-side index was seen. */
+enum zt_index_slot {
+    ZT_INDEX_EMBEDDING_FORWARD = 0,
+    ZT_INDEX_EMBEDDING_BACKWARD = 1,
+    ZT_INDEX_CROSS_ENTROPY = 2,
+    ZT_INDEX_SLOTS = 3
+};
+
+/* One cuBLASLt problem, remembered with the algorithm its heuristic chose so that repeated shapes
+ * (every layer of every step) skip the descriptor setup and the heuristic query. */
+struct zt_gemm_plan {
+    int64_t key[12];
+    int used;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+};
+enum { ZT_GEMM_PLAN_CACHE = 64 };
+
+struct zt_cuda_ctx {
+    int device;
+    int sm_count;
+    int max_smem_per_block; /* opt-in limit, bytes */
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    void *scratch;
+    uint64_t scratch_bytes;
+    /* Per slot: (row << 32 | uint32 value) of the lowest bad row, or ~0 when none. */
+    unsigned long long *index_errors;
+    zt_gemm_plan plans[ZT_GEMM_PLAN_CACHE];
+    int next_plan; /* round-robin replacement when the cache is full */
+};
+
+/* Records the message for zt_cuda_last_error and returns status. */
+zt_status zt_cuda_fail(zt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ZT_OK, or ZT_ERR_DEVICE naming `what` when the launch just made (or earlier work) failed. */
+zt_status zt_cuda_check_launch(const char *what);
+
+/* The context's scratch, or NULL (with the error recorded) when it holds fewer than `bytes`. */
+void *zt_cuda_scratch(zt_cuda_ctx *ctx, uint64_t bytes, const char *what);
+
+/* Frees the cached cuBLASLt descriptors (gemm.cu). */
+void zt_cuda_release_gemm_plans(zt_cuda_ctx *ctx);
+
+/* Grid size for a grid-stride loop over n items with `threads` per block. */
+static inline unsigned zt_grid_for(int64_t n, int threads, const zt_cuda_ctx *ctx)
+{
+    int64_t blocks = (n + threads - 1) / threads;
+    int64_t cap = (int64_t)ctx->sm_count * 32;
+    if (blocks > cap) blocks = cap;
+    return (unsigned)(blocks > 0 ? blocks : 1);
+}
+
+static inline uint64_t zt_round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+/* ---- device helpers -------------------------------------------------------------------------- */
+
+typedef __nv_bfloat16 bf16;
+
+/* 8 bf16 values moved as one 16-byte access. */
+union zt_bf16x8 {
+    uint4 raw;
+    __nv_bfloat162 pair[4];
+};
+
+__device__ __forceinline__ void zt_load8(const bf16 *p, float out[8])
+{
+    zt_bf16x8 v;
+    v.raw = *reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __bfloat1622float2(v.pair[i]);
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void zt_store8(bf16 *p, const float in[8])
+{
+    zt_bf16x8 v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) v.pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+    *reinterpret_cast<uint4 *>(p) = v.raw;
+}
+
+__device__ __forceinline__ float zt_warp_sum(float x)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    return x;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+ * `shared` holds 32 floats. The order of additions is fixed, so the result is deterministic. */
+__device__ __forceinline__ float zt_block_sum(float x, float *shared)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    x = zt_warp_sum(x);
+    __syncthreads(); /* `shared` may still be read by a previous call */
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    x = lane < warps ? shared[lane] : 0.0f;
+    return zt_warp_sum(x);
+}
+
+/* Records row `row` holding the out-of-range value `value` (keeps the lowest row). */
+__device__ __forceinline__ void zt_record_bad_index(unsigned long long *slot, int64_t row,
+                                                    int32_t value)
+{
+    unsigned long long code = ((unsigned long long)row << 32) | (uint32_t)value;
+    atomicMin(slot, code);
+}
+
+#endif

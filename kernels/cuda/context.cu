@@ -1,0 +1,206 @@
+/* The CUDA kernels' context (device, cuBLASLt handle, scratch, device-side index errors), error
+ * messages, and the element-wise conversions. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda/common.cuh"
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+static thread_local char last_error[1024];
+
+const char *zt_cuda_last_error(void) { return last_error; }
+
+zt_status zt_cuda_fail(zt_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+zt_status zt_cuda_check_launch(const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return ZT_OK;
+    return zt_cuda_fail(ZT_ERR_DEVICE, "%s: CUDA kernel launch failed: %s (%s); an earlier kernel "
+                        "may have failed asynchronously: rerun with CUDA_LAUNCH_BLOCKING=1 to find it",
+                        what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+void *zt_cuda_scratch(zt_cuda_ctx *ctx, uint64_t bytes, const char *what)
+{
+    if (bytes <= ctx->scratch_bytes) return ctx->scratch;
+    zt_cuda_fail(ZT_ERR_BUFFER_TOO_SMALL,
+                 "%s needs %llu bytes of scratch but the CUDA context has %llu; create the context "
+                 "with at least that much (see the zt_cuda_*_scratch_bytes queries)",
+                 what, (unsigned long long)bytes, (unsigned long long)ctx->scratch_bytes);
+    return NULL;
+}
+
+/* ---- context --------------------------------------------------------------------------------- */
+
+enum { LT_WORKSPACE_BYTES = 32 << 20 }; /* cuBLAS's recommendation for Hopper */
+static const uint64_t DEFAULT_SCRATCH_BYTES = 64ull << 20;
+
+static zt_status cuda_error(const char *call, cudaError_t e)
+{
+    return zt_cuda_fail(e == cudaErrorMemoryAllocation ? ZT_ERR_OUT_OF_MEMORY : ZT_ERR_DEVICE,
+                        "CUDA context: %s failed: %s (%s)", call, cudaGetErrorString(e),
+                        cudaGetErrorName(e));
+}
+
+zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **out)
+{
+    *out = NULL;
+    zt_cuda_ctx *ctx = (zt_cuda_ctx *)calloc(1, sizeof *ctx);
+    if (!ctx) return zt_cuda_fail(ZT_ERR_OUT_OF_MEMORY, "CUDA context: out of host memory");
+    ctx->device = device;
+    ctx->scratch_bytes = scratch_bytes ? scratch_bytes : DEFAULT_SCRATCH_BYTES;
+    cudaError_t e;
+    zt_status st = ZT_OK;
+    if ((e = cudaSetDevice(device)) != cudaSuccess) {
+        st = cuda_error("cudaSetDevice", e);
+    } else if ((e = cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount,
+                                           device)) != cudaSuccess ||
+               (e = cudaDeviceGetAttribute(&ctx->max_smem_per_block,
+                                           cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
+                   cudaSuccess) {
+        st = cuda_error("cudaDeviceGetAttribute", e);
+    } else if ((e = cudaMalloc(&ctx->lt_workspace, LT_WORKSPACE_BYTES)) != cudaSuccess) {
+        st = cuda_error("cudaMalloc (cuBLASLt workspace, 32 MiB)", e);
+    } else if ((e = cudaMalloc(&ctx->scratch, ctx->scratch_bytes)) != cudaSuccess) {
+        st = cuda_error("cudaMalloc (scratch)", e);
+    } else if ((e = cudaMalloc(&ctx->index_errors, ZT_INDEX_SLOTS * sizeof(unsigned long long))) !=
+               cudaSuccess) {
+        st = cuda_error("cudaMalloc (index errors)", e);
+    } else if ((e = cudaMemset(ctx->index_errors, 0xff,
+                               ZT_INDEX_SLOTS * sizeof(unsigned long long))) != cudaSuccess) {
+        st = cuda_error("cudaMemset", e);
+    } else {
+        ctx->lt_workspace_bytes = LT_WORKSPACE_BYTES;
+        cublasStatus_t cs = cublasLtCreate(&ctx->lt);
+        if (cs != CUBLAS_STATUS_SUCCESS)
+            st = zt_cuda_fail(ZT_ERR_DEVICE, "CUDA context: cublasLtCreate failed: %s",
+                              cublasGetStatusString(cs));
+        else if ((e = cudaDeviceSynchronize()) != cudaSuccess)
+            st = cuda_error("cudaDeviceSynchronize", e);
+    }
+    if (st != ZT_OK) {
+        zt_cuda_ctx_destroy(ctx);
+        return st;
+    }
+    *out = ctx;
+    return ZT_OK;
+}
+
+void zt_cuda_ctx_destroy(zt_cuda_ctx *ctx)
+{
+    if (!ctx) return;
+    zt_cuda_release_gemm_plans(ctx);
+    if (ctx->lt) cublasLtDestroy(ctx->lt);
+    cudaFree(ctx->lt_workspace);
+    cudaFree(ctx->scratch);
+    cudaFree(ctx->index_errors);
+    free(ctx);
+}
+
+uint64_t zt_cuda_ctx_scratch_bytes(const zt_cuda_ctx *ctx) { return ctx->scratch_bytes; }
+
+zt_status zt_cuda_check_indices(zt_cuda_ctx *ctx, cudaStream_t stream)
+{
+    static const char *const kernel_names[ZT_INDEX_SLOTS] = {
+        "embedding forward: token id", "embedding backward: token id", "cross-entropy: target"};
+    static const char *const expected[ZT_INDEX_SLOTS] = {
+        "[0, vocab)", "[0, vocab)", "[0, vocab) or -100 (ignored)"};
+    unsigned long long codes[ZT_INDEX_SLOTS];
+    cudaError_t e = cudaMemcpyAsync(codes, ctx->index_errors, sizeof codes,
+                                    cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(ctx->index_errors, 0xff, sizeof codes, stream);
+    if (e != cudaSuccess) return cuda_error("checking token ids and targets", e);
+    for (int slot = 0; slot < ZT_INDEX_SLOTS; slot++) {
+        if (codes[slot] == ~0ull) continue;
+        long long row = (long long)(codes[slot] >> 32);
+        int32_t value = (int32_t)(uint32_t)(codes[slot] & 0xffffffffu);
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                            "%s %d at row %lld is outside %s; the row was treated as absent. Check "
+                            "that the data was tokenized with this model's tokenizer (vocab size)",
+                            kernel_names[slot], value, row, expected[slot]);
+    }
+    return ZT_OK;
+}
+
+/* ---- host conversions ------------------------------------------------------------------------ */
+
+void zt_cuda_bf16_from_f32_host(const float *in, uint16_t *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &in[i], 4);
+        if ((bits & 0x7fffffffu) > 0x7f800000u) { /* NaN: keep it a quiet NaN */
+            out[i] = (uint16_t)((bits >> 16) | 0x40);
+            continue;
+        }
+        bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest, ties to even */
+        out[i] = (uint16_t)(bits >> 16);
+    }
+}
+
+void zt_cuda_f32_from_bf16_host(const uint16_t *in, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)in[i] << 16;
+        memcpy(&out[i], &bits, 4);
+    }
+}
+
+/* ---- device conversions and add -------------------------------------------------------------- */
+
+__global__ void cast_f32_to_bf16_kernel(int64_t n, const float *in, bf16 *out)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(in[i]);
+}
+
+__global__ void cast_bf16_to_f32_kernel(int64_t n, const bf16 *in, float *out)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __bfloat162float(in[i]);
+}
+
+__global__ void add_bf16_kernel(int64_t n, const bf16 *x, bf16 *y)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(__bfloat162float(y[i]) + __bfloat162float(x[i]));
+}
+
+zt_status zt_cuda_cast_f32_to_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
+                                   const float *in, uint16_t *out)
+{
+    if (n <= 0) return ZT_OK;
+    cast_f32_to_bf16_kernel<<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, in, (bf16 *)out);
+    return zt_cuda_check_launch("cast fp32 to bf16");
+}
+
+zt_status zt_cuda_cast_bf16_to_f32(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
+                                   const uint16_t *in, float *out)
+{
+    if (n <= 0) return ZT_OK;
+    cast_bf16_to_f32_kernel<<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, (const bf16 *)in, out);
+    return zt_cuda_check_launch("cast bf16 to fp32");
+}
+
+zt_status zt_cuda_add_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, const uint16_t *x,
+                           uint16_t *y)
+{
+    if (n <= 0) return ZT_OK;
+    add_bf16_kernel<<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, (const bf16 *)x, (bf16 *)y);
+    return zt_cuda_check_launch("add bf16");
+}

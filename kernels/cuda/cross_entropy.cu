@@ -1,0 +1,198 @@
+/* Softmax cross-entropy over the vocabulary, and the LM head fused with it.
+ *
+ * Per row with target c:  loss = lse - x_c,  lse = m + log(sum exp(x - m)),  m = max x;
+ * dlogits = dloss / normalizer * (softmax(x) - onehot(c)), written in bf16 (it feeds two GEMMs).
+ * One block per row: a first pass keeps a running max and rescaled sum per thread (an online
+ * softmax, so the row is read once for both), a second pass writes the gradient.
+ *
+ * The fused LM head never holds the logits of the whole batch: rows go through in chunks sized to
+ * the scratch area; for each chunk, logits = x w^T (fp32), the row losses and dlogits (bf16), then
+ * dx = dlogits w and dw += dlogits^T x. The total loss is summed over rows at the end, in row order.
+ */
+#include <math.h>
+#include "cuda/common.cuh"
+
+enum { CE_THREADS = 512, LOSS_THREADS = 1024 };
+
+/* Merges (max, sum of exp(x - max)) pairs across the block; every thread gets the result. */
+__device__ void block_softmax_stats(float *m, float *s, float *shared_m, float *shared_s)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        float other_m = __shfl_xor_sync(0xffffffffu, *m, offset);
+        float other_s = __shfl_xor_sync(0xffffffffu, *s, offset);
+        float new_m = fmaxf(*m, other_m);
+        /* a side with max -inf has sum 0 and contributes nothing (avoids exp(-inf - -inf)) */
+        float mine = *m == -INFINITY ? 0.0f : *s * expf(*m - new_m);
+        float theirs = other_m == -INFINITY ? 0.0f : other_s * expf(other_m - new_m);
+        *m = new_m;
+        *s = mine + theirs;
+    }
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    if (lane == 0) {
+        shared_m[warp] = *m;
+        shared_s[warp] = *s;
+    }
+    __syncthreads();
+    float m_all = -INFINITY;
+    for (int w = 0; w < warps; w++) m_all = fmaxf(m_all, shared_m[w]);
+    float s_all = 0.0f;
+    for (int w = 0; w < warps; w++)
+        if (shared_m[w] != -INFINITY) s_all += shared_s[w] * expf(shared_m[w] - m_all);
+    *m = m_all;
+    *s = s_all;
+}
+
+/* Row `blockIdx.x` of logits: row_loss and (when dlogits) the gradient. grad_scale = dloss / N. */
+__global__ void __launch_bounds__(CE_THREADS)
+cross_entropy_rows_kernel(int64_t vocab, const float *logits, const int32_t *targets,
+                          int64_t first_row, float grad_scale, float *row_loss, bf16 *dlogits,
+                          unsigned long long *bad)
+{
+    __shared__ float shared_m[32], shared_s[32];
+    int64_t row = blockIdx.x;
+    const float *x = logits + row * vocab;
+    bf16 *dx = dlogits ? dlogits + row * vocab : NULL;
+    int32_t target = targets[row];
+    int ignored = target == ZT_CUDA_IGNORE_INDEX;
+    if (!ignored && (target < 0 || target >= vocab)) {
+        if (threadIdx.x == 0) zt_record_bad_index(bad, first_row + row, target);
+        ignored = 1;
+    }
+    if (ignored) {
+        if (threadIdx.x == 0) row_loss[row] = 0.0f;
+        if (dx)
+            for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) dx[c] = __float2bfloat16_rn(0.0f);
+        return;
+    }
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
+        float v = x[c];
+        if (v > m) {
+            s = s * expf(m - v) + 1.0f; /* exp(-inf) = 0 on the first element */
+            m = v;
+        } else {
+            s += expf(v - m);
+        }
+    }
+    block_softmax_stats(&m, &s, shared_m, shared_s);
+    if (threadIdx.x == 0) row_loss[row] = m + logf(s) - x[target];
+    if (!dx) return;
+    float scale = grad_scale / s;
+    for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
+        float d = expf(x[c] - m) * scale;
+        if (c == target) d -= grad_scale;
+        dx[c] = __float2bfloat16_rn(d);
+    }
+}
+
+/* *loss = sum(row_loss) / normalizer in double; thread i sums rows i, i + blockDim, ... and the
+ * per-thread sums are combined in a fixed tree: deterministic. */
+__global__ void __launch_bounds__(LOSS_THREADS)
+total_loss_kernel(int64_t rows, const float *row_loss, double normalizer, double *loss)
+{
+    __shared__ double partial[LOSS_THREADS];
+    double sum = 0.0;
+    for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) sum += row_loss[r];
+    partial[threadIdx.x] = sum;
+    __syncthreads();
+    for (int width = blockDim.x / 2; width > 0; width /= 2) {
+        if ((int)threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *loss = partial[0] / normalizer;
+}
+
+static zt_status check_loss_args(const char *what, int64_t rows, int64_t vocab, double normalizer)
+{
+    if (rows < 0 || vocab <= 0 || rows > INT32_MAX)
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG, "%s: rows %lld and vocab %lld must be positive",
+                            what, (long long)rows, (long long)vocab);
+    if (!(normalizer > 0.0))
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                            "%s: normalizer %g must be positive (the number of non-ignored targets "
+                            "in the global batch)", what, normalizer);
+    return ZT_OK;
+}
+
+static zt_status launch_rows(cudaStream_t stream, int64_t rows, int64_t vocab, const float *logits,
+                             const int32_t *targets, int64_t first_row, float grad_scale,
+                             float *row_loss, uint16_t *dlogits, zt_cuda_ctx *ctx)
+{
+    cross_entropy_rows_kernel<<<(unsigned)rows, CE_THREADS, 0, stream>>>(
+        vocab, logits, targets, first_row, grad_scale, row_loss, (bf16 *)dlogits,
+        ctx->index_errors + ZT_INDEX_CROSS_ENTROPY);
+    return zt_cuda_check_launch("cross-entropy");
+}
+
+static zt_status launch_total(cudaStream_t stream, int64_t rows, const float *row_loss,
+                              double normalizer, double *loss)
+{
+    total_loss_kernel<<<1, LOSS_THREADS, 0, stream>>>(rows, row_loss, normalizer, loss);
+    return zt_cuda_check_launch("cross-entropy (total loss)");
+}
+
+zt_status zt_cuda_cross_entropy(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t vocab,
+                                const float *logits, const int32_t *targets, double normalizer,
+                                float dloss, float *row_loss, double *loss, uint16_t *dlogits)
+{
+    zt_status st = check_loss_args("cross-entropy", rows, vocab, normalizer);
+    if (st != ZT_OK) return st;
+    if (rows > 0) {
+        st = launch_rows(stream, rows, vocab, logits, targets, 0, (float)(dloss / normalizer),
+                         row_loss, dlogits, ctx);
+        if (st != ZT_OK) return st;
+    }
+    return launch_total(stream, rows, row_loss, normalizer, loss);
+}
+
+/* fp32 logits then bf16 dlogits of one chunk, each 256-byte aligned. */
+static uint64_t chunk_bytes(int64_t chunk_rows, int64_t vocab)
+{
+    return zt_round_up((uint64_t)chunk_rows * vocab * 4, 256) +
+           zt_round_up((uint64_t)chunk_rows * vocab * 2, 256);
+}
+
+uint64_t zt_cuda_lm_head_loss_scratch_bytes(int64_t chunk_rows, int64_t vocab)
+{
+    return chunk_bytes(chunk_rows, vocab);
+}
+
+zt_status zt_cuda_lm_head_loss(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t dim,
+                               int64_t vocab, const uint16_t *x, const uint16_t *w,
+                               const int32_t *targets, double normalizer, float dloss,
+                               float *row_loss, double *loss, uint16_t *dx, float *dw)
+{
+    zt_status st = check_loss_args("LM head loss", rows, vocab, normalizer);
+    if (st != ZT_OK) return st;
+    if (vocab % 8 != 0 || dim <= 0 || dim % 8 != 0)
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                            "LM head loss: vocab %lld and dim %lld must be multiples of 8 (tensor "
+                            "core GEMMs need 16-byte aligned rows); pad the vocabulary",
+                            (long long)vocab, (long long)dim);
+    int64_t chunk = rows;
+    while (chunk > 1 && chunk_bytes(chunk, vocab) > ctx->scratch_bytes) chunk = (chunk + 1) / 2;
+    char *scratch = (char *)zt_cuda_scratch(ctx, chunk_bytes(rows > 0 ? chunk : 0, vocab),
+                                            "LM head loss (one row of logits)");
+    if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
+    float *logits = (float *)scratch;
+    uint16_t *dlogits = (uint16_t *)(scratch + zt_round_up((uint64_t)chunk * vocab * 4, 256));
+    int need_grad = dx || dw;
+    float grad_scale = (float)(dloss / normalizer);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        const uint16_t *xc = x + r0 * dim;
+        st = zt_cuda_gemm(ctx, stream, 0, 1, n, vocab, dim, xc, dim, w, dim, logits, ZT_F32, vocab, 0);
+        if (st == ZT_OK)
+            st = launch_rows(stream, n, vocab, logits, targets + r0, r0, grad_scale, row_loss + r0,
+                             need_grad ? dlogits : NULL, ctx);
+        if (st == ZT_OK && dx)
+            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, vocab, dlogits, vocab, w, dim, dx + r0 * dim,
+                              ZT_BF16, dim, 0);
+        if (st == ZT_OK && dw)
+            st = zt_cuda_gemm(ctx, stream, 1, 0, vocab, dim, n, dlogits, vocab, xc, dim, dw, ZT_F32,
+                              dim, 1);
+        if (st != ZT_OK) return st;
+    }
+    return launch_total(stream, rows, row_loss, normalizer, loss);
+}

@@ -1,0 +1,397 @@
+/* Flash attention backward (the FlashAttention-2 algorithm) on bf16 tensor cores.
+ *
+ * With P = exp(scale S - lse) recomputed from the forward's log-sum-exp and delta_i = dO_i . O_i:
+ *   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dQ = scale dS K,  dK = scale dS^T Q.
+ *
+ * A block owns BC = 128 keys of one (batch, kv head); each of its 8 warps owns 16 of them and
+ * accumulates their dK and dV (fp32) in registers. It walks every query head of the group and, for
+ * each, the query tiles (BR = 64 rows) at or after its keys (causal), double-buffering Q, dO, lse
+ * and delta with cp.async. Per tile a warp computes its slice of S^T = K Q^T and dP^T = V dO^T
+ * directly (keys as rows, so dK and dV need no cross-warp reduction), then dV += P^T dO and
+ * dK += dS^T Q from registers. dQ needs a sum over all keys: dS^T goes through shared memory, the 8
+ * warps compute the tile's dQ = dS K together and add it to an fp32 accumulator in global memory
+ * with atomics (their order varies, so dQ can differ in the last bits between runs).
+ * Summing dK, dV over the query heads of a group inside the block means grouped-query attention
+ * never materializes per-query-head K/V gradients.
+ *
+ * Around it: a kernel for delta (and zeroing the dQ accumulator) before, and one converting the
+ * accumulator to bf16 dQ after.
+ */
+#include <math.h>
+#include "cuda/flash_common.cuh"
+
+namespace {
+
+constexpr int BC = 128, BR = 64, WARPS = 8, THREADS = WARPS * 32;
+
+template <int D>
+constexpr size_t backward_smem_bytes()
+{
+    /* K, V; Q, dO double-buffered; dS^T; lse, delta, query doc double-buffered */
+    return (size_t)(2 * BC * D + 4 * BR * D + BC * BR) * sizeof(bf16) + 3 * 2 * BR * sizeof(float);
+}
+
+template <int D>
+__global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_params p)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16 *sK = reinterpret_cast<bf16 *>(smem);
+    bf16 *sV = sK + BC * D;
+    bf16 *sQ = sV + BC * D;     /* [2][BR * D] */
+    bf16 *sdO = sQ + 2 * BR * D; /* [2][BR * D] */
+    bf16 *sdS = sdO + 2 * BR * D; /* [BC][BR]: dS^T, keys as rows */
+    float *sLse = reinterpret_cast<float *>(sdS + BC * BR); /* [2][BR], times log2(e) */
+    float *sDelta = sLse + 2 * BR;                         /* [2][BR] */
+    int32_t *sQueryDoc = reinterpret_cast<int32_t *>(sDelta + 2 * BR); /* [2][BR] */
+    __shared__ int key_doc_min, key_doc_max;
+
+    const int T = p.seq, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t4 = lane % 4;
+    const int k0 = blockIdx.x * BC, kv_head = blockIdx.y, b = blockIdx.z;
+    const int64_t q_stride = (int64_t)p.heads * D, kv_stride = (int64_t)p.kv_heads * D;
+    const bf16 *k_base = p.k + ((int64_t)b * T * p.kv_heads + kv_head) * D;
+    const bf16 *v_base = p.v + ((int64_t)b * T * p.kv_heads + kv_head) * D;
+    const int32_t *doc = p.doc_ids ? p.doc_ids + (int64_t)b * T : nullptr;
+
+    const auto rows_first = ldmatrix_offsets<D>::rows_first(lane);
+    const auto columns_first = ldmatrix_offsets<D>::columns_first(lane);
+    const auto ds_columns_first = ldmatrix_offsets<BR>::columns_first(lane);
+    const int warp_key0 = k0 + warp * 16;
+    const int keys[2] = {warp_key0 + g, warp_key0 + g + 8}; /* the two key rows of this thread */
+    int key_doc[2] = {0, 0};
+    if (doc) {
+        key_doc[0] = doc[keys[0] < T ? keys[0] : T - 1];
+        key_doc[1] = doc[keys[1] < T ? keys[1] : T - 1];
+        if (tid == 0) {
+            key_doc_min = INT32_MAX;
+            key_doc_max = INT32_MIN;
+        }
+        __syncthreads();
+        if (tid < BC && k0 + tid < T) {
+            atomicMin(&key_doc_min, doc[k0 + tid]);
+            atomicMax(&key_doc_max, doc[k0 + tid]);
+        }
+        __syncthreads();
+    }
+
+    /* Work items: (query head of the group, query tile at or after this key tile). */
+    const int n_q_tiles = (T + BR - 1) / BR, first_q_tile = k0 / BR;
+    const int tiles_per_head = n_q_tiles - first_q_tile;
+    const int n_items = p.group * tiles_per_head;
+    /* The next item at or after `item` whose queries can see a document of these keys. */
+    auto next_item = [&](int item) {
+        if (!doc) return item;
+        for (; item < n_items; item++) {
+            int q = (first_q_tile + item % tiles_per_head) * BR + tid;
+            int hit = tid < BR && q < T && doc[q] >= key_doc_min && doc[q] <= key_doc_max;
+            if (__syncthreads_or(hit)) break;
+        }
+        return item;
+    };
+    auto load_item = [&](int item, int buf) {
+        int h = kv_head * p.group + item / tiles_per_head;
+        int q0 = (first_q_tile + item % tiles_per_head) * BR;
+        int64_t head_offset = ((int64_t)b * T * p.heads + h) * D;
+        load_tile_async<BR, D, THREADS>(sQ + buf * BR * D, p.q + head_offset, q_stride, q0, T);
+        load_tile_async<BR, D, THREADS>(sdO + buf * BR * D, p.dout + head_offset, q_stride, q0, T);
+        if (tid < BR) {
+            int q = q0 + tid;
+            int64_t row = ((int64_t)b * p.heads + h) * T + q;
+            sLse[buf * BR + tid] = q < T ? p.lse[row] * 1.4426950408889634f : 0.0f;
+            sDelta[buf * BR + tid] = q < T ? p.delta[row] : 0.0f;
+            sQueryDoc[buf * BR + tid] = doc && q < T ? doc[q] : INT32_MIN;
+        }
+    };
+
+    load_tile_async<BC, D, THREADS>(sK, k_base, kv_stride, k0, T);
+    load_tile_async<BC, D, THREADS>(sV, v_base, kv_stride, k0, T);
+    int item = next_item(0);
+    if (item < n_items) load_item(item, 0);
+    cp_async_commit();
+
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+
+    for (int buf = 0; item < n_items; buf ^= 1) {
+        const int next = next_item(item + 1);
+        if (next < n_items) load_item(next, buf ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+
+        const int h = kv_head * p.group + item / tiles_per_head;
+        const int q0 = (first_q_tile + item % tiles_per_head) * BR;
+        const bf16 *tQ = sQ + buf * BR * D, *tdO = sdO + buf * BR * D;
+        const float *tLse = sLse + buf * BR, *tDelta = sDelta + buf * BR;
+        const int32_t *tDoc = sQueryDoc + buf * BR;
+
+        if (q0 + BR - 1 >= warp_key0) { /* some query of the tile may see some key of the warp */
+            /* S^T = K Q^T: 16 keys x BR queries */
+            /* (The kd loops stay rolled: unrolled, the compiler hoists fragments and spills.) */
+            float s[BR / 8][4];
+#pragma unroll
+            for (int n = 0; n < BR / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll 1
+            for (int kd = 0; kd < D / 16; kd++) {
+                uint32_t ka[4];
+                ldmatrix_x4(ka, rows_first.at_dynamic(sK, warp * 16, kd * 16));
+#pragma unroll
+                for (int np = 0; np < BR / 16; np++) {
+                    uint32_t qb[4];
+                    ldmatrix_x4(qb, columns_first.at_dynamic(tQ, np * 16, kd * 16));
+                    mma_bf16(s[2 * np], ka, qb[0], qb[1]);
+                    mma_bf16(s[2 * np + 1], ka, qb[2], qb[3]);
+                }
+            }
+            /* P^T = exp(scale S^T - lse), 0 where the mask hides the pair */
+            const bool need_mask = q0 < warp_key0 + 15 || doc || q0 + BR > T || warp_key0 + 16 > T;
+#pragma unroll
+            for (int n = 0; n < BR / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int q_local = n * 8 + 2 * t4 + (e & 1), q = q0 + q_local, r = e >> 1;
+                    bool visible = !need_mask || (q >= keys[r] && q < T && keys[r] < T &&
+                                                  (!doc || tDoc[q_local] == key_doc[r]));
+                    s[n][e] = visible ? exp2f(fmaf(s[n][e], p.scale_log2, -tLse[q_local])) : 0.0f;
+                }
+            }
+            /* dV += P^T dO. P stays packed in bf16 (the precision dS is rounded to anyway): it
+             * frees 16 registers for the dP^T accumulators. */
+            uint32_t pa[BR / 16][4];
+#pragma unroll
+            for (int kq = 0; kq < BR / 16; kq++) {
+                pa[kq][0] = pack_bf16(s[2 * kq][0], s[2 * kq][1]);
+                pa[kq][1] = pack_bf16(s[2 * kq][2], s[2 * kq][3]);
+                pa[kq][2] = pack_bf16(s[2 * kq + 1][0], s[2 * kq + 1][1]);
+                pa[kq][3] = pack_bf16(s[2 * kq + 1][2], s[2 * kq + 1][3]);
+#pragma unroll
+                for (int np = 0; np < D / 16; np++) {
+                    uint32_t ob[4];
+                    ldmatrix_x4_trans(ob, rows_first.at(tdO, kq * 16, np * 16));
+                    mma_bf16(dv[2 * np], pa[kq], ob[0], ob[1]);
+                    mma_bf16(dv[2 * np + 1], pa[kq], ob[2], ob[3]);
+                }
+            }
+            /* dP^T = V dO^T, then dS^T = P^T (dP^T - delta) in place */
+            float ds[BR / 8][4];
+#pragma unroll
+            for (int n = 0; n < BR / 8; n++) ds[n][0] = ds[n][1] = ds[n][2] = ds[n][3] = 0.0f;
+#pragma unroll 1
+            for (int kd = 0; kd < D / 16; kd++) {
+                uint32_t va[4];
+                ldmatrix_x4(va, rows_first.at_dynamic(sV, warp * 16, kd * 16));
+#pragma unroll
+                for (int np = 0; np < BR / 16; np++) {
+                    uint32_t ob[4];
+                    ldmatrix_x4(ob, columns_first.at_dynamic(tdO, np * 16, kd * 16));
+                    mma_bf16(ds[2 * np], va, ob[0], ob[1]);
+                    mma_bf16(ds[2 * np + 1], va, ob[2], ob[3]);
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < BR / 8; n++) {
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    uint32_t packed = pa[n / 2][(n % 2) * 2 + r];
+                    float2 prob = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&packed));
+                    int q_local = n * 8 + 2 * t4;
+                    ds[n][2 * r] = prob.x * (ds[n][2 * r] - tDelta[q_local]);
+                    ds[n][2 * r + 1] = prob.y * (ds[n][2 * r + 1] - tDelta[q_local + 1]);
+                }
+            }
+            /* dK += dS^T Q (scaled at the end); dS^T to shared memory for dQ */
+#pragma unroll
+            for (int kq = 0; kq < BR / 16; kq++) {
+                uint32_t da[4] = {pack_bf16(ds[2 * kq][0], ds[2 * kq][1]),
+                                  pack_bf16(ds[2 * kq][2], ds[2 * kq][3]),
+                                  pack_bf16(ds[2 * kq + 1][0], ds[2 * kq + 1][1]),
+                                  pack_bf16(ds[2 * kq + 1][2], ds[2 * kq + 1][3])};
+#pragma unroll
+                for (int np = 0; np < D / 16; np++) {
+                    uint32_t qb[4];
+                    ldmatrix_x4_trans(qb, rows_first.at(tQ, kq * 16, np * 16));
+                    mma_bf16(dk[2 * np], da, qb[0], qb[1]);
+                    mma_bf16(dk[2 * np + 1], da, qb[2], qb[3]);
+                }
+                int row = warp * 16 + g, col = kq * 16 + 2 * t4;
+                *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row, col)) = da[0];
+                *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row + 8, col)) = da[1];
+                *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row, col + 8)) = da[2];
+                *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row + 8, col + 8)) = da[3];
+            }
+        } else { /* every query of the tile is before this warp's keys: dS^T = 0 */
+#pragma unroll
+            for (int kq = 0; kq < BR / 16; kq++) {
+                int row = warp * 16 + g, col = kq * 16 + 2 * t4;
+                *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row, col)) = 0u;
+                *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row + 8, col)) = 0u;
+                *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row, col + 8)) = 0u;
+                *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row + 8, col + 8)) = 0u;
+            }
+        }
+        __syncthreads();
+
+        /* dQ (BR x D) += dS K: warp w takes rows 16 (w % 4) and half (w / 4) of the columns */
+        {
+            constexpr int HALF = D / 2;
+            const int row0 = (warp % 4) * 16, col0 = (warp / 4) * HALF;
+            float dq[HALF / 8][4];
+#pragma unroll
+            for (int n = 0; n < HALF / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                uint32_t a[4];
+                ldmatrix_x4_trans(a, ds_columns_first.at_dynamic(sdS, kk * 16, row0));
+#pragma unroll
+                for (int np = 0; np < HALF / 16; np++) {
+                    uint32_t kb[4];
+                    ldmatrix_x4_trans(kb, rows_first.at_dynamic(sK, kk * 16, col0 + np * 16));
+                    mma_bf16(dq[2 * np], a, kb[0], kb[1]);
+                    mma_bf16(dq[2 * np + 1], a, kb[2], kb[3]);
+                }
+            }
+            float *dq_base = p.dq_accum + ((int64_t)b * T * p.heads + h) * D;
+#if __CUDA_ARCH__ >= 900
+            /* 16-byte atomics (sm_90): lanes t and t^1 swap halves so that an even lane holds 4
+             * consecutive columns of row g and an odd lane 4 of row g + 8: a quarter of the
+             * atomic operations. */
+            const int odd = t4 & 1, q = q0 + row0 + g + 8 * odd;
+            float *out = dq_base + (int64_t)q * q_stride + col0 + 2 * (t4 & ~1);
+#pragma unroll
+            for (int n = 0; n < HALF / 8; n++) {
+                float send0 = odd ? dq[n][0] : dq[n][2], send1 = odd ? dq[n][1] : dq[n][3];
+                float recv0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+                float recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+                float4 v = odd ? make_float4(recv0, recv1, dq[n][2], dq[n][3])
+                               : make_float4(dq[n][0], dq[n][1], recv0, recv1);
+                if (q < T) atomicAdd(reinterpret_cast<float4 *>(out + n * 8), v);
+            }
+#else
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                int q = q0 + row0 + g + 8 * r;
+                if (q >= T) continue;
+                float *out = dq_base + (int64_t)q * q_stride + col0 + 2 * t4;
+#pragma unroll
+                for (int n = 0; n < HALF / 8; n++) {
+                    atomicAdd(out + n * 8, dq[n][2 * r]);
+                    atomicAdd(out + n * 8 + 1, dq[n][2 * r + 1]);
+                }
+            }
+#endif
+        }
+        __syncthreads(); /* dS^T and this buffer are rewritten next */
+        item = next;
+    }
+    cp_async_wait<0>(); /* nothing may be left in flight when no item was active */
+
+    bf16 *dk_base = p.dk + ((int64_t)b * T * p.kv_heads + kv_head) * D;
+    bf16 *dv_base = p.dv + ((int64_t)b * T * p.kv_heads + kv_head) * D;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (keys[r] >= T) continue;
+        bf16 *dk_row = dk_base + (int64_t)keys[r] * kv_stride;
+        bf16 *dv_row = dv_base + (int64_t)keys[r] * kv_stride;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            int col = n * 8 + 2 * t4;
+            *reinterpret_cast<uint32_t *>(dk_row + col) =
+                pack_bf16(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(dv_row + col) = pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
+}
+
+/* delta[b,h,t] = dO . O over the head dimension, one warp per (b, t, h) row. */
+template <int D>
+__global__ void flash_delta_kernel(const flash_params p)
+{
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; /* (b*T + t)*H + h */
+    int lane = threadIdx.x % 32;
+    int64_t rows = (int64_t)p.batch * p.seq * p.heads;
+    if (row >= rows) return;
+    const __nv_bfloat162 *o = reinterpret_cast<const __nv_bfloat162 *>(p.o + row * D);
+    const __nv_bfloat162 *d = reinterpret_cast<const __nv_bfloat162 *>(p.dout + row * D);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = lane; i < D / 2; i += 32) {
+        float2 a = __bfloat1622float2(o[i]), c = __bfloat1622float2(d[i]);
+        sum += a.x * c.x + a.y * c.y;
+    }
+    sum = zt_warp_sum(sum);
+    if (lane == 0) {
+        int64_t h = row % p.heads, bt = row / p.heads, t = bt % p.seq, b = bt / p.seq;
+        p.delta[(b * p.heads + h) * p.seq + t] = sum;
+    }
+}
+
+__global__ void flash_dq_kernel(int64_t n, const float *dq_accum, float scale, bf16 *dq)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dq[i] = __float2bfloat16_rn(dq_accum[i] * scale);
+}
+
+template <int D>
+zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p)
+{
+    const char *what = "flash attention backward";
+    constexpr size_t smem = backward_smem_bytes<D>();
+    zt_status st = flash_prepare(ctx, what, flash_backward_kernel<D>, smem);
+    if (st != ZT_OK) return st;
+    int64_t rows = (int64_t)p.batch * p.seq * p.heads;
+    cudaError_t e = cudaMemsetAsync(p.dq_accum, 0, (size_t)rows * D * sizeof(float), stream);
+    if (e != cudaSuccess)
+        return zt_cuda_fail(ZT_ERR_DEVICE, "%s: cudaMemsetAsync failed: %s", what,
+                            cudaGetErrorString(e));
+    flash_delta_kernel<D><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p);
+    if ((st = zt_cuda_check_launch("flash attention backward (delta)")) != ZT_OK) return st;
+    dim3 grid((unsigned)((p.seq + BC - 1) / BC), (unsigned)p.kv_heads, (unsigned)p.batch);
+    flash_backward_kernel<D><<<grid, THREADS, smem, stream>>>(p);
+    if ((st = zt_cuda_check_launch(what)) != ZT_OK) return st;
+    flash_dq_kernel<<<zt_grid_for(rows * D, 256, ctx), 256, 0, stream>>>(rows * D, p.dq_accum,
+                                                                         p.scale, p.dq);
+    return zt_cuda_check_launch("flash attention backward (dq)");
+}
+
+} // namespace
+
+uint64_t zt_cuda_flash_attention_backward_scratch_bytes(const zt_cuda_attention_shape *s)
+{
+    uint64_t rows = (uint64_t)s->batch * (uint64_t)s->seq * (uint64_t)s->heads;
+    return zt_round_up(rows * (uint64_t)s->head_dim * sizeof(float), 256) + rows * sizeof(float);
+}
+
+zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                           const zt_cuda_attention_shape *s, const uint16_t *q,
+                                           const uint16_t *k, const uint16_t *v,
+                                           const int32_t *doc_ids, const uint16_t *o,
+                                           const float *lse, const uint16_t *dout, uint16_t *dq,
+                                           uint16_t *dk, uint16_t *dv)
+{
+    const void *ptrs[] = {q, k, v, o, lse, dout, dq, dk, dv};
+    zt_status st = flash_check("flash attention backward", s, ptrs, 9);
+    if (st != ZT_OK) return st;
+    char *scratch = (char *)zt_cuda_scratch(
+        ctx, zt_cuda_flash_attention_backward_scratch_bytes(s), "flash attention backward");
+    if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
+    uint64_t rows = (uint64_t)s->batch * (uint64_t)s->seq * (uint64_t)s->heads;
+    flash_params p = flash_make_params(s);
+    p.q = (const bf16 *)q;
+    p.k = (const bf16 *)k;
+    p.v = (const bf16 *)v;
+    p.o = (const bf16 *)o;
+    p.dout = (const bf16 *)dout;
+    p.doc_ids = doc_ids;
+    p.lse = lse;
+    p.dq = (bf16 *)dq;
+    p.dk = (bf16 *)dk;
+    p.dv = (bf16 *)dv;
+    p.dq_accum = (float *)scratch;
+    p.delta = (float *)(scratch + zt_round_up(rows * (uint64_t)s->head_dim * sizeof(float), 256));
+    return s->head_dim == 64 ? launch_backward<64>(ctx, stream, p)
+                             : launch_backward<128>(ctx, stream, p);
+}

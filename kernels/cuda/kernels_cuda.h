@@ -1,0 +1,222 @@
+/* bf16 CUDA kernels for LLaMA training: the GPU counterpart of kernels/cpu/kernels.h.
+ *
+ * Every function computes the same mathematical function as its zt_cpu_* namesake (same layouts,
+ * same rope, masking, ignore-index and accumulate-vs-overwrite rules), so a plugin can switch device
+ * without changing its bookkeeping. What differs is precision (docs/cuda.md has the tolerances):
+ *  - Activations and matrix-product inputs are bf16 (uint16_t here, __nv_bfloat16 in the .cu files,
+ *    round-to-nearest-even); products accumulate in fp32; statistics (RMSNorm's rstd, softmax sums,
+ *    log-sum-exp) are fp32.
+ *  - Parameter gradients are fp32 and ACCUMULATED (+=), like the CPU kernels'. Master weights and
+ *    AdamW moments are fp32; the optimizer writes the bf16 compute copy the forward reads.
+ *  - Forward outputs and activation gradients are OVERWRITTEN.
+ *
+ * Calling rules:
+ *  - All pointers to tensors are device pointers; everything is enqueued on the given stream and
+ *    returns without waiting for the device. Nothing synchronizes with the host except
+ *    zt_cuda_ctx_create / _destroy and zt_cuda_check_indices.
+ *  - A zt_cuda_ctx belongs to one device and may be used by one stream at a time: the kernels that
+ *    need temporary memory take it from the context's scratch area in stream order.
+ *  - Every function returns ZT_OK or an error code; zt_cuda_last_error() then describes the failure
+ *    (what, which argument or CUDA call, and what to do). Shapes and hyper-parameters are checked on
+ *    the host. Token ids and targets live on the device and are checked there without a host sync:
+ *    an out-of-range one is recorded in the context (its row reads zeros and contributes nothing) and
+ *    reported by the next zt_cuda_check_indices.
+ */
+#ifndef ZT_KERNELS_CUDA_H
+#define ZT_KERNELS_CUDA_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include "zt/zt_types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- context ---------------------------------------------------------------------------------- */
+
+typedef struct zt_cuda_ctx zt_cuda_ctx;
+
+/* Binds the calling thread to `device`, creates the cuBLASLt handle and its workspace, and
+ * allocates `scratch_bytes` of device scratch (size it with the zt_cuda_*_scratch_bytes queries
+ * below; 0 picks 64 MiB). Synchronizes. */
+zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **out);
+void zt_cuda_ctx_destroy(zt_cuda_ctx *ctx);
+uint64_t zt_cuda_ctx_scratch_bytes(const zt_cuda_ctx *ctx);
+
+/* The message of the last failure on the calling thread ("" when none). */
+const char *zt_cuda_last_error(void);
+
+/* Waits for `stream`, then reports (and clears) the first out-of-range token id or target recorded
+ * since the last call: ZT_ERR_INVALID_ARG naming the kernel, the row and the value. */
+zt_status zt_cuda_check_indices(zt_cuda_ctx *ctx, cudaStream_t stream);
+
+/* ---- conversions and element-wise ------------------------------------------------------------- */
+
+void zt_cuda_bf16_from_f32_host(const float *in, uint16_t *out, int64_t n); /* RNE, host side */
+void zt_cuda_f32_from_bf16_host(const uint16_t *in, float *out, int64_t n);
+
+zt_status zt_cuda_cast_f32_to_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
+                                   const float *in, uint16_t *out);
+zt_status zt_cuda_cast_bf16_to_f32(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
+                                   const uint16_t *in, float *out);
+/* y[i] += x[i] in fp32, rounded to bf16 (residual branches). */
+zt_status zt_cuda_add_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, const uint16_t *x,
+                           uint16_t *y);
+
+/* ---- matrix multiplication (cuBLASLt, bf16 inputs, fp32 accumulation) ------------------------- */
+
+/* C[M,N] (+)= op(A)[M,K] * op(B)[K,N], row-major as in zt_cpu_gemm (lda, ldb, ldc are row strides).
+ * c_dtype is ZT_F32 or ZT_BF16. accumulate: 0 overwrites C, 1 adds to it (in fp32 before rounding).
+ * Leading dimensions must be multiples of 8 elements and pointers 16-byte aligned. */
+zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
+                       int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
+                       int64_t ldb, void *C, int32_t c_dtype, int64_t ldc, int accumulate);
+
+/* The linear layer's three products with HF's [out, in] weights, all contiguous:
+ * forward  y[M,N]  = x[M,K] w[N,K]^T          (bf16, overwrites)
+ * dX       dx[M,K] = dy[M,N] w[N,K]           (bf16, overwrites)
+ * dW       dw[N,K] += dy[M,N]^T x[M,K]        (fp32, accumulates) */
+zt_status zt_cuda_linear_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M, int64_t N,
+                                 int64_t K, const uint16_t *x, const uint16_t *w, uint16_t *y);
+zt_status zt_cuda_linear_backward_input(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M,
+                                        int64_t N, int64_t K, const uint16_t *dy,
+                                        const uint16_t *w, uint16_t *dx);
+zt_status zt_cuda_linear_backward_weight(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M,
+                                         int64_t N, int64_t K, const uint16_t *dy,
+                                         const uint16_t *x, float *dw);
+
+/* ---- RMSNorm ---------------------------------------------------------------------------------- */
+
+/* x, y: [rows, dim] bf16; w: [dim] bf16; rstd: [rows] fp32. dim % 8 == 0. */
+zt_status zt_cuda_rmsnorm_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t dim,
+                                  float eps, const uint16_t *x, const uint16_t *w, uint16_t *y,
+                                  float *rstd);
+/* dx (bf16) overwrites; dw (fp32) accumulates, summed in a fixed order (deterministic). */
+uint64_t zt_cuda_rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim);
+zt_status zt_cuda_rmsnorm_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows,
+                                   int64_t dim, const uint16_t *x, const uint16_t *w,
+                                   const float *rstd, const uint16_t *dy, uint16_t *dx, float *dw);
+
+/* ---- rotary position embedding (HF rotate_half) ----------------------------------------------- */
+
+/* x, y: [tokens, heads, head_dim] bf16 (y may equal x); positions: [tokens] int32; inv_freq:
+ * [head_dim/2] fp32 on the device, from zt_cpu_rope_inv_freq. Angles and cos/sin are fp32, computed
+ * as the CPU kernel computes them. */
+zt_status zt_cuda_rope_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                               int64_t heads, int64_t head_dim, const int32_t *positions,
+                               const float *inv_freq, const uint16_t *x, uint16_t *y);
+zt_status zt_cuda_rope_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                int64_t heads, int64_t head_dim, const int32_t *positions,
+                                const float *inv_freq, const uint16_t *dy, uint16_t *dx);
+
+/* ---- SwiGLU: h = silu(gate) * up -------------------------------------------------------------- */
+
+zt_status zt_cuda_swiglu_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
+                                 const uint16_t *gate, const uint16_t *up, uint16_t *h);
+/* dgate, dup overwrite and may alias gate, up. */
+zt_status zt_cuda_swiglu_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
+                                  const uint16_t *gate, const uint16_t *up, const uint16_t *dh,
+                                  uint16_t *dgate, uint16_t *dup);
+
+/* ---- token embedding -------------------------------------------------------------------------- */
+
+/* y[t,:] = table[ids[t],:]; table [vocab, dim] bf16; dim % 8 == 0. */
+zt_status zt_cuda_embedding_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                    int64_t vocab, int64_t dim, const int32_t *ids,
+                                    const uint16_t *table, uint16_t *y);
+/* dtable[ids[t],:] += dy[t,:] in fp32. Deterministic: tokens are sorted by id and every row of
+ * dtable is summed by one thread block in token order. */
+uint64_t zt_cuda_embedding_backward_scratch_bytes(int64_t tokens, int64_t vocab);
+zt_status zt_cuda_embedding_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                     int64_t vocab, int64_t dim, const int32_t *ids,
+                                     const uint16_t *dy, float *dtable);
+
+/* ---- softmax cross-entropy -------------------------------------------------------------------- */
+
+#define ZT_CUDA_IGNORE_INDEX (-100)
+
+/* On given logits [rows, vocab] fp32, as zt_cpu_cross_entropy: row_loss[rows] (fp32), *loss (one
+ * fp64 on the device: the row losses summed in row order, divided by normalizer) and, when dlogits
+ * is not NULL, dlogits = dloss (softmax - onehot) / normalizer in bf16 (zero rows for ignored
+ * targets). */
+zt_status zt_cuda_cross_entropy(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t vocab,
+                                const float *logits, const int32_t *targets, double normalizer,
+                                float dloss, float *row_loss, double *loss, uint16_t *dlogits);
+
+/* The LM head and the loss fused: logits = x[rows,dim] w[vocab,dim]^T, then cross-entropy as
+ * above, then dx[rows,dim] = dlogits w (bf16, overwrites) and dw[vocab,dim] += dlogits^T x (fp32,
+ * accumulates). Rows go through in chunks: only one chunk's logits (fp32) and dlogits (bf16) exist
+ * at a time, in the scratch area; chunk_rows = scratch / (6 vocab) bytes, so more scratch means
+ * fewer, larger GEMMs. dx and dw may be NULL (evaluation: loss only). */
+uint64_t zt_cuda_lm_head_loss_scratch_bytes(int64_t chunk_rows, int64_t vocab);
+zt_status zt_cuda_lm_head_loss(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t dim,
+                               int64_t vocab, const uint16_t *x, const uint16_t *w,
+                               const int32_t *targets, double normalizer, float dloss,
+                               float *row_loss, double *loss, uint16_t *dx, float *dw);
+
+/* ---- optimizer -------------------------------------------------------------------------------- */
+
+/* One parameter tensor as the optimizer sees it: fp32 master weights, fp32 gradient, fp32 moments
+ * and the bf16 compute copy the model reads (may be NULL). */
+typedef struct zt_cuda_param {
+    float *master;
+    const float *grad;
+    float *exp_avg, *exp_avg_sq;
+    uint16_t *compute_copy;
+    int64_t n;
+} zt_cuda_param;
+
+typedef struct zt_cuda_adamw_params {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step; /* 1 for the first step */
+} zt_cuda_adamw_params;
+
+/* torch.optim.AdamW on every tensor, a few launches in all. grad_scale: NULL, or a device float the
+ * gradients are multiplied by as they are read (the clipping factor of zt_cuda_clip_coefficient). */
+zt_status zt_cuda_adamw_step(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n_params,
+                             const zt_cuda_param *params, const zt_cuda_adamw_params *hp,
+                             const float *grad_scale);
+
+/* The global L2 norm of n_tensors fp32 tensors (host array of device pointers), reduced on the
+ * device in a fixed order (double partial sums), written to *norm (device float). When clip_coef is
+ * not NULL it receives min(1, max_norm / (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_), ready for
+ * zt_cuda_adamw_step: no host synchronization anywhere. */
+uint64_t zt_cuda_global_norm_scratch_bytes(int64_t n_tensors, const int64_t *sizes);
+zt_status zt_cuda_global_norm(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n_tensors,
+                              const float *const *tensors, const int64_t *sizes, float max_norm,
+                              float *norm, float *clip_coef);
+
+/* ---- flash attention (bf16 tensor cores, sm_80+) ---------------------------------------------- */
+
+typedef struct zt_cuda_attention_shape {
+    int64_t batch, seq;   /* B, T */
+    int64_t heads;        /* H query heads */
+    int64_t kv_heads;     /* Hkv; H % Hkv == 0; query head h reads kv head h / (H / Hkv) */
+    int64_t head_dim;     /* D: 64 or 128 */
+    float scale;          /* softmax scale, usually 1/sqrt(D) */
+} zt_cuda_attention_shape;
+
+/* Causal attention as zt_cpu_attention_forward: q, o [B,T,H,D] bf16; k, v [B,T,Hkv,D] bf16;
+ * doc_ids [B,T] int32 or NULL (packed documents: a query sees only keys of its own document);
+ * lse [B,H,T] fp32 (the backward needs it). Tiles that the causal or document mask hides entirely
+ * are skipped; repeated K/V heads are never materialized. */
+zt_status zt_cuda_flash_attention_forward(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                          const zt_cuda_attention_shape *s, const uint16_t *q,
+                                          const uint16_t *k, const uint16_t *v,
+                                          const int32_t *doc_ids, uint16_t *o, float *lse);
+/* dq, dk, dv (bf16) overwrite. o and lse are the forward's outputs. dq is accumulated in fp32 in the
+ * scratch area (B*T*H*D*4 bytes plus B*H*T*4 for the row sums of dO*O). */
+uint64_t zt_cuda_flash_attention_backward_scratch_bytes(const zt_cuda_attention_shape *s);
+zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                           const zt_cuda_attention_shape *s, const uint16_t *q,
+                                           const uint16_t *k, const uint16_t *v,
+                                           const int32_t *doc_ids, const uint16_t *o,
+                                           const float *lse, const uint16_t *dout, uint16_t *dq,
+                                           uint16_t *dk, uint16_t *dv);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
