@@ -38,7 +38,7 @@ void fixture_load(fixture *f, const char *rel)
     char path[1024];
     zt_error err;
     snprintf(path, sizeof path, "%s/%s.safetensors", FIXTURE_DIR, rel);
-    if (zt_st_open(path, &f->tensors, &err) != ZT_OK) die(err.msg);
+    if (ref_st_open(path, &f->tensors, &err) != ZT_OK) die(err.msg);
     snprintf(path, sizeof path, "%s/%s.json", FIXTURE_DIR, rel);
     f->json_text = read_text(path);
     if (zt_json_parse(f->json_text, strlen(f->json_text), path, &f->json, &err) != ZT_OK) die(err.msg);
@@ -46,7 +46,7 @@ void fixture_load(fixture *f, const char *rel)
 
 void fixture_free(fixture *f)
 {
-    zt_st_close(&f->tensors);
+    ref_st_close(&f->tensors);
     zt_json_free(&f->json);
     free(f->json_text);
 }
@@ -55,8 +55,8 @@ float *fixture_f32(const fixture *f, const char *name, int64_t *numel)
 {
     float *x;
     zt_error err;
-    if (zt_st_read_f32(&f->tensors, name, 0, NULL, &x, &err) != ZT_OK) die(err.msg);
-    if (numel) *numel = zt_st_find(&f->tensors, name)->numel;
+    if (ref_st_read_f32(&f->tensors, name, 0, NULL, &x, &err) != ZT_OK) die(err.msg);
+    if (numel) *numel = ref_st_find(&f->tensors, name)->numel;
     return x;
 }
 
@@ -64,8 +64,8 @@ int32_t *fixture_i32(const fixture *f, const char *name, int64_t *numel)
 {
     int32_t *x;
     zt_error err;
-    if (zt_st_read_i32(&f->tensors, name, 0, NULL, &x, &err) != ZT_OK) die(err.msg);
-    if (numel) *numel = zt_st_find(&f->tensors, name)->numel;
+    if (ref_st_read_i32(&f->tensors, name, 0, NULL, &x, &err) != ZT_OK) die(err.msg);
+    if (numel) *numel = ref_st_find(&f->tensors, name)->numel;
     return x;
 }
 

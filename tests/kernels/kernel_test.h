@@ -11,7 +11,7 @@
 
 /* One <name>.safetensors + <name>.json pair. */
 typedef struct fixture {
-    zt_st_file tensors;
+    ref_st_file tensors;
     char *json_text;
     zt_json json;
 } fixture;

@@ -57,11 +57,11 @@ static void test_model(const char *name)
     if (llama_load(dir, &m, &err) != ZT_OK) die(&err);
     fixture f;
     fixture_load(&f, rel);
-    const zt_st_tensor *ids_t = zt_st_find(&f.tensors, "input_ids");
+    const ref_st_tensor *ids_t = ref_st_find(&f.tensors, "input_ids");
     llama_batch b = {.batch = ids_t->shape[0], .seq = ids_t->shape[1]};
     int32_t *ids = fixture_i32(&f, "input_ids", NULL), *labels = fixture_i32(&f, "labels", NULL);
     int32_t *positions = fixture_i32(&f, "position_ids", NULL);
-    int32_t *doc_ids = zt_st_find(&f.tensors, "doc_ids") ? fixture_i32(&f, "doc_ids", NULL) : NULL;
+    int32_t *doc_ids = ref_st_find(&f.tensors, "doc_ids") ? fixture_i32(&f, "doc_ids", NULL) : NULL;
     b.ids = ids;
     b.labels = labels;
     b.positions = positions;
@@ -78,7 +78,7 @@ static void test_model(const char *name)
     ZT_CHECK_INT(n_names, m.n_params);
     for (int i = 0; i < m.n_params; i++) {
         snprintf(label, sizeof label, "grad.%s", m.params[i].name);
-        ZT_CHECK(zt_st_find(&f.tensors, label) != NULL);
+        ZT_CHECK(ref_st_find(&f.tensors, label) != NULL);
     }
 
     /* Serial first, keeping its gradients, then threaded from zero: both must match torch and

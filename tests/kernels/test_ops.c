@@ -14,7 +14,7 @@
 
 static int64_t dim_of(const fixture *f, const char *name, int d)
 {
-    return zt_st_find(&f->tensors, name)->shape[d];
+    return ref_st_find(&f->tensors, name)->shape[d];
 }
 
 /* Run t of every op: 0 serial, 1 threaded; GEMM tests add 2, threaded without the AVX-512 kernel. */
@@ -204,7 +204,7 @@ static void test_attention(const char *name)
     float *o = fixture_f32(&f, "o", NULL), *lse = fixture_f32(&f, "lse", NULL);
     float *dout = fixture_f32(&f, "do", NULL), *dq = fixture_f32(&f, "dq", NULL);
     float *dk = fixture_f32(&f, "dk", NULL), *dv = fixture_f32(&f, "dv", NULL);
-    int32_t *doc = zt_st_find(&f.tensors, "doc_ids") ? fixture_i32(&f, "doc_ids", NULL) : NULL;
+    int32_t *doc = ref_st_find(&f.tensors, "doc_ids") ? fixture_i32(&f, "doc_ids", NULL) : NULL;
     float *o_got[2], *lse_got[2], *dq_got[2], *dk_got[2], *dv_got[2];
     for (int t = 0; t < 2; t++) {
         o_got[t] = poisoned(nq);

@@ -157,22 +157,22 @@ zt_status llama_load(const char *dir, llama_model *m, zt_error *err)
     if (!c->tied) set_param(m->lm_head, "lm_head.weight", c->vocab, E);
 
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    zt_st_file file;
-    st = zt_st_open(path, &file, err);
+    ref_st_file file;
+    st = ref_st_open(path, &file, err);
     if (st != ZT_OK) return st;
     int consumed = 0;
     for (int i = 0; i < m->n_params && st == ZT_OK; i++) {
         llama_param *p = &m->params[i];
-        st = zt_st_read_f32(&file, p->name, p->ndim, p->shape, &p->value, err);
+        st = ref_st_read_f32(&file, p->name, p->ndim, p->shape, &p->value, err);
         p->grad = calloc((size_t)p->numel, sizeof(float));
         if (st == ZT_OK && !p->grad) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
         consumed++;
     }
     /* A tied checkpoint may still carry a copy of lm_head.weight; anything else is unexpected. */
-    int extra = file.n_tensors - consumed - (c->tied && zt_st_find(&file, "lm_head.weight") ? 1 : 0);
+    int extra = file.n_tensors - consumed - (c->tied && ref_st_find(&file, "lm_head.weight") ? 1 : 0);
     if (st == ZT_OK && extra != 0)
         st = zt_error_set(err, ZT_ERR_FORMAT, "%s: %d tensors are not LLaMA parameters", path, extra);
-    zt_st_close(&file);
+    ref_st_close(&file);
     return st;
 }
 

@@ -250,8 +250,8 @@ oom:
 
 zt_status mh_params_load(const mh_env *e, mh_params *p, const char *safetensors_path, zt_error *err)
 {
-    zt_st_file f;
-    zt_status st = zt_st_open(safetensors_path, &f, err);
+    ref_st_file f;
+    zt_status st = ref_st_open(safetensors_path, &f, err);
     if (st != ZT_OK) return st;
     int owned = 0;
     for (int32_t i = 0; i < p->n && st == ZT_OK; i++) {
@@ -259,14 +259,14 @@ zt_status mh_params_load(const mh_env *e, mh_params *p, const char *safetensors_
         owned++;
         const zt_param_decl *d = &e->info->params[i];
         float *values = NULL;
-        st = zt_st_read_f32(&f, d->name, d->ndim, d->shape, &values, err);
+        st = ref_st_read_f32(&f, d->name, d->ndim, d->shape, &values, err);
         if (st == ZT_OK) memcpy(p->value[i], values, (size_t)p->numel[i] * sizeof(float));
         free(values);
     }
     if (st == ZT_OK && f.n_tensors != owned)
         st = zt_error_set(err, ZT_ERR_FORMAT, "%s holds %d tensors but the model declares %d with storage",
                           safetensors_path, f.n_tensors, owned);
-    zt_st_close(&f);
+    ref_st_close(&f);
     return st;
 }
 

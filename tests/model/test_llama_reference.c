@@ -29,7 +29,7 @@ _Noreturn static void die(const char *what)
 
 typedef struct fixture {
     const char *dir;
-    zt_st_file expected;
+    ref_st_file expected;
     int32_t B, T, V;
     int32_t *input_ids, *labels, *position_ids, *doc_ids; /* doc_ids NULL unless packed */
     float *logits;
@@ -42,20 +42,20 @@ static void fixture_load(fixture *f, const char *dir, const mh_env *e)
     memset(f, 0, sizeof *f);
     f->dir = dir;
     snprintf(path, sizeof path, "%s/expected.safetensors", dir);
-    if (zt_st_open(path, &f->expected, &g_err) != ZT_OK) die("expected.safetensors");
-    const zt_st_tensor *ids = zt_st_find(&f->expected, "input_ids");
+    if (ref_st_open(path, &f->expected, &g_err) != ZT_OK) die("expected.safetensors");
+    const ref_st_tensor *ids = ref_st_find(&f->expected, "input_ids");
     if (!ids || ids->ndim != 2) die("input_ids");
     f->B = (int32_t)ids->shape[0];
     f->T = (int32_t)ids->shape[1];
     f->V = e->info->vocab_size;
     int64_t bt[2] = {f->B, f->T}, btv[3] = {f->B, f->T, f->V};
-    if (zt_st_read_i32(&f->expected, "input_ids", 2, bt, &f->input_ids, &g_err) != ZT_OK ||
-        zt_st_read_i32(&f->expected, "labels", 2, bt, &f->labels, &g_err) != ZT_OK ||
-        zt_st_read_i32(&f->expected, "position_ids", 2, bt, &f->position_ids, &g_err) != ZT_OK ||
-        zt_st_read_f32(&f->expected, "logits", 3, btv, &f->logits, &g_err) != ZT_OK)
+    if (ref_st_read_i32(&f->expected, "input_ids", 2, bt, &f->input_ids, &g_err) != ZT_OK ||
+        ref_st_read_i32(&f->expected, "labels", 2, bt, &f->labels, &g_err) != ZT_OK ||
+        ref_st_read_i32(&f->expected, "position_ids", 2, bt, &f->position_ids, &g_err) != ZT_OK ||
+        ref_st_read_f32(&f->expected, "logits", 3, btv, &f->logits, &g_err) != ZT_OK)
         die("expected tensors");
-    if (zt_st_find(&f->expected, "doc_ids") &&
-        zt_st_read_i32(&f->expected, "doc_ids", 2, bt, &f->doc_ids, &g_err) != ZT_OK)
+    if (ref_st_find(&f->expected, "doc_ids") &&
+        ref_st_read_i32(&f->expected, "doc_ids", 2, bt, &f->doc_ids, &g_err) != ZT_OK)
         die("doc_ids");
     snprintf(path, sizeof path, "%s/expected.json", dir);
     if (mh_expected_load(path, &f->json, &g_err) != ZT_OK) die("expected.json");
@@ -68,7 +68,7 @@ static void fixture_free(fixture *f)
     free(f->position_ids);
     free(f->doc_ids);
     free(f->logits);
-    zt_st_close(&f->expected);
+    ref_st_close(&f->expected);
 }
 
 /* Copies of every gradient, to compare runs. */
@@ -116,13 +116,13 @@ static float **check_against_transformers(mh_env *e, mh_params *p, const fixture
         const zt_param_decl *d = &e->info->params[i];
         if (p->owner[i] != i) {
             /* tied: the fixture has no lm_head; its gradient is part of the embedding's */
-            ZT_CHECK(zt_st_find(&f->expected, "grad.lm_head.weight") == NULL);
+            ZT_CHECK(ref_st_find(&f->expected, "grad.lm_head.weight") == NULL);
             continue;
         }
         char name[160];
         float *want = NULL;
         snprintf(name, sizeof name, "grad.%s", d->name);
-        if (zt_st_read_f32(&f->expected, name, d->ndim, d->shape, &want, &g_err) != ZT_OK) {
+        if (ref_st_read_f32(&f->expected, name, d->ndim, d->shape, &want, &g_err) != ZT_OK) {
             fprintf(stderr, "%s\n", g_err.msg);
             ZT_CHECK(!"every declared parameter has a gradient in the fixture");
             continue;
@@ -132,7 +132,7 @@ static float **check_against_transformers(mh_env *e, mh_params *p, const fixture
         checked++;
     }
     /* lm_head + model.norm + embedding + 9 per layer, minus the tied head */
-    ZT_CHECK_INT(checked, 2 + 9 * e->info->n_layers + (zt_st_find(&f->expected, "grad.lm_head.weight") != NULL));
+    ZT_CHECK_INT(checked, 2 + 9 * e->info->n_layers + (ref_st_find(&f->expected, "grad.lm_head.weight") != NULL));
     float **grads = grads_copy(p);
 
     /* Gradients accumulate: a second identical step on top doubles them. */

@@ -62,16 +62,16 @@ static void case_load(attn_case *c, const char *dir, const char *name)
     free(text);
 
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
-    zt_st_file f;
-    if (zt_st_open(path, &f, &g_err) != ZT_OK) die(path);
+    ref_st_file f;
+    if (ref_st_open(path, &f, &g_err) != ZT_OK) die(path);
     int64_t qs[4] = {c->B, c->T, c->H, c->D}, ks[4] = {c->B, c->T, c->Hkv, c->D}, bt[2] = {c->B, c->T};
-    if (zt_st_read_f32(&f, "q", 4, qs, &c->q, &g_err) || zt_st_read_f32(&f, "k", 4, ks, &c->k, &g_err) ||
-        zt_st_read_f32(&f, "v", 4, ks, &c->v, &g_err) || zt_st_read_f32(&f, "o", 4, qs, &c->o, &g_err) ||
-        zt_st_read_f32(&f, "do", 4, qs, &c->dout, &g_err) || zt_st_read_f32(&f, "dq", 4, qs, &c->dq, &g_err) ||
-        zt_st_read_f32(&f, "dk", 4, ks, &c->dk, &g_err) || zt_st_read_f32(&f, "dv", 4, ks, &c->dv, &g_err))
+    if (ref_st_read_f32(&f, "q", 4, qs, &c->q, &g_err) || ref_st_read_f32(&f, "k", 4, ks, &c->k, &g_err) ||
+        ref_st_read_f32(&f, "v", 4, ks, &c->v, &g_err) || ref_st_read_f32(&f, "o", 4, qs, &c->o, &g_err) ||
+        ref_st_read_f32(&f, "do", 4, qs, &c->dout, &g_err) || ref_st_read_f32(&f, "dq", 4, qs, &c->dq, &g_err) ||
+        ref_st_read_f32(&f, "dk", 4, ks, &c->dk, &g_err) || ref_st_read_f32(&f, "dv", 4, ks, &c->dv, &g_err))
         die(path);
-    if (zt_st_find(&f, "doc_ids") && zt_st_read_i32(&f, "doc_ids", 2, bt, &c->doc_ids, &g_err) != ZT_OK) die(path);
-    zt_st_close(&f);
+    if (ref_st_find(&f, "doc_ids") && ref_st_read_i32(&f, "doc_ids", 2, bt, &c->doc_ids, &g_err) != ZT_OK) die(path);
+    ref_st_close(&f);
 }
 
 static void case_free(attn_case *c)

@@ -15,7 +15,7 @@
  * corrupt length field from asking for terabytes. */
 #define MAX_HEADER_BYTES (100u * 1024u * 1024u)
 
-const char *zt_st_dtype_name(int dtype)
+const char *ref_st_dtype_name(int dtype)
 {
     switch (dtype) {
     case ZT_F32: return "F32";
@@ -36,11 +36,11 @@ static int parse_dtype(const char *s)
 {
     const int all[] = {ZT_F32, ZT_F16, ZT_BF16, ZT_I32, ZT_I64};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(s, zt_st_dtype_name(all[i])) == 0) return all[i];
+        if (strcmp(s, ref_st_dtype_name(all[i])) == 0) return all[i];
     return -1;
 }
 
-void zt_st_close(zt_st_file *f)
+void ref_st_close(ref_st_file *f)
 {
     if (!f) return;
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
@@ -53,7 +53,7 @@ void zt_st_close(zt_st_file *f)
 /* ---- header parsing ------------------------------------------------------------------------- */
 
 typedef struct header_ctx {
-    const zt_st_file *file;
+    const ref_st_file *file;
     const zt_json *json;
     const unsigned char *data; /* first byte after the header */
     uint64_t data_size;
@@ -87,7 +87,7 @@ static int read_uint(const zt_json *j, int tok, uint64_t limit, uint64_t *out)
     return 1;
 }
 
-static zt_status parse_tensor(const header_ctx *h, int value, zt_st_tensor *t)
+static zt_status parse_tensor(const header_ctx *h, int value, ref_st_tensor *t)
 {
     const zt_json *j = h->json;
     const char *fix = "the file is corrupt or not a safetensors file; re-export it with the "
@@ -157,7 +157,7 @@ static zt_status parse_tensor(const header_ctx *h, int value, zt_st_tensor *t)
     if (t->nbytes != (uint64_t)t->numel * (uint64_t)dtype_size(t->dtype)) {
         char what[200];
         snprintf(what, sizeof what, "it holds %llu bytes but %lld %s elements need %llu",
-                 (unsigned long long)t->nbytes, (long long)t->numel, zt_st_dtype_name(t->dtype),
+                 (unsigned long long)t->nbytes, (long long)t->numel, ref_st_dtype_name(t->dtype),
                  (unsigned long long)t->numel * (unsigned long long)dtype_size(t->dtype));
         return header_error(h, offsets_tok, t->name, what, fix);
     }
@@ -167,11 +167,11 @@ static zt_status parse_tensor(const header_ctx *h, int value, zt_st_tensor *t)
 
 static int by_data_offset(const void *a, const void *b)
 {
-    const zt_st_tensor *x = a, *y = b;
+    const ref_st_tensor *x = a, *y = b;
     return x->data < y->data ? -1 : x->data > y->data;
 }
 
-static zt_status parse_file(zt_st_file *f, zt_error *err)
+static zt_status parse_file(ref_st_file *f, zt_error *err)
 {
     if (f->size < 8)
         return zt_error_set(err, ZT_ERR_FORMAT,
@@ -211,7 +211,7 @@ static zt_status parse_file(zt_st_file *f, zt_error *err)
         char *name = NULL;
         st = zt_json_string(&json, key, &name, NULL, err);
         if (st == ZT_OK && strcmp(name, "__metadata__") != 0) {
-            zt_st_tensor *t = &f->tensors[f->n_tensors++];
+            ref_st_tensor *t = &f->tensors[f->n_tensors++];
             t->name = name;
             name = NULL;
             for (int k = 0; k < f->n_tensors - 1 && st == ZT_OK; k++)
@@ -229,7 +229,7 @@ static zt_status parse_file(zt_st_file *f, zt_error *err)
     /* Tensors must not share bytes (the format forbids it; it would mean a corrupt header). */
     qsort(f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, by_data_offset);
     for (int i = 1; i < f->n_tensors; i++) {
-        const zt_st_tensor *a = &f->tensors[i - 1], *b = &f->tensors[i];
+        const ref_st_tensor *a = &f->tensors[i - 1], *b = &f->tensors[i];
         if (a->data + a->nbytes > b->data)
             return zt_error_set(err, ZT_ERR_FORMAT,
                                 "%s: the data of tensors \"%s\" and \"%s\" overlap; the header is "
@@ -239,24 +239,24 @@ static zt_status parse_file(zt_st_file *f, zt_error *err)
     return ZT_OK;
 }
 
-zt_status zt_st_open_memory(const void *bytes, size_t size, const char *origin, zt_st_file *out,
+zt_status ref_st_open_memory(const void *bytes, size_t size, const char *origin, ref_st_file *out,
                             zt_error *err)
 {
     memset(out, 0, sizeof *out);
     out->path = strdup(origin);
     out->bytes = malloc(size ? size : 1);
     if (!out->path || !out->bytes) {
-        zt_st_close(out);
+        ref_st_close(out);
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", origin, size);
     }
     memcpy(out->bytes, bytes, size);
     out->size = size;
     zt_status st = parse_file(out, err);
-    if (st != ZT_OK) zt_st_close(out);
+    if (st != ZT_OK) ref_st_close(out);
     return st;
 }
 
-zt_status zt_st_open(const char *path, zt_st_file *out, zt_error *err)
+zt_status ref_st_open(const char *path, ref_st_file *out, zt_error *err)
 {
     memset(out, 0, sizeof *out);
     FILE *fp = fopen(path, "rb");
@@ -281,11 +281,11 @@ zt_status zt_st_open(const char *path, zt_st_file *out, zt_error *err)
     }
     fclose(fp);
     if (st == ZT_OK) st = parse_file(out, err);
-    if (st != ZT_OK) zt_st_close(out);
+    if (st != ZT_OK) ref_st_close(out);
     return st;
 }
 
-const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name)
+const ref_st_tensor *ref_st_find(const ref_st_file *f, const char *name)
 {
     for (int i = 0; i < f->n_tensors; i++)
         if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
@@ -294,10 +294,10 @@ const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name)
 
 /* ---- typed reads ---------------------------------------------------------------------------- */
 
-static zt_status find_checked(const zt_st_file *f, const char *name, int ndim,
-                              const int64_t *shape, const zt_st_tensor **out, zt_error *err)
+static zt_status find_checked(const ref_st_file *f, const char *name, int ndim,
+                              const int64_t *shape, const ref_st_tensor **out, zt_error *err)
 {
-    const zt_st_tensor *t = zt_st_find(f, name);
+    const ref_st_tensor *t = ref_st_find(f, name);
     if (!t)
         return zt_error_set(err, ZT_ERR_NOT_FOUND,
                             "%s: no tensor \"%s\" (the file has %d); is this the right file?",
@@ -344,17 +344,17 @@ static float half_to_float(uint16_t h)
     return f;
 }
 
-zt_status zt_st_read_f32(const zt_st_file *f, const char *name, int ndim, const int64_t *shape,
+zt_status ref_st_read_f32(const ref_st_file *f, const char *name, int ndim, const int64_t *shape,
                          float **out, zt_error *err)
 {
-    const zt_st_tensor *t;
+    const ref_st_tensor *t;
     zt_status st = find_checked(f, name, ndim, shape, &t, err);
     if (st != ZT_OK) return st;
     if (t->dtype != ZT_F32 && t->dtype != ZT_F16 && t->dtype != ZT_BF16)
         return zt_error_set(err, ZT_ERR_FORMAT,
                             "%s: tensor \"%s\" is %s, expected a floating-point tensor (F32, F16 "
                             "or BF16)",
-                            f->path, name, zt_st_dtype_name(t->dtype));
+                            f->path, name, ref_st_dtype_name(t->dtype));
     float *x = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
     if (!x)
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory for tensor \"%s\"",
@@ -377,16 +377,16 @@ zt_status zt_st_read_f32(const zt_st_file *f, const char *name, int ndim, const 
     return ZT_OK;
 }
 
-zt_status zt_st_read_i32(const zt_st_file *f, const char *name, int ndim, const int64_t *shape,
+zt_status ref_st_read_i32(const ref_st_file *f, const char *name, int ndim, const int64_t *shape,
                          int32_t **out, zt_error *err)
 {
-    const zt_st_tensor *t;
+    const ref_st_tensor *t;
     zt_status st = find_checked(f, name, ndim, shape, &t, err);
     if (st != ZT_OK) return st;
     if (t->dtype != ZT_I32 && t->dtype != ZT_I64)
         return zt_error_set(err, ZT_ERR_FORMAT,
                             "%s: tensor \"%s\" is %s, expected an integer tensor (I32 or I64)",
-                            f->path, name, zt_st_dtype_name(t->dtype));
+                            f->path, name, ref_st_dtype_name(t->dtype));
     int32_t *x = malloc(sizeof(int32_t) * (size_t)(t->numel ? t->numel : 1));
     if (!x)
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory for tensor \"%s\"",

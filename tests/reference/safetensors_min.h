@@ -4,7 +4,9 @@
  * the fixtures and HF LLaMA checkpoints use (F32, F16, BF16, I32, I64). Strict: every header
  * field is checked (types, shapes, offsets inside the file, sizes matching shapes, no overlaps),
  * and every failure says which file and tensor, what is wrong and what to do.
- * The model importer of the next issue is expected to grow out of this file (framework/).
+ * It exists beside framework/safetensors.c (the product's reader, which maps files and knows only the
+ * floating-point dtypes weights use) because the fixtures also hold integer tensors (token ids,
+ * labels). Its names carry the ref_st_ prefix so a test can link both.
  *
  * Format: 8-byte little-endian header length N, N bytes of JSON
  *   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
@@ -19,42 +21,42 @@
 #include "error.h"
 #include "zt/zt_types.h"
 
-typedef struct zt_st_tensor {
+typedef struct ref_st_tensor {
     char *name;
     int dtype; /* zt_dtype: ZT_F32, ZT_F16, ZT_BF16, ZT_I32 or ZT_I64 */
     int ndim;
     int64_t shape[ZT_MAX_DIMS];
     int64_t numel;
-    const unsigned char *data; /* inside zt_st_file.bytes; not aligned */
+    const unsigned char *data; /* inside ref_st_file.bytes; not aligned */
     uint64_t nbytes;
-} zt_st_tensor;
+} ref_st_tensor;
 
-typedef struct zt_st_file {
+typedef struct ref_st_file {
     char *path;
     unsigned char *bytes; /* the whole file */
     size_t size;
-    zt_st_tensor *tensors; /* in file order of data_offsets */
+    ref_st_tensor *tensors; /* in file order of data_offsets */
     int n_tensors;
-} zt_st_file;
+} ref_st_file;
 
 /* Reads and validates `path`. On failure *out is left empty (safe to close). */
-zt_status zt_st_open(const char *path, zt_st_file *out, zt_error *err);
+zt_status ref_st_open(const char *path, ref_st_file *out, zt_error *err);
 /* Parses an in-memory file image (copied); `origin` names it in messages. */
-zt_status zt_st_open_memory(const void *bytes, size_t size, const char *origin, zt_st_file *out,
+zt_status ref_st_open_memory(const void *bytes, size_t size, const char *origin, ref_st_file *out,
                             zt_error *err);
-void zt_st_close(zt_st_file *f);
+void ref_st_close(ref_st_file *f);
 
 /* The tensor called `name`, or NULL. */
-const zt_st_tensor *zt_st_find(const zt_st_file *f, const char *name);
+const ref_st_tensor *ref_st_find(const ref_st_file *f, const char *name);
 
 /* Tensor `name` converted to fp32 (from F32, F16 or BF16) in a new malloc'd array. When `shape`
  * is not NULL the tensor must have exactly that shape (ndim dimensions). */
-zt_status zt_st_read_f32(const zt_st_file *f, const char *name, int ndim, const int64_t *shape,
+zt_status ref_st_read_f32(const ref_st_file *f, const char *name, int ndim, const int64_t *shape,
                          float **out, zt_error *err);
 /* Tensor `name` (I32 or I64, every value within int32) as int32 in a new malloc'd array. */
-zt_status zt_st_read_i32(const zt_st_file *f, const char *name, int ndim, const int64_t *shape,
+zt_status ref_st_read_i32(const ref_st_file *f, const char *name, int ndim, const int64_t *shape,
                          int32_t **out, zt_error *err);
 
-const char *zt_st_dtype_name(int dtype);
+const char *ref_st_dtype_name(int dtype);
 
 #endif

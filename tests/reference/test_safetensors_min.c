@@ -29,14 +29,14 @@ static void expect_header_error(const char *header, size_t data_len, zt_status s
     unsigned char zeros[64] = {0};
     size_t size;
     unsigned char *buf = image(header, zeros, data_len, &size);
-    zt_st_file f;
+    ref_st_file f;
     zt_error err = {0};
-    ZT_CHECK_INT(zt_st_open_memory(buf, size, "bad.safetensors", &f, &err), status);
+    ZT_CHECK_INT(ref_st_open_memory(buf, size, "bad.safetensors", &f, &err), status);
     ZT_CHECK_CONTAINS(err.msg, "bad.safetensors");
     ZT_CHECK_CONTAINS(err.msg, needle1);
     if (needle2) ZT_CHECK_CONTAINS(err.msg, needle2);
     ZT_CHECK_INT(f.n_tensors, 0); /* nothing half-open */
-    zt_st_close(&f);
+    ref_st_close(&f);
     free(buf);
 }
 
@@ -63,55 +63,55 @@ static void test_values(void)
     memcpy(data + 38, &big, 8);
     size_t size;
     unsigned char *buf = image(header, data, sizeof data, &size);
-    zt_st_file f;
+    ref_st_file f;
     zt_error err;
-    ZT_CHECK_INT(zt_st_open_memory(buf, size, "hand.safetensors", &f, &err), ZT_OK);
+    ZT_CHECK_INT(ref_st_open_memory(buf, size, "hand.safetensors", &f, &err), ZT_OK);
     ZT_CHECK_INT(f.n_tensors, 6); /* __metadata__ is not a tensor */
 
     float *x = NULL;
     int64_t shape_a[1] = {2};
-    ZT_CHECK_INT(zt_st_read_f32(&f, "a", 1, shape_a, &x, &err), ZT_OK);
+    ZT_CHECK_INT(ref_st_read_f32(&f, "a", 1, shape_a, &x, &err), ZT_OK);
     ZT_CHECK(x && x[0] == 1.5f && x[1] == -2.0f);
     free(x);
-    ZT_CHECK_INT(zt_st_read_f32(&f, "h", 0, NULL, &x, &err), ZT_OK);
+    ZT_CHECK_INT(ref_st_read_f32(&f, "h", 0, NULL, &x, &err), ZT_OK);
     ZT_CHECK(x[0] == 1.0f && x[1] == -2.0f && x[2] == 5.9604644775390625e-08f);
     ZT_CHECK(isinf(x[3]) && x[3] > 0 && x[4] == 0.333251953125f);
     free(x);
     int64_t shape_b[2] = {1, 2};
-    ZT_CHECK_INT(zt_st_read_f32(&f, "b", 2, shape_b, &x, &err), ZT_OK);
+    ZT_CHECK_INT(ref_st_read_f32(&f, "b", 2, shape_b, &x, &err), ZT_OK);
     ZT_CHECK(x[0] == 1.0f && x[1] == -5.0f);
     free(x);
     int32_t *ints = NULL;
-    ZT_CHECK_INT(zt_st_read_i32(&f, "i", 0, NULL, &ints, &err), ZT_OK);
+    ZT_CHECK_INT(ref_st_read_i32(&f, "i", 0, NULL, &ints, &err), ZT_OK);
     ZT_CHECK(ints[0] == 7 && ints[1] == -3);
     free(ints);
-    ZT_CHECK_INT(zt_st_read_f32(&f, "empty", 0, NULL, &x, &err), ZT_OK);
+    ZT_CHECK_INT(ref_st_read_f32(&f, "empty", 0, NULL, &x, &err), ZT_OK);
     free(x);
 
     /* Typed-read errors. */
-    ZT_CHECK_INT(zt_st_read_i32(&f, "big", 0, NULL, &ints, &err), ZT_ERR_FORMAT);
+    ZT_CHECK_INT(ref_st_read_i32(&f, "big", 0, NULL, &ints, &err), ZT_ERR_FORMAT);
     ZT_CHECK_CONTAINS(err.msg, "tensor \"big\" element 0 is 1099511627776, outside the int32 range");
-    ZT_CHECK_INT(zt_st_read_f32(&f, "i", 0, NULL, &x, &err), ZT_ERR_FORMAT);
+    ZT_CHECK_INT(ref_st_read_f32(&f, "i", 0, NULL, &x, &err), ZT_ERR_FORMAT);
     ZT_CHECK_CONTAINS(err.msg, "tensor \"i\" is I64, expected a floating-point tensor");
-    ZT_CHECK_INT(zt_st_read_i32(&f, "a", 0, NULL, &ints, &err), ZT_ERR_FORMAT);
+    ZT_CHECK_INT(ref_st_read_i32(&f, "a", 0, NULL, &ints, &err), ZT_ERR_FORMAT);
     ZT_CHECK_CONTAINS(err.msg, "tensor \"a\" is F32, expected an integer tensor");
     int64_t wrong[2] = {2, 1};
-    ZT_CHECK_INT(zt_st_read_f32(&f, "b", 2, wrong, &x, &err), ZT_ERR_FORMAT);
+    ZT_CHECK_INT(ref_st_read_f32(&f, "b", 2, wrong, &x, &err), ZT_ERR_FORMAT);
     ZT_CHECK_CONTAINS(err.msg, "hand.safetensors: tensor \"b\" has shape [1, 2], expected [2, 1]");
-    ZT_CHECK_INT(zt_st_read_f32(&f, "nope", 0, NULL, &x, &err), ZT_ERR_NOT_FOUND);
+    ZT_CHECK_INT(ref_st_read_f32(&f, "nope", 0, NULL, &x, &err), ZT_ERR_NOT_FOUND);
     ZT_CHECK_CONTAINS(err.msg, "no tensor \"nope\" (the file has 6)");
-    zt_st_close(&f);
+    ref_st_close(&f);
     free(buf);
 }
 
 static void test_header_errors(void)
 {
-    zt_st_file f;
+    ref_st_file f;
     zt_error err;
-    ZT_CHECK_INT(zt_st_open_memory("abc", 3, "bad.safetensors", &f, &err), ZT_ERR_FORMAT);
+    ZT_CHECK_INT(ref_st_open_memory("abc", 3, "bad.safetensors", &f, &err), ZT_ERR_FORMAT);
     ZT_CHECK_CONTAINS(err.msg, "bad.safetensors: the file has 3 bytes, fewer than the 8-byte header");
     unsigned char huge[12] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' '};
-    ZT_CHECK_INT(zt_st_open_memory(huge, sizeof huge, "bad.safetensors", &f, &err), ZT_ERR_FORMAT);
+    ZT_CHECK_INT(ref_st_open_memory(huge, sizeof huge, "bad.safetensors", &f, &err), ZT_ERR_FORMAT);
     ZT_CHECK_CONTAINS(err.msg, "the header length field says 65535 bytes but the file has 4 bytes");
 
     expect_header_error("{\"a\": }", 0, ZT_ERR_FORMAT, "(safetensors header):1:7", NULL);
@@ -147,7 +147,7 @@ static void test_header_errors(void)
                         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                         8, ZT_ERR_FORMAT, "tensor \"a\": the name appears twice", NULL);
 
-    ZT_CHECK_INT(zt_st_open("/nonexistent/model.safetensors", &f, &err), ZT_ERR_IO);
+    ZT_CHECK_INT(ref_st_open("/nonexistent/model.safetensors", &f, &err), ZT_ERR_IO);
     ZT_CHECK_CONTAINS(err.msg, "/nonexistent/model.safetensors: cannot open: No such file");
 }
 
@@ -155,21 +155,21 @@ static void test_header_errors(void)
  * cut short must fail cleanly. */
 static void test_real_files(void)
 {
-    zt_st_file f;
+    ref_st_file f;
     zt_error err;
     const char *path = FIXTURE_DIR "/llama_gqa_untied/model.safetensors";
-    ZT_CHECK_INT(zt_st_open(path, &f, &err), ZT_OK);
+    ZT_CHECK_INT(ref_st_open(path, &f, &err), ZT_OK);
     ZT_CHECK_INT(f.n_tensors, 1 + 2 * 9 + 1 + 1); /* embed, 2 layers of 9, norm, lm_head */
-    const zt_st_tensor *q = zt_st_find(&f, "model.layers.1.self_attn.q_proj.weight");
+    const ref_st_tensor *q = ref_st_find(&f, "model.layers.1.self_attn.q_proj.weight");
     ZT_CHECK(q && q->dtype == ZT_F32 && q->ndim == 2 && q->shape[0] == 48 && q->shape[1] == 32);
-    const zt_st_tensor *k = zt_st_find(&f, "model.layers.0.self_attn.k_proj.weight");
+    const ref_st_tensor *k = ref_st_find(&f, "model.layers.0.self_attn.k_proj.weight");
     ZT_CHECK(k && k->shape[0] == 24 && k->shape[1] == 32);
 
-    zt_st_file cut;
-    ZT_CHECK_INT(zt_st_open_memory(f.bytes, f.size - 100, "cut.safetensors", &cut, &err), ZT_ERR_FORMAT);
+    ref_st_file cut;
+    ZT_CHECK_INT(ref_st_open_memory(f.bytes, f.size - 100, "cut.safetensors", &cut, &err), ZT_ERR_FORMAT);
     ZT_CHECK_CONTAINS(err.msg, "cut.safetensors: header line 1");
     ZT_CHECK_CONTAINS(err.msg, "do not lie within");
-    zt_st_close(&f);
+    ref_st_close(&f);
 
     /* stories260K: 47 F32 tensors, tied embeddings (no lm_head), per shared/data/PROVENANCE.md. */
     const char *stories = SHARED_DATA "/weights/stories260K_hf/model.safetensors";
@@ -178,12 +178,12 @@ static void test_real_files(void)
         fprintf(stderr, "note: %s not found, real-checkpoint check skipped\n", stories);
         return;
     }
-    ZT_CHECK_INT(zt_st_open(stories, &f, &err), ZT_OK);
+    ZT_CHECK_INT(ref_st_open(stories, &f, &err), ZT_OK);
     ZT_CHECK_INT(f.n_tensors, 47);
-    ZT_CHECK(zt_st_find(&f, "lm_head.weight") == NULL);
-    const zt_st_tensor *embed = zt_st_find(&f, "model.embed_tokens.weight");
+    ZT_CHECK(ref_st_find(&f, "lm_head.weight") == NULL);
+    const ref_st_tensor *embed = ref_st_find(&f, "model.embed_tokens.weight");
     ZT_CHECK(embed && embed->shape[0] == 512 && embed->shape[1] == 64 && embed->dtype == ZT_F32);
-    zt_st_close(&f);
+    ref_st_close(&f);
 }
 
 int main(void)
