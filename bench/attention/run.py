@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""zt's flash attention against PyTorch's scaled_dot_product_attention, in one run on one GPU.
+
+Causal, bf16, head dim 128, the shapes of ../shared/peers/RESULTS.md (seq 512 b32 h32, 2048 b8 h32,
+4096 b4 h32). For each shape it times torch SDPA (the backend torch picks by default, and its
+FlashAttention-2 backend for reference) with CUDA events, median of --iters runs after warm-up, and
+runs zt-bench-flash (bench_flash.c, same method) for zt. Prints a table with the ratio
+zt time / SDPA time (the target is <= 1.2 for forward + backward) and writes it to --out.
+
+    python3 bench/attention/run.py --bench build/bin/zt-bench-flash [--out bench.md]
+"""
+import argparse
+import statistics
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = [(512, 32, 32), (2048, 8, 32), (4096, 4, 32)]  # (seq, batch, heads)
+DIM = 128
+
+
+def time_ms(fn, iters):
+    """Median milliseconds of fn() between CUDA events, after 3 warm-up calls."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def time_sdpa(seq, batch, heads, iters, backend=None):
+    shape = (batch, heads, seq, DIM)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+
+    def forward():
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def forward_backward():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.autograd.grad(out, (q, k, v), dout)
+
+    if backend is None:
+        return time_ms(forward, iters), time_ms(forward_backward, iters)
+    from torch.nn.attention import sdpa_kernel
+    with sdpa_kernel(backend):
+        return time_ms(forward, iters), time_ms(forward_backward, iters)
+
+
+def time_zt(bench, seq, batch, heads, iters):
+    out = subprocess.run([bench, "--batch", str(batch), "--seq", str(seq), "--heads", str(heads),
+                          "--dim", str(DIM), "--iters", str(iters)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{bench} failed ({out.returncode}): {out.stderr.strip()}")
+    fields = dict(item.split("=") for item in out.stdout.split()[1:])
+    return float(fields["fwd_ms"]), float(fields["fwd_bwd_ms"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", required=True, help="path of the zt-bench-flash executable")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--out", help="also write the table (markdown) here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("SKIP: no CUDA device for the attention benchmark")
+        return 77
+    from torch.nn.attention import SDPBackend
+
+    lines = [f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; causal, bf16, "
+             f"head dim {DIM}, median of {args.iters} runs; ratio = zt time / SDPA time",
+             "",
+             "| seq | batch | heads | zt fwd ms | sdpa fwd ms | fwd ratio | zt fwd+bwd ms | "
+             "sdpa fwd+bwd ms | fwd+bwd ratio | sdpa-FA2 fwd+bwd ms | zt fwd+bwd TFLOP/s | "
+             "sdpa fwd+bwd TFLOP/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for seq, batch, heads in SHAPES:
+        sdpa_fwd, sdpa_both = time_sdpa(seq, batch, heads, args.iters)
+        try:
+            _, fa2_both = time_sdpa(seq, batch, heads, args.iters, SDPBackend.FLASH_ATTENTION)
+            fa2 = f"{fa2_both:.3f}"
+        except RuntimeError as e:  # backend unavailable for this build or shape
+            fa2 = f"n/a ({e.__class__.__name__})"
+        torch.cuda.empty_cache()
+        try:
+            zt_fwd, zt_both = time_zt(args.bench, seq, batch, heads, args.iters)
+        except RuntimeError as e:
+            print(f"seq {seq}: {e}", file=sys.stderr)
+            lines.append(f"| {seq} | {batch} | {heads} | failed | {sdpa_fwd:.3f} | | failed | "
+                         f"{sdpa_both:.3f} | | {fa2} | | |")
+            continue
+        flops = 3.5 * 4.0 * batch * heads * seq * seq * DIM / 2.0
+        lines.append(f"| {seq} | {batch} | {heads} | {zt_fwd:.3f} | {sdpa_fwd:.3f} | "
+                     f"{zt_fwd / sdpa_fwd:.2f} | {zt_both:.3f} | {sdpa_both:.3f} | "
+                     f"{zt_both / sdpa_both:.2f} | {fa2} | {flops / zt_both / 1e9:.0f} | "
+                     f"{flops / sdpa_both / 1e9:.0f} |")
+        print(lines[-1], flush=True)
+    text = "\n".join(lines)
+    print("\n" + text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
