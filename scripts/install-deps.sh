@@ -9,7 +9,7 @@ pkgs=(
   libsentencepiece-dev sentencepiece  # tokenizer library + spm_train/spm_encode used by the tests
   libopenmpi-dev openmpi-bin          # CPU ranks (multi-process tests)
   clang libclang-rt-dev               # libFuzzer targets
-  python3 python3-numpy              # independent references in tests
+  python3 python3-numpy python3-sentencepiece  # independent references in tests
 )
 
 missing=()

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# zt-prep against the two things users compare it with, on the same data and machine:
+#   python   prep_python.py: json.load + template + sentencepiece (pip) per record + numpy, 1 process
+#   bare     SentencePiece encoding alone of the same prompt and response texts, on all cores:
+#            spm_bare (C++, the libsentencepiece zt's plugin links) and the pip package's batch API
+# Data: the real English and Chinese Alpaca demo files of ../shared/data, each replicated to
+# RECORDS records (default 50000), tokenized with the LLaMA-2 tokenizer.
+# Prints records/s and tokens/s for each, and the ratios zt/python and zt/bare.
+#
+# usage: bench/prep/run.sh [BUILD_DIR] [RECORDS] [REPEATS]
+#   BUILD_DIR  a zt build with zt-prep and the sentencepiece plugin (default: build)
+#   REPEATS    runs of each measurement; the fastest counts (default 3)
+# Needs python3 with sentencepiece and numpy (pip install sentencepiece numpy) and a C++ compiler.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+records=${2:-50000}
+repeats=${3:-3}
+shared=$root/../shared/data
+zt_prep=$build/bin/zt-prep
+tok=$shared/tokenizers/llama2_tokenizer.model
+threads=$(nproc)
+work=${ZT_BENCH_WORK:-$build/bench-prep}
+
+[ -x "$zt_prep" ] || { echo "bench: $zt_prep not found; build zt first (scripts/build.sh)" >&2; exit 1; }
+[ -f "$tok" ] || { echo "bench: $tok not found; the benchmark needs ../shared/data" >&2; exit 1; }
+if ! python3 -c "import sentencepiece, numpy" 2>/dev/null; then
+    echo "bench: installing the Python packages the comparison script uses: pip install sentencepiece numpy" >&2
+    python3 -m pip install --quiet sentencepiece numpy
+fi
+mkdir -p "$work"
+: > "$work/log"
+c++ -O2 -std=c++17 -o "$work/spm_bare" "$here/spm_bare.cc" $(pkg-config --cflags --libs sentencepiece) -pthread
+
+# Run a command $repeats times (stderr to $work/log) and keep the fastest run by wall-clock time:
+# sets `wall` and `cpu` (user + system seconds of the process) of that run and `last` (its stdout).
+# The machine may be shared, so CPU time is reported too: it does not grow when others load it.
+time_best() {
+    local out t
+    wall=""
+    for _ in $(seq "$repeats"); do
+        out=$(/usr/bin/time -f "%e %U %S" -o "$work/time" "$@" 2>>"$work/log")
+        read -r t u s < "$work/time"
+        if [ -z "$wall" ] || [ "$(echo "$t < $wall" | bc -l)" = 1 ]; then
+            wall=$t; cpu=$(echo "$u + $s" | bc -l); last=$out
+        fi
+    done
+}
+
+declare -A rows
+for lang in en zh; do
+    input=$work/alpaca_${lang}_${records}.json
+    [ -f "$input" ] || python3 "$here/make_inputs.py" "$shared/alpaca/lf_alpaca_${lang}_demo.json" "$records" "$input"
+    python3 "$here/prep_python.py" --dump-texts "$work/texts_$lang.bin" "$input"
+
+    # zt-prep: the whole job, files in and shards out.
+    time_best "$zt_prep" "$input" -t "$tok" -o "$work/out_$lang" --threads "$threads" --no-progress
+    zt="$wall $cpu"
+    read -r zt_records zt_tokens < <(python3 -c "import json; s = json.load(open('$work/out_$lang/manifest.json'))['statistics']; print(s['records_kept'], s['tokens'])")
+
+    time_best python3 "$here/prep_python.py" "$tok" "$work/py_$lang" "$input"
+    py="$wall $cpu"
+    read -r py_records py_tokens <<<"$last"
+
+    time_best "$work/spm_bare" "$tok" "$work/texts_$lang.bin" "$threads"
+    cpp="$wall $cpu"
+    cpp_ids=$(echo "$last" | awk '{print $2}')
+    time_best python3 "$here/bare_encode.py" "$tok" "$work/texts_$lang.bin" "$threads"
+    pyb="$wall $cpu"
+    pyb_ids=$(echo "$last" | awk '{print $2}')
+
+    rows[$lang]="$zt $zt_records $zt_tokens $py $py_records $py_tokens $cpp $cpp_ids $pyb $pyb_ids"
+done
+
+spm_py=$(python3 -c "import sentencepiece; print(sentencepiece.__version__)")
+spm_c=$(pkg-config --modversion sentencepiece)
+echo
+echo "zt-prep benchmark: $records records per language, LLaMA-2 tokenizer, $threads threads, best of $repeats"
+echo "python = prep_python.py (sentencepiece $spm_py, 1 process); bare = encoding only, $threads threads"
+echo "(wall seconds include loading the model and, for bare, the texts; records/s and tokens/s use wall time)"
+printf "\n%-4s %-30s %8s %8s %11s %12s\n" "lang" "what" "wall s" "CPU s" "records/s" "tokens/s"
+row() { printf "%-4s %-30s %8.2f %8.2f %11.0f %12.0f\n" "$1" "$2" "$3" "$4" "$(echo "$5 / $3" | bc -l)" "$(echo "$6 / $3" | bc -l)"; }
+for lang in en zh; do
+    read -r zw zc zr zt pw pc pr pt cw cc ci bw bc_ bi <<<"${rows[$lang]}"
+    row "$lang" "zt-prep" "$zw" "$zc" "$zr" "$zt"
+    row "$lang" "python script" "$pw" "$pc" "$pr" "$pt"
+    row "$lang" "bare encode C++ (spm $spm_c)" "$cw" "$cc" "$zr" "$ci"
+    row "$lang" "bare encode Python (spm $spm_py)" "$bw" "$bc_" "$zr" "$bi"
+done
+printf "\n%-4s %18s %18s %24s %24s\n" "lang" "python/zt wall" "python/zt CPU" "zt/bare C++ wall, CPU" "zt/bare Python wall, CPU"
+for lang in en zh; do
+    read -r zw zc zr zt pw pc pr pt cw cc ci bw bc_ bi <<<"${rows[$lang]}"
+    printf "%-4s %17.2fx %17.2fx %16.2fx %5.2fx %16.2fx %5.2fx\n" "$lang" "$(echo "$pw / $zw" | bc -l)" "$(echo "$pc / $zc" | bc -l)" \
+        "$(echo "$zw / $cw" | bc -l)" "$(echo "$zc / $cc" | bc -l)" "$(echo "$zw / $bw" | bc -l)" "$(echo "$zc / $bc_" | bc -l)"
+done
+echo "targets: python/zt wall >= 5x; zt/bare wall <= 1.3x"

@@ -1,0 +1,454 @@
+/* Reading Alpaca records from JSON arrays and JSON Lines files (main thread).
+ *
+ * A record is an object with "instruction" and "output" strings, optional "input" and "system"
+ * strings and an optional "history": [[user, assistant], ...] of earlier turns. Other keys are
+ * ignored and counted by name. A record that breaks these rules is a bad record: it is counted by
+ * reason, the first ten are shown, and --strict makes the first one fatal. Strings are unescaped
+ * straight into the batch's text arena (no allocation per record).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "prep.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "checksum.h"
+#include "json.h"
+
+#define BAD_RECORDS_SHOWN 10
+
+const char *prep_bad_reason_name(int reason)
+{
+    static const char *const names[PREP_BAD_COUNT] = {
+        "malformed_json",      "not_an_object",    "missing_instruction",
+        "instruction_not_string", "missing_output", "output_not_string",
+        "input_not_string",    "system_not_string", "bad_history",
+        "invalid_utf8",        "invalid_escape",   "duplicate_key"};
+    return reason >= 0 && reason < PREP_BAD_COUNT ? names[reason] : "unknown";
+}
+
+const char *prep_drop_reason_name(int reason)
+{
+    static const char *const names[PREP_DROP_COUNT] = {"empty_output", "overlong", "no_loss_tokens"};
+    return reason >= 0 && reason < PREP_DROP_COUNT ? names[reason] : "unknown";
+}
+
+/* Line and column of increasing byte offsets in one text, in O(text) overall (records are visited
+ * in order, so rescanning from the start for every bad record would be quadratic). */
+typedef struct line_tracker {
+    const char *text;
+    size_t pos, line_start;
+    int line;
+} line_tracker;
+
+static void locate(line_tracker *lt, size_t off, int *line, int *col)
+{
+    if (off < lt->pos) { /* not expected; stay correct anyway */
+        lt->pos = lt->line_start = 0;
+        lt->line = 1;
+    }
+    while (lt->pos < off) {
+        const char *nl = memchr(lt->text + lt->pos, '\n', off - lt->pos);
+        if (!nl) break;
+        lt->line++;
+        lt->pos = lt->line_start = (size_t)(nl - lt->text) + 1;
+    }
+    lt->pos = off;
+    *line = lt->line;
+    *col = (int)(off - lt->line_start) + 1;
+}
+
+typedef struct reader {
+    const prep_options *opt;
+    prep_input_file *file;
+    prep_pipeline *pipe;
+    prep_stats *stats;
+    const char *text;      /* the file's bytes (after a UTF-8 BOM) */
+    line_tracker lines;
+    uint64_t record;       /* index of the current record in this file, from 0 */
+    uint64_t bytes_before; /* input bytes of earlier files (progress) */
+} reader;
+
+/* "FILE:LINE:COL: record N" for a byte offset of the current record. */
+static void where(reader *rd, size_t off, char *out, size_t cap)
+{
+    int line, col;
+    locate(&rd->lines, off, &line, &col);
+    snprintf(out, cap, "%s:%d:%d: record %llu", rd->file->path, line, col,
+             (unsigned long long)rd->record);
+}
+
+/* Count a bad record; with --strict it ends the run. */
+static zt_status bad_record(reader *rd, int reason, const char *msg, zt_error *err)
+{
+    prep_stats *s = rd->stats;
+    s->bad[reason]++;
+    s->bad_total++;
+    rd->file->bad++;
+    if (rd->opt->strict)
+        return zt_error_set(err, ZT_ERR_FORMAT,
+                            "%s\n(--strict stops at the first bad record; without it bad records "
+                            "are skipped and counted in manifest.json)", msg);
+    if (s->bad_total <= BAD_RECORDS_SHOWN) {
+        prep_warn("skipping bad record: %s", msg);
+        if (s->bad_total == BAD_RECORDS_SHOWN)
+            prep_warn("further bad records are skipped and counted without being shown "
+                      "(see the counts at the end or in manifest.json; --strict stops at the first)");
+    }
+    return ZT_OK;
+}
+
+static const char *type_phrase(const zt_json *j, int tok)
+{
+    switch (j->tok[tok].type) {
+    case ZT_JSON_OBJECT: return "an object";
+    case ZT_JSON_ARRAY: return "an array";
+    case ZT_JSON_STRING: return "a string";
+    default:
+        if (zt_json_is_null(j, tok)) return "null";
+        if (zt_json_is_bool(j, tok)) return "a boolean";
+        return "a number";
+    }
+}
+
+enum { F_INSTRUCTION, F_INPUT, F_OUTPUT, F_SYSTEM, F_HISTORY, F_COUNT };
+static const char *const field_names[F_COUNT] = {"instruction", "input", "output", "system", "history"};
+
+/* Unescape string token `tok` into the batch arena. Returns -1 (and fills reason/msg) when the
+ * string holds invalid UTF-8 or a bad escape. */
+static int take_string(reader *rd, const zt_json *j, int tok, const char *what, prep_batch *b,
+                       prep_span *out, int *reason, char *msg, size_t cap)
+{
+    const zt_json_tok *t = &j->tok[tok];
+    size_t n = (size_t)(t->end - t->start);
+    prep_buf_reserve(&b->text, n + 1);
+    size_t bad = 0;
+    const char *why = "";
+    long len = zt_json_unescape(j->text + t->start, n, b->text.data + b->text.len, &bad, &why);
+    if (len < 0) {
+        size_t utf8_bad;
+        int raw_utf8_ok = zt_utf8_valid(j->text + t->start, n, &utf8_bad);
+        char loc[512];
+        where(rd, (size_t)(j->text + t->start - rd->text) + bad, loc, sizeof loc);
+        if (!raw_utf8_ok) {
+            *reason = PREP_BAD_INVALID_UTF8;
+            snprintf(msg, cap,
+                     "%s: %s is not valid UTF-8 (byte 0x%02x: %s); zt-prep reads UTF-8 text only: "
+                     "convert the file (e.g. iconv -f latin1 -t utf-8)",
+                     loc, what, (unsigned char)j->text[t->start + utf8_bad], why);
+        } else {
+            *reason = PREP_BAD_INVALID_ESCAPE;
+            snprintf(msg, cap, "%s: %s has an invalid escape: %s", loc, what, why);
+        }
+        return -1;
+    }
+    /* 32-bit spans suffice: a batch is handed on once it holds 512 KiB, and zt_json_parse takes
+     * at most INT_MAX bytes, so one record adds less than 2 GiB. */
+    *out = (prep_span){(uint32_t)b->text.len, (uint32_t)len};
+    b->text.len += (size_t)len;
+    return 0;
+}
+
+static void add_turn(prep_batch *b, prep_span s)
+{
+    if (b->n_turns == b->cap_turns) {
+        b->cap_turns = b->cap_turns ? b->cap_turns * 2 : 256;
+        b->turns = prep_xrealloc(b->turns, b->cap_turns * sizeof *b->turns, "history turns");
+    }
+    b->turns[b->n_turns++] = s;
+}
+
+/* Check record object `obj` and append it to the current batch. Returns the status of bad_record
+ * (non-OK only with --strict). */
+static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *err)
+{
+    char loc[512], msg[1536];
+    prep_stats *s = rd->stats;
+    const zt_json_tok *o = &j->tok[obj];
+    s->records_read++;
+    rd->file->records++;
+    if (o->type != ZT_JSON_OBJECT) {
+        where(rd, (size_t)(j->text + o->start - rd->text), loc, sizeof loc);
+        snprintf(msg, sizeof msg,
+                 "%s: the record is %s, not an object with \"instruction\" and \"output\"", loc,
+                 type_phrase(j, obj));
+        return bad_record(rd, PREP_BAD_NOT_OBJECT, msg, err);
+    }
+
+    /* Pass 1: find the known keys, count the unknown ones. */
+    int value[F_COUNT] = {-1, -1, -1, -1, -1};
+    int duplicate = -1, has_conversations = 0, has_messages = 0, has_instances = 0;
+    for (int k = obj + 1, i = 0; i < o->size; i++) {
+        int v = k + 1, field = -1;
+        for (int f = 0; f < F_COUNT; f++)
+            if (zt_json_eq(j, k, field_names[f])) field = f;
+        if (field >= 0) {
+            if (value[field] >= 0 && duplicate < 0) duplicate = field;
+            value[field] = v;
+        } else {
+            const char *name = j->text + j->tok[k].start;
+            size_t len = (size_t)(j->tok[k].end - j->tok[k].start);
+            prep_counter_add(&s->unknown_fields, name, len);
+            if (zt_json_eq(j, k, "conversations")) has_conversations = 1;
+            if (zt_json_eq(j, k, "messages")) has_messages = 1;
+            if (zt_json_eq(j, k, "instances")) has_instances = 1;
+        }
+        k = zt_json_skip(j, v);
+    }
+    size_t obj_off = (size_t)(j->text + o->start - rd->text);
+    if (duplicate >= 0) {
+        where(rd, obj_off, loc, sizeof loc);
+        snprintf(msg, sizeof msg, "%s: \"%s\" appears more than once in the record", loc,
+                 field_names[duplicate]);
+        return bad_record(rd, PREP_BAD_DUPLICATE_KEY, msg, err);
+    }
+    for (int f = 0; f < F_COUNT; f++) {
+        int required = f == F_INSTRUCTION || f == F_OUTPUT;
+        if (value[f] < 0) {
+            if (!required) continue;
+            const char *hint = "";
+            if (has_conversations) {
+                s->looks_sharegpt++;
+                hint = "; it has \"conversations\", so it looks like ShareGPT, which zt-prep does "
+                       "not read (convert it to instruction/input/output records)";
+            } else if (has_messages) {
+                s->looks_messages++;
+                hint = "; it has \"messages\", so it looks like OpenAI-style chat, which zt-prep "
+                       "does not read (convert it to instruction/input/output records)";
+            } else if (has_instances) {
+                s->looks_selfinstruct++;
+                hint = "; it has \"instances\", so it looks like Self-Instruct seed tasks (give "
+                       "each instance its own record with \"output\")";
+            }
+            where(rd, obj_off, loc, sizeof loc);
+            snprintf(msg, sizeof msg, "%s: the record has no \"%s\" key%s", loc, field_names[f], hint);
+            return bad_record(rd, f == F_INSTRUCTION ? PREP_BAD_MISSING_INSTRUCTION
+                                                     : PREP_BAD_MISSING_OUTPUT, msg, err);
+        }
+        int want = f == F_HISTORY ? ZT_JSON_ARRAY : ZT_JSON_STRING;
+        if (j->tok[value[f]].type != want) {
+            static const int reasons[F_COUNT] = {PREP_BAD_INSTRUCTION_TYPE, PREP_BAD_INPUT_TYPE,
+                                                 PREP_BAD_OUTPUT_TYPE, PREP_BAD_SYSTEM_TYPE,
+                                                 PREP_BAD_HISTORY};
+            where(rd, (size_t)(j->text + j->tok[value[f]].start - rd->text), loc, sizeof loc);
+            snprintf(msg, sizeof msg, "%s: \"%s\" is %s; it must be %s%s", loc, field_names[f],
+                     type_phrase(j, value[f]),
+                     f == F_HISTORY ? "an array of [user, assistant] string pairs" : "a string",
+                     f == F_INPUT ? " (use \"\" or leave the key out when there is no input)" : "");
+            return bad_record(rd, reasons[f], msg, err);
+        }
+    }
+    /* The shape of history, before anything is copied. */
+    int hist = value[F_HISTORY];
+    if (hist >= 0) {
+        for (int k = hist + 1, i = 0; i < j->tok[hist].size; i++) {
+            const zt_json_tok *pair = &j->tok[k];
+            int ok = pair->type == ZT_JSON_ARRAY && pair->size == 2 &&
+                     j->tok[k + 1].type == ZT_JSON_STRING && j->tok[k + 2].type == ZT_JSON_STRING;
+            if (!ok) {
+                where(rd, (size_t)(j->text + pair->start - rd->text), loc, sizeof loc);
+                if (pair->type == ZT_JSON_ARRAY && pair->size != 2)
+                    snprintf(msg, sizeof msg,
+                             "%s: \"history\" item %d has %d elements; each item must be a "
+                             "[user, assistant] pair of strings", loc, i, pair->size);
+                else
+                    snprintf(msg, sizeof msg,
+                             "%s: \"history\" item %d is not a [user, assistant] pair of strings "
+                             "(found %s%s)", loc, i, type_phrase(j, k),
+                             pair->type == ZT_JSON_ARRAY ? " holding a non-string" : "");
+                return bad_record(rd, PREP_BAD_HISTORY, msg, err);
+            }
+            k = zt_json_skip(j, k);
+        }
+    }
+
+    /* Pass 2: copy the strings into the batch; roll back if one of them is invalid. */
+    prep_batch *b = prep_pipeline_batch(rd->pipe);
+    size_t text_mark = b->text.len, turns_mark = b->n_turns;
+    prep_record rec;
+    memset(&rec, 0, sizeof rec);
+    prep_span *dest[F_COUNT] = {&rec.instruction, &rec.input, &rec.output, &rec.system, NULL};
+    int reason = 0;
+    for (int f = 0; f < F_HISTORY; f++) {
+        if (value[f] < 0) continue;
+        char what[32];
+        snprintf(what, sizeof what, "\"%s\"", field_names[f]);
+        if (take_string(rd, j, value[f], what, b, dest[f], &reason, msg, sizeof msg) != 0) goto bad;
+    }
+    rec.has_system = value[F_SYSTEM] >= 0;
+    rec.first_turn = (uint32_t)(b->n_turns / 2);
+    if (hist >= 0) {
+        for (int k = hist + 1, i = 0; i < j->tok[hist].size; i++) {
+            for (int side = 0; side < 2; side++) {
+                char what[64];
+                snprintf(what, sizeof what, "\"history\" item %d %s", i, side ? "answer" : "question");
+                prep_span sp;
+                if (take_string(rd, j, k + 1 + side, what, b, &sp, &reason, msg, sizeof msg) != 0)
+                    goto bad;
+                add_turn(b, sp);
+            }
+            k = zt_json_skip(j, k);
+        }
+        rec.n_turns = (uint32_t)j->tok[hist].size;
+        if (rec.n_turns) s->with_history++;
+    }
+    if (rec.has_system) s->with_system++;
+    if (b->n_recs == b->cap_recs) {
+        b->cap_recs = b->cap_recs ? b->cap_recs * 2 : 256;
+        b->recs = prep_xrealloc(b->recs, b->cap_recs * sizeof *b->recs, "batch records");
+    }
+    b->recs[b->n_recs++] = rec;
+    return ZT_OK;
+bad:
+    b->text.len = text_mark;
+    b->n_turns = turns_mark;
+    return bad_record(rd, reason, msg, err);
+}
+
+/* json.h reports "ORIGIN:LINE:COL: ..." relative to the parsed text; a JSON Lines record is parsed
+ * alone, so its line 1 is the file's line `line`. */
+static void relocate_line_error(const char *msg, const char *path, int line, uint64_t record,
+                                char *out, size_t cap)
+{
+    size_t plen = strlen(path);
+    if (strncmp(msg, path, plen) == 0 && strncmp(msg + plen, ":1:", 3) == 0) {
+        const char *col = msg + plen + 3;
+        const char *rest = strchr(col, ':');
+        if (rest) {
+            /* Positions inside the rest of the message ("opened at 1:1") are on the same line. */
+            char detail[ZT_ERROR_MSG_MAX], at[32];
+            snprintf(at, sizeof at, " at %d:", line);
+            size_t n = 0;
+            for (const char *s = rest + 1; *s && n + 32 < sizeof detail;) {
+                if (strncmp(s, " at 1:", 6) == 0) {
+                    n += (size_t)snprintf(detail + n, sizeof detail - n, "%s", at);
+                    s += 6;
+                } else {
+                    detail[n++] = *s++;
+                }
+            }
+            detail[n] = '\0';
+            snprintf(out, cap, "%s:%d:%.*s: record %llu: malformed JSON:%s", path, line,
+                     (int)(rest - col), col, (unsigned long long)record, detail);
+            return;
+        }
+    }
+    snprintf(out, cap, "%s:%d: record %llu: malformed JSON: %s", path, line,
+             (unsigned long long)record, msg);
+}
+
+static zt_status read_jsonl(reader *rd, const char *text, size_t size, zt_error *err)
+{
+    const char *p = text, *end = text + size;
+    int line = 0;
+    uint64_t malformed = 0;
+    zt_status st = ZT_OK;
+    while (p < end && st == ZT_OK) {
+        line++;
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *line_end = nl ? nl : end;
+        const char *q = p;
+        while (q < line_end && (*q == ' ' || *q == '\t' || *q == '\r')) q++;
+        if (q < line_end) { /* blank lines are not records */
+            zt_json j;
+            zt_error perr;
+            memset(&j, 0, sizeof j);
+            zt_error_clear(&perr);
+            if (zt_json_parse(p, (size_t)(line_end - p), rd->file->path, &j, &perr) != ZT_OK) {
+                char msg[ZT_ERROR_MSG_MAX + 1024];
+                rd->stats->records_read++;
+                rd->file->records++;
+                malformed++;
+                relocate_line_error(perr.msg, rd->file->path, line, rd->record, msg, sizeof msg);
+                st = bad_record(rd, PREP_BAD_MALFORMED_JSON, msg, err);
+            } else {
+                /* Offsets of this line's tokens are relative to p: track lines from p. */
+                rd->lines = (line_tracker){p, 0, 0, line};
+                const char *saved = rd->text;
+                rd->text = p;
+                st = read_record(rd, &j, 0, err);
+                rd->text = saved;
+            }
+            zt_json_free(&j);
+            rd->record++;
+            if (st == ZT_OK)
+                st = prep_pipeline_record_done(rd->pipe, rd->bytes_before + (uint64_t)(line_end - text),
+                                               err);
+        }
+        p = nl ? nl + 1 : end;
+    }
+    if (st == ZT_OK && malformed > 1 && malformed == rd->file->records)
+        prep_warn("%s: no line is a JSON value on its own. JSON Lines needs one complete record "
+                  "per line; a pretty-printed file must be a JSON array [ {...}, ... ]",
+                  rd->file->path);
+    return st;
+}
+
+static zt_status read_array(reader *rd, const char *text, size_t size, zt_error *err)
+{
+    zt_json j;
+    memset(&j, 0, sizeof j);
+    zt_status st = zt_json_parse(text, size, rd->file->path, &j, err);
+    if (st != ZT_OK) {
+        zt_error_append(err, "\nfix the JSON syntax there (a JSON array must be valid as a whole; in "
+                             "JSON Lines, one record per line, a broken line only skips that record)");
+        return st;
+    }
+    rd->lines = (line_tracker){text, 0, 0, 1};
+    const int n = j.n_tok ? j.tok[0].size : 0;
+    for (int k = 1, i = 0; i < n && st == ZT_OK; i++) {
+        st = read_record(rd, &j, k, err);
+        rd->record++;
+        uint64_t done = rd->bytes_before + (uint64_t)j.tok[k].end;
+        k = zt_json_skip(&j, k);
+        if (st == ZT_OK) st = prep_pipeline_record_done(rd->pipe, done, err);
+    }
+    zt_json_free(&j);
+    return st;
+}
+
+zt_status prep_read_input(const prep_options *opt, prep_input_file *file, prep_pipeline *p,
+                          prep_stats *stats, zt_error *err)
+{
+    char *data;
+    size_t size;
+    zt_status st = zt_read_file(file->path, &data, &size, err);
+    if (st != ZT_OK) return st;
+    file->bytes = size;
+    file->hash = zt_fnv1a64(ZT_FNV1A64_INIT, data, size);
+
+    const char *text = data;
+    if (size >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) { /* UTF-8 byte order mark */
+        text += 3;
+        size -= 3;
+    }
+    size_t first = 0;
+    while (first < size && (text[first] == ' ' || text[first] == '\t' || text[first] == '\n' ||
+                            text[first] == '\r'))
+        first++;
+    if (first == size) {
+        free(data);
+        return zt_error_set(err, ZT_ERR_FORMAT,
+                            "%s is empty; it must hold a JSON array of records or JSON Lines",
+                            file->path);
+    }
+    reader rd = {.opt = opt, .file = file, .pipe = p, .stats = stats, .text = text,
+                 .bytes_before = file->bytes_before};
+    if (text[first] == '[') {
+        file->jsonl = 0;
+        st = read_array(&rd, text, size, err);
+    } else if (text[first] == '{') {
+        file->jsonl = 1;
+        st = read_jsonl(&rd, text, size, err);
+    } else {
+        rd.lines = (line_tracker){text, 0, 0, 1};
+        int line, col;
+        locate(&rd.lines, first, &line, &col);
+        st = zt_error_set(err, ZT_ERR_FORMAT,
+                          "%s:%d:%d: expected '[' (a JSON array of records) or '{' (JSON Lines, one "
+                          "record per line), found '%c'; zt-prep reads Alpaca JSON", file->path,
+                          line, col, text[first]);
+    }
+    free(data);
+    return st;
+}
