@@ -32,9 +32,12 @@ fi
 # Python modules some tests use as independent references. Debian's python3-numpy covers the system
 # python3; a python3 from elsewhere (pyenv, conda) gets them from PyPI. safetensors is optional: the
 # tests that compare with it skip with a message when it is missing.
-if ! python3 -c 'import numpy' 2>/dev/null; then
-  python3 -m pip install --quiet numpy || echo "install-deps: note: could not install numpy for $(command -v python3)" >&2
-fi
+for module in numpy sentencepiece; do
+  if ! python3 -c "import $module" 2>/dev/null; then
+    python3 -m pip install --quiet "$module" ||
+      echo "install-deps: note: could not install $module for $(command -v python3)" >&2
+  fi
+done
 if ! python3 -c 'import safetensors' 2>/dev/null; then
   python3 -m pip install --quiet safetensors 2>/dev/null ||
     echo "install-deps: note: Python safetensors not installed; tests comparing with it will skip" >&2
