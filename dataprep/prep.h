@@ -145,7 +145,7 @@ typedef struct prep_tokenizer {
     const zt_tokenizer_ops *ops;
     zt_tokenizer_model *model;
     zt_tokenizer_info info;
-    const char *path;
+    char *path;              /* absolute when it could be resolved, so the manifest works from anywhere */
 } prep_tokenizer;
 
 zt_status prep_tokenizer_open(prep_tokenizer *t, const char *plugin_name, const char **plugin_dirs,

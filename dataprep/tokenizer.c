@@ -1,5 +1,6 @@
 /* The tokenizer as zt-prep uses it: a tokenizer plugin (sentencepiece by default) found and loaded
  * through the registry exactly as zt-run loads plugins, and one opened model shared by all threads. */
+#define _DEFAULT_SOURCE /* realpath */
 #define _POSIX_C_SOURCE 200809L
 #include "prep.h"
 
@@ -28,7 +29,8 @@ zt_status prep_tokenizer_open(prep_tokenizer *t, const char *plugin_name, const 
                               int n_plugin_dirs, const char *model_path, zt_error *err)
 {
     memset(t, 0, sizeof *t);
-    t->path = model_path;
+    t->path = realpath(model_path, NULL);
+    if (!t->path) t->path = prep_xstrdup(model_path);
     struct stat st_model;
     if (stat(model_path, &st_model) != 0)
         return zt_error_set(err, ZT_ERR_NOT_FOUND,
@@ -93,6 +95,7 @@ void prep_tokenizer_close(prep_tokenizer *t)
     zt_plugin_unload(&t->plugin);
     if (t->runtime) zt_runtime_destroy(t->runtime);
     if (t->registry) zt_registry_free(t->registry);
+    free(t->path);
     memset(t, 0, sizeof *t);
 }
 

@@ -7,9 +7,12 @@
  *
  *   framework/comm_local.c  zt_comm_local_create: a single-process run (world size 1). Every group
  *                           has one member and every collective is a copy on the device backend.
- *   MPI (CPU ranks) and NCCL (GPU ranks) backends arrive with multi-rank support: each implements
- *   this table (NCCL: ncclCommSplit per group on comm_stream; MPI: MPI_Comm_create_group), and
- *   zt_runtime_create picks one by how the process was launched.
+ *   framework/comm_mpi.c    CPU ranks (world size > 1): the MODULE libzt-comm-mpi.so, which links
+ *                           MPI, so zt-run itself never does; launch.c finds and loads it
+ *                           (docs/distributed.md).
+ *   NCCL (GPU ranks) arrives with multi-GPU support: it implements this table too (ncclCommSplit
+ *   per group on comm_stream), and zt_runtime_create picks a backend by how the process was
+ *   launched.
  */
 #ifndef ZT_FRAMEWORK_COMM_H
 #define ZT_FRAMEWORK_COMM_H
@@ -26,9 +29,10 @@ struct zt_comm_backend {
 
     /* Make the communicator of a group. world_ranks holds n distinct ranks in [0, world_size),
      * this process's among them; the process's rank in the group is its index there. Every member
-     * calls this with the same ranks. */
-    zt_status (*group_create)(zt_comm_backend *self, const int32_t *world_ranks, int32_t n,
-                              void **comm_out, zt_error *err);
+     * calls this with the same ranks. `name` ("dp") is for messages: a multi-rank backend names the
+     * group when a collective on it times out. */
+    zt_status (*group_create)(zt_comm_backend *self, const char *name, const int32_t *world_ranks,
+                              int32_t n, void **comm_out, zt_error *err);
     void (*group_destroy)(zt_comm_backend *self, void *comm);
 
     /* The collectives of zt_host.h with their semantics (counts in elements, in-place when

@@ -23,10 +23,11 @@ static zt_status local_copy(zt_comm_backend *self, void *dst, const void *src, u
     return lb->device->memcpy(lb->device_ctx, dst, src, bytes, stream, err);
 }
 
-static zt_status local_group_create(zt_comm_backend *self, const int32_t *world_ranks, int32_t n,
-                                    void **comm_out, zt_error *err)
+static zt_status local_group_create(zt_comm_backend *self, const char *name, const int32_t *world_ranks,
+                                    int32_t n, void **comm_out, zt_error *err)
 {
     (void)self;
+    (void)name;
     (void)world_ranks;
     (void)n;
     (void)err;

@@ -5,12 +5,13 @@
  *
  *   framework/device_cpu.c   zt_device_cpu: CPU runs. There is no device memory; "pinned" host
  *                            memory is ordinary host memory (nothing is ever transferred).
- *   framework/device_cuda.c  zt_device_cuda (arrives with CUDA support): cudaSetDevice in init,
- *                            streams and cuBLAS handles in the zt_device_ctx, cudaMalloc for
- *                            ZT_MEM_DEVICE, cudaHostAlloc for ZT_MEM_PINNED, cudaMemcpyAsync with
- *                            cudaMemcpyDefault, cudaStreamSynchronize. To add it: define
- *                            ZT_HAVE_CUDA_DEVICE for zt_core, link CUDA::cudart there, and the
- *                            runtime picks it in choose_device_backend (runtime.c).
+ *   framework/device_cuda.c  CUDA runs: the MODULE libzt-device-cuda.so, which links the CUDA
+ *                            runtime so that zt-run and zt_core never do (they run where CUDA is
+ *                            not installed). The runtime dlopens it for a CUDA run and calls its one
+ *                            export, ZT_DEVICE_CUDA_ENTRY (docs/gpu.md): cudaSetDevice in init,
+ *                            the three streams in the zt_device_ctx, stream-ordered cudaMallocAsync
+ *                            on compute_stream for ZT_MEM_DEVICE (a free does not stall the host),
+ *                            cudaHostAlloc for ZT_MEM_PINNED, cudaMemcpyAsync, cudaStreamSynchronize.
  *
  * Backend functions report failures through err (what failed and how to fix it); the runtime adds
  * the pool, tag and memory use around an allocation failure.
@@ -48,5 +49,13 @@ typedef struct zt_device_backend {
 } zt_device_backend;
 
 extern const zt_device_backend zt_device_cpu;
+
+/* The export of libzt-device-cuda.so. The version is in the name, so a module whose table differs is
+ * refused by dlsym instead of being called with the wrong layout. It fills *backend and the number
+ * of CUDA devices this process can use; when there is none (no driver, no GPU, CUDA_VISIBLE_DEVICES
+ * empty) it returns ZT_ERR_UNSUPPORTED and err says why. */
+#define ZT_DEVICE_CUDA_ENTRY "zt_device_cuda_open_v1"
+typedef zt_status (*zt_device_cuda_open_fn)(const zt_device_backend **backend, int *n_devices,
+                                            zt_error *err);
 
 #endif

@@ -11,6 +11,7 @@
 static const char *const k_scheduler_types[] = {"constant", "WarmupLR", "WarmupDecayLR",
                                                 "WarmupCosineLR", NULL};
 static const char *const k_data_modes[] = {"packed", "padded", NULL};
+static const char *const k_devices[] = {"auto", "cpu", "cuda", NULL};
 
 static const zt_option k_host_options[] = {
     /* ---- batch and steps (DeepSpeed names) ---- */
@@ -100,6 +101,9 @@ static const zt_option k_host_options[] = {
      "Where checkpoints go; unset: <output_dir>/checkpoints."},
     {"checkpoint.keep", ZT_OPT_INT, MIN_ONLY, "3", 1, 0, NULL,
      "Keep the newest N checkpoints and delete older ones."},
+    {"checkpoint.final", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "Save a checkpoint when training ends; false skips it (benchmarks, throwaway runs). An "
+     "interrupted run (Ctrl-C) saves one either way."},
     {"log.every", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
      "Log loss, learning rate and throughput every N optimizer steps."},
     {"output_dir", ZT_OPT_STRING, 0, "out", 0, 0, NULL,
@@ -108,10 +112,13 @@ static const zt_option k_host_options[] = {
      "CPU worker threads; 0: one per online core."},
     {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
      "Cap on GPU memory zt allocates per device, e.g. \"20GiB\"; unset: no cap."},
+    {"device", ZT_OPT_ENUM, 0, "auto", 0, 0, k_devices,
+     "Where training computes: cpu (fp32), cuda (bf16 on the GPU, fp32 master weights), or auto: cuda "
+     "when a GPU is present and every plugin of the run can run on it, else cpu (docs/gpu.md)."},
 
     /* ---- parallelism (MindFormers names) ---- */
     {"parallel_config.data_parallel", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
-     "Data-parallel ranks (model replicas)."},
+     "Data-parallel ranks (model replicas); when not given, the number of launched ranks."},
     {"parallel_config.model_parallel", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
      "Tensor-parallel ranks each layer is split across."},
     {"parallel_config.pipeline_stage", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
@@ -120,6 +127,9 @@ static const zt_option k_host_options[] = {
      "Micro-batches in flight through the pipeline per step."},
     {"auto_trans_ckpt", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
      "Convert a checkpoint saved under another parallel layout when loading it (MindFormers' name)."},
+    {"comm.timeout_s", ZT_OPT_FLOAT, MIN_ONLY, "300", 0, 0, NULL,
+     "Multi-rank runs: a collective not completed after this many seconds ends every rank with a "
+     "message naming it, instead of hanging; 0 waits forever (docs/distributed.md)."},
 };
 
 const zt_option *zt_host_options(uint32_t *n)

@@ -29,7 +29,11 @@
 #include "config.h"
 #include "env.h"
 #include "error.h"
+#include "estimate.h"
+#include "generate.h"
 #include "json.h"
+#include "launch.h"
+#include "log.h"
 #include "registry.h"
 #include "runtime.h"
 #include "trainer.h"
@@ -55,7 +59,9 @@ enum { ZT_EXIT_OK = 0, ZT_EXIT_ERROR = 1, ZT_EXIT_USAGE = 2, ZT_EXIT_INTERRUPTED
 enum option_id {
     OPT_HELP, OPT_VERSION, OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK,
     OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR,
-    OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, N_OPTIONS
+    OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_DRY_RUN, OPT_GPU_MEM_LIMIT,
+    OPT_GENERATE, OPT_TOKENIZER, OPT_PROMPT, OPT_INPUT, OPT_PROMPT_IDS, OPT_TEMPLATE, OPT_RAW, OPT_MAX_NEW_TOKENS,
+    OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_PRINT_IDS, N_OPTIONS
 };
 
 static const zt_cli_option options[N_OPTIONS] = {
@@ -80,6 +86,25 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_MODEL] = {"--model", NULL, "DIR", "fine-tune the Hugging Face LLaMA model in DIR (config.json + safetensors)"},
     [OPT_RESUME] = {"--resume", NULL, "DIR|latest", "continue from a checkpoint: its directory, or the newest in checkpoint.dir"},
     [OPT_EXPORT] = {"--export", NULL, "DIR", "after training, write the model to DIR in Hugging Face format"},
+    [OPT_NPROC] = {"--nproc", NULL, "N", "train with N ranks on this machine (CPU ranks through mpirun; docs/distributed.md)"},
+    [OPT_DRY_RUN] = {"--dry-run", NULL, NULL,
+                     "print the memory per rank by pool for this run and every other ZeRO stage and offload choice, "
+                     "then exit without training (docs/zero.md)"},
+    [OPT_GPU_MEM_LIMIT] = {"--gpu-mem-limit", NULL, "SIZE",
+                           "cap the GPU memory zt allocates per device, e.g. 24G (same as --set gpu_mem_limit=SIZE)"},
+    /* generation only (framework/generate.c); --model, --resume, --data, --plugins and --set apply too */
+    [OPT_GENERATE] = {"--generate", NULL, NULL, "generate text from --model DIR|FILE.bin or --resume CKPT (docs/generate.md)"},
+    [OPT_TOKENIZER] = {"--tokenizer", "-t", "FILE", "generation: tokenizer model (default: the data set's, or MODEL/tokenizer.model)"},
+    [OPT_PROMPT] = {"--prompt", NULL, "TEXT", "generation: the instruction (with --raw: the text to continue)"},
+    [OPT_INPUT] = {"--input", NULL, "TEXT", "generation: the template's input field (context for the instruction)"},
+    [OPT_PROMPT_IDS] = {"--prompt-ids", NULL, "IDS", "generation: the prompt as token ids, e.g. 1,450,4996, used as they are"},
+    [OPT_TEMPLATE] = {"--template", NULL, "NAME|FILE", "generation: prompt template (default: the data set's, else alpaca)"},
+    [OPT_RAW] = {"--raw", NULL, NULL, "generation: no template; continue the --prompt text"},
+    [OPT_MAX_NEW_TOKENS] = {"--max-new-tokens", NULL, "N", "generation: stop after N new tokens (128)"},
+    [OPT_TEMPERATURE] = {"--temperature", NULL, "T", "generation: 0 for greedy (default), else sample softmax(logits / T)"},
+    [OPT_TOP_P] = {"--top-p", NULL, "P", "generation: sample among the most likely tokens holding probability P (1)"},
+    [OPT_SEED] = {"--seed", NULL, "S", "generation: sampling seed (default: the config key seed)"},
+    [OPT_PRINT_IDS] = {"--print-ids", NULL, NULL, "generation: write the generated token ids instead of text"},
 };
 
 typedef struct run_args {
@@ -92,7 +117,9 @@ typedef struct run_args {
     const char **sets;
     int n_sets;
     const char *output_dir;
-    const char *data, *model, *resume, *export_dir; /* training */
+    const char *data, *model, *resume, *export_dir, *nproc, *gpu_mem_limit; /* training */
+    int dry_run;
+    zt_generate_options gen; /* --generate */
     int probe_timeout_s;
 } run_args;
 
@@ -107,7 +134,11 @@ static void print_help(FILE *f)
             "  zt-run --env [--plugin-path DIR]\n"
             "  zt-run --check [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR]\n"
             "  zt-run [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR] [--data DIR]\n"
-            "         [--model DIR] [--resume DIR|latest] [--export DIR]      (train; docs/training.md)\n"
+            "         [--model DIR] [--resume DIR|latest] [--export DIR] [--nproc N]   (train; docs/training.md)\n"
+            "         [--dry-run] [--gpu-mem-limit SIZE]\n"
+            "  zt-run --generate --model DIR|FILE.bin|--resume CKPT [-t FILE] [--data DIR] --prompt TEXT\n"
+            "         [--input TEXT] [--template NAME|FILE|--raw] [--max-new-tokens N] [--temperature T]\n"
+            "         [--top-p P] [--seed S]                                   (generate; docs/generate.md)\n"
             "\n"
             "Options:\n",
             ZT_VERSION);
@@ -184,6 +215,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_DESCRIBE:
         case OPT_ENV:
         case OPT_CHECK:
+        case OPT_GENERATE:
             if (a->action >= 0) {
                 status = usage_error("%s and %s are separate actions; give one of them",
                                      options[a->action].name, options[o].name);
@@ -205,18 +237,39 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_MODEL: a->model = v; break;
         case OPT_RESUME: a->resume = v; break;
         case OPT_EXPORT: a->export_dir = v; break;
+        case OPT_NPROC: a->nproc = v; break;
+        case OPT_DRY_RUN: a->dry_run = 1; break;
+        case OPT_GPU_MEM_LIMIT: a->gpu_mem_limit = v; break;
+        case OPT_TOKENIZER: a->gen.tokenizer = v; break;
+        case OPT_PROMPT: a->gen.prompt = v; break;
+        case OPT_INPUT: a->gen.input = v; break;
+        case OPT_PROMPT_IDS: a->gen.prompt_ids = v; break;
+        case OPT_TEMPLATE: a->gen.template_name = v; break;
+        case OPT_RAW: a->gen.raw = 1; break;
+        case OPT_MAX_NEW_TOKENS: a->gen.max_new_tokens = v; break;
+        case OPT_TEMPERATURE: a->gen.temperature = v; break;
+        case OPT_TOP_P: a->gen.top_p = v; break;
+        case OPT_SEED: a->gen.seed = v; break;
+        case OPT_PRINT_IDS: a->gen.print_ids = 1; break;
         }
     }
     /* Options only --check (the run) reads: silently ignoring them elsewhere would hide mistakes. */
     static const int run_only[] = {OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR};
     for (size_t i = 0; i < sizeof run_only / sizeof run_only[0] && status < 0; i++)
-        if (given[run_only[i]] && a->action >= 0 && a->action != OPT_CHECK)
+        if (given[run_only[i]] && a->action >= 0 && a->action != OPT_CHECK &&
+            !(a->action == OPT_GENERATE && (run_only[i] == OPT_PLUGINS || run_only[i] == OPT_SET)))
             status = usage_error("%s has no effect with %s", options[run_only[i]].name, options[a->action].name);
-    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT};
+    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_DRY_RUN,
+                                     OPT_GPU_MEM_LIMIT};
     for (size_t i = 0; i < sizeof train_only / sizeof train_only[0] && status < 0; i++)
-        if (given[train_only[i]] && a->action >= 0)
+        if (given[train_only[i]] && a->action >= 0 &&
+            !(a->action == OPT_GENERATE && (train_only[i] == OPT_DATA || train_only[i] == OPT_MODEL ||
+                                            train_only[i] == OPT_RESUME)))
             status = usage_error("%s is for training and has no effect with %s", options[train_only[i]].name,
                                  options[a->action].name);
+    for (int o = OPT_TOKENIZER; o <= OPT_PRINT_IDS && status < 0; o++)
+        if (given[o] && a->action != OPT_GENERATE)
+            status = usage_error("%s is for generation: add --generate (docs/generate.md)", options[o].name);
     free(args);
     if (status >= 0) return status;
 
@@ -438,12 +491,74 @@ static void describe_child_failure(const child_result *r, const char *fallback_c
     }
 }
 
-static zt_status create_runtime(const zt_config *cfg, int n_threads, zt_runtime **rt, zt_error *err)
+/* The first plugin of the run (tokenizers do not compute) that lacks capability `cap`, or NULL. */
+static const zt_loaded_plugin *plugin_without(const zt_plugin_set *set, uint64_t cap)
+{
+    for (int k = 1; k <= ZT_KIND_COUNT; k++)
+        if (k != ZT_KIND_TOKENIZER && set->by_kind[k].plugin && !(set->by_kind[k].plugin->caps & cap))
+            return &set->by_kind[k];
+    return NULL;
+}
+
+/* The device a run computes on: the config's `device` (docs/gpu.md). cuda needs every plugin of the
+ * run to declare ZT_CAP_CUDA and a GPU; auto picks cuda when both hold (and must, when a plugin runs
+ * on CUDA only), else the CPU, saying why. Without a config or plugins (listing, probing): the CPU.
+ * CUDA is looked for only when every plugin could use it, so CPU runs never load it. */
+static zt_status run_device(const zt_config *cfg, const zt_plugin_set *set, int *device_type, zt_error *err)
+{
+    *device_type = ZT_DEVICE_CPU;
+    const char *want = "cpu";
+    if (!cfg || !set || zt_config_get_string(cfg, "device", &want) != ZT_OK) return ZT_OK;
+    const zt_loaded_plugin *cpu_only = plugin_without(set, ZT_CAP_CUDA), *gpu_only = plugin_without(set, ZT_CAP_CPU);
+    if (!strcmp(want, "cpu")) {
+        if (!gpu_only) return ZT_OK;
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "device is cpu, but %s plugin '%s' runs on CUDA GPUs only: set device to cuda or auto, or "
+                            "choose a plugin that runs on the CPU%s",
+                            zt_kind_name(gpu_only->plugin->kind), gpu_only->desc.name,
+                            gpu_only->plugin->kind == ZT_KIND_ATTENTION ? " (--plugins naive)" : "");
+    }
+    char why[ZT_ERROR_MSG_MAX];
+    zt_status st = ZT_ERR_UNSUPPORTED;
+    if (cpu_only) {
+        snprintf(why, sizeof why, "%s plugin '%s' runs on the CPU only (it does not declare ZT_CAP_CUDA)%s",
+                 zt_kind_name(cpu_only->plugin->kind), cpu_only->desc.name,
+                 cpu_only->plugin->kind == ZT_KIND_ATTENTION ? "; --plugins flash computes attention on a GPU"
+                                                             : "; choose one that runs on CUDA, or train on the CPU");
+    } else {
+        zt_error cuda_err;
+        int n_devices = 0;
+        st = zt_runtime_cuda_devices(&n_devices, &cuda_err);
+        snprintf(why, sizeof why, "%s", st == ZT_OK ? "" : cuda_err.msg);
+    }
+    if (st == ZT_OK) {
+        *device_type = ZT_DEVICE_CUDA;
+        return ZT_OK;
+    }
+    if (strcmp(want, "cuda") != 0 && !gpu_only) {
+        zt_log(ZT_LOG_INFO, "device auto: training on the CPU because %s", why);
+        return ZT_OK;
+    }
+    char subject[256] = "device is cuda";
+    if (gpu_only && strcmp(want, "cuda") != 0)
+        snprintf(subject, sizeof subject, "%s plugin '%s' runs on CUDA GPUs only", zt_kind_name(gpu_only->plugin->kind),
+                 gpu_only->desc.name);
+    return zt_error_set(err, st == ZT_ERR_NOT_FOUND ? st : ZT_ERR_UNSUPPORTED, "%s, but %s", subject, why);
+}
+
+/* in_child: a child forked to inspect plugins, which is one process even when zt-run is a rank.
+ * set: the run's plugins, which decide the device with cfg (NULL: the CPU). */
+static zt_status create_runtime(const zt_config *cfg, const zt_plugin_set *set, int n_threads, int in_child,
+                                zt_runtime **rt, zt_error *err)
 {
     zt_runtime_options opt;
     memset(&opt, 0, sizeof opt);
     opt.n_threads = n_threads;
-    opt.device_type = ZT_DEVICE_CPU;
+    opt.single_process = in_child;
+    zt_status st = run_device(cfg, set, &opt.device_type, err);
+    if (st != ZT_OK) return st;
+    int64_t gpu_mem_limit = 0;
+    if (cfg && zt_config_get_int(cfg, "gpu_mem_limit", &gpu_mem_limit) == ZT_OK) opt.device_mem_limit = (uint64_t)gpu_mem_limit;
     return zt_runtime_create(&opt, cfg, rt, err);
 }
 
@@ -478,7 +593,7 @@ static void probe_descriptor_body(void *arg, FILE *report)
     format_caps(lp.plugin->caps, caps, sizeof caps);
     report_line(report, "caps", caps);
     zt_runtime *rt = NULL;
-    st = create_runtime(NULL, 1, &rt, &err);
+    st = create_runtime(NULL, NULL, 1, 1, &rt, &err);
     if (st == ZT_OK) {
         report_call(report, "probe()", &lp);
         st = zt_plugin_probe(&lp, rt, &err);
@@ -733,7 +848,7 @@ static void check_probe_body(void *arg, FILE *report)
     zt_error err, all;
     zt_error_clear(&all);
     zt_runtime *rt = NULL;
-    zt_status first = create_runtime(NULL, 1, &rt, &err);
+    zt_status first = create_runtime(NULL, NULL, 1, 1, &rt, &err);
     if (first != ZT_OK) {
         report_final(report, first, err.msg);
         return;
@@ -759,7 +874,7 @@ static void check_init_body(void *arg, FILE *report)
     int64_t threads = 0;
     if (zt_config_get_int(job->cfg, "threads", &threads) != ZT_OK) threads = 0;
     zt_runtime *rt = NULL;
-    zt_status st = create_runtime(job->cfg, (int)threads, &rt, &err);
+    zt_status st = create_runtime(job->cfg, job->set, (int)threads, 1, &rt, &err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++) {
         zt_loaded_plugin *lp = &job->set->by_kind[k];
         if (!lp->plugin) continue;
@@ -831,12 +946,11 @@ static zt_status make_dirs(const char *path, zt_error *err)
     return ZT_OK;
 }
 
-/* The plugin kinds this run loads: what training needs, plus a parallel plugin once any parallel
- * size is above 1. */
+/* The plugin kinds this run loads: what training needs, plus a parallel plugin once a tensor or
+ * pipeline size is above 1 (data parallelism alone needs none: every rank is a data-parallel rank). */
 static unsigned run_kinds(const zt_config *cfg)
 {
-    static const char *const sizes[] = {"parallel_config.data_parallel", "parallel_config.model_parallel",
-                                        "parallel_config.pipeline_stage"};
+    static const char *const sizes[] = {"parallel_config.model_parallel", "parallel_config.pipeline_stage"};
     unsigned kinds = TRAINING_KINDS;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         int64_t n;
@@ -973,6 +1087,36 @@ done:
 
 /* Config and plugins as --check resolves them, but probed and initialized here, in the process
  * that trains. */
+/* --dry-run: the memory estimate of the run do_train was about to start, for as many data-parallel
+ * ranks as it would have (--nproc N, else parallel_config.data_parallel, else the launch's), printed
+ * by rank 0 and written to OUTPUT_DIR/memory-estimate.json. */
+static int dry_run(const run_args *a, zt_config *cfg, const zt_registry *reg, const zt_plugin_set *set,
+                   zt_runtime *rt)
+{
+    zt_error err;
+    const zt_host *host = set->by_kind[ZT_KIND_ZERO].host;
+    int64_t dp = host->world_size;
+    if (a->nproc) {
+        char *end;
+        dp = strtol(a->nproc, &end, 10);
+        if (*end || dp < 1 || dp > 65536) return usage_error("--nproc '%s' is not a number of ranks from 1 to 65536", a->nproc);
+    } else if (zt_config_is_set(cfg, "parallel_config.data_parallel")) {
+        zt_config_get_int(cfg, "parallel_config.data_parallel", &dp);
+    }
+    if (host->world_rank != 0) return ZT_EXIT_OK;
+    const char *output_dir = NULL;
+    char path[4096];
+    if (zt_config_get_string(cfg, "output_dir", &output_dir) != ZT_OK ||
+        snprintf(path, sizeof path, "%s/memory-estimate.json", output_dir) >= (int)sizeof path) {
+        zt_error_set(&err, ZT_ERR_CONFIG, "output_dir is missing or too long");
+        return run_error(&err);
+    }
+    zt_dry_run_request req = {cfg, reg, set, rt, (int32_t)dp, path};
+    if (make_dirs(output_dir, &err) != ZT_OK || zt_dry_run(&req, stdout, &err) != ZT_OK) return run_error(&err);
+    fprintf(stderr, "zt-run: dry run: nothing was trained; the estimate is also in %s\n", path);
+    return ZT_EXIT_OK;
+}
+
 static int do_train(const run_args *a)
 {
     zt_error err;
@@ -994,6 +1138,13 @@ static int do_train(const run_args *a)
     for (int i = 0; i < a->n_sets; i++)
         if (zt_config_set(cfg, a->sets[i], &err) != ZT_OK) goto fail;
     if (a->output_dir && set_output_dir(cfg, a->output_dir, &err) != ZT_OK) goto fail;
+    if (a->gpu_mem_limit) {
+        char *assignment = NULL;
+        if (asprintf(&assignment, "gpu_mem_limit=%s", a->gpu_mem_limit) < 0) goto oom;
+        zt_status st = zt_config_set(cfg, assignment, &err);
+        free(assignment);
+        if (st != ZT_OK) goto fail;
+    }
     if (a->data) {
         char *assignment = NULL;
         if (asprintf(&assignment, "data.path=%s", a->data) < 0) goto oom;
@@ -1010,14 +1161,18 @@ static int do_train(const run_args *a)
             zt_config_add_schema(cfg, lp->desc.name, lp->plugin->options, lp->plugin->n_options, &err) != ZT_OK)
             goto fail;
     }
-    if (zt_train_configure(cfg, a->model, &err) != ZT_OK) goto fail;
+    if (zt_train_configure(cfg, a->model, !a->dry_run, &err) != ZT_OK) goto fail;
     int64_t threads = 0;
     if (zt_config_get_int(cfg, "threads", &threads) != ZT_OK) threads = 0;
-    if (create_runtime(cfg, (int)threads, &rt, &err) != ZT_OK) goto fail;
+    if (create_runtime(cfg, &set, (int)threads, 0, &rt, &err) != ZT_OK) goto fail;
     for (int k = 1; k <= ZT_KIND_COUNT; k++)
         if (set.by_kind[k].plugin && zt_plugin_probe(&set.by_kind[k], rt, &err) != ZT_OK) goto fail;
     for (int k = 1; k <= ZT_KIND_COUNT; k++)
         if (set.by_kind[k].plugin && zt_plugin_init(&set.by_kind[k], rt, &err) != ZT_OK) goto fail;
+    if (a->dry_run) {
+        status = dry_run(a, cfg, reg, &set, rt);
+        goto done;
+    }
     if (!(plugins = plugins_json(&set))) goto oom;
     zt_train_request req = {cfg, &set, rt, plugins, a->resume, a->model, a->export_dir};
     zt_status st = zt_train_run(&req, &err);
@@ -1043,16 +1198,42 @@ done:
     return status;
 }
 
+/* ---- --generate (framework/generate.c) ---------------------------------------------------------- */
+
+static int do_generate(run_args *a)
+{
+    zt_generate_options *g = &a->gen;
+    g->plugin_paths = a->plugin_paths;
+    g->n_plugin_paths = a->n_plugin_paths;
+    g->plugins = a->plugins;
+    g->sets = a->sets;
+    g->n_sets = a->n_sets;
+    g->model = a->model;
+    g->resume = a->resume;
+    g->data = a->data;
+    zt_generate_settings settings;
+    zt_error err;
+    if (zt_generate_check(g, &settings, &err) != ZT_OK) return usage_error("%s", err.msg);
+    return zt_generate_run(g, &settings, &err) == ZT_OK ? ZT_EXIT_OK : run_error(&err);
+}
+
 int main(int argc, char **argv)
 {
     run_args a;
     int status = parse_args(argc, argv, &a);
+    if (status < 0 && a.nproc && !a.dry_run) {
+        /* Returns only on failure, or for --nproc 1 (the run stays in this process). */
+        zt_error err;
+        zt_status st = zt_launch_local(a.nproc, argc, argv, &err);
+        if (st != ZT_OK) status = st == ZT_ERR_INVALID_ARG ? usage_error("%s", err.msg) : run_error(&err);
+    }
     if (status < 0) {
         switch (a.action) {
         case OPT_LIST_PLUGINS: status = do_list_plugins(&a, 0); break;
         case OPT_DESCRIBE: status = do_describe(&a); break;
         case OPT_ENV: status = do_list_plugins(&a, 1); break;
         case OPT_CHECK: status = do_check(&a); break;
+        case OPT_GENERATE: status = do_generate(&a); break;
         default: status = do_train(&a); break;
         }
     }

@@ -9,15 +9,18 @@
 #define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include "runtime.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "device.h"
+#include "launch.h"
 #include "log.h"
 #include "threadpool.h"
 
@@ -382,6 +385,24 @@ void zt_runtime_mem_stats(zt_runtime *rt, int pool, int where, zt_mem_stats *out
     mem_stats(rt, pool, where, out);
 }
 
+void zt_runtime_mem_reset_peaks(zt_runtime *rt)
+{
+    pthread_mutex_lock(&rt->mem_lock);
+    for (int pool = 0; pool < ZT_POOL_COUNT; pool++)
+        for (int where = 0; where < WHERE_COUNT; where++) rt->mem[pool][where].peak = rt->mem[pool][where].current;
+    pthread_mutex_unlock(&rt->mem_lock);
+}
+
+zt_status zt_runtime_memcpy(zt_runtime *rt, void *dst, const void *src, uint64_t bytes, zt_error *err)
+{
+    return rt->device->memcpy(&rt->device_ctx, dst, src, bytes, rt->device_ctx.compute_stream, err);
+}
+
+zt_status zt_runtime_sync(zt_runtime *rt, zt_error *err)
+{
+    return rt->device->sync(&rt->device_ctx, rt->device_ctx.compute_stream, err);
+}
+
 /* Free what is still allocated at shutdown, naming the first few blocks so the owner can be
  * found. */
 static void release_leaks(zt_runtime *rt)
@@ -734,7 +755,7 @@ static zt_status create_group(zt_runtime *rt, const char *name, const int32_t *w
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating group '%s'", name);
     }
     memcpy(ranks, world_ranks, (size_t)n * sizeof *ranks);
-    zt_status st = rt->comm->group_create(rt->comm, world_ranks, n, &g->comm, err);
+    zt_status st = rt->comm->group_create(rt->comm, name, world_ranks, n, &g->comm, err);
     if (st != ZT_OK) {
         free(g);
         free(ranks);
@@ -1065,20 +1086,143 @@ const zt_host *zt_runtime_host(zt_runtime *rt, const char *plugin_name, const zt
 
 /* ---- create / destroy ------------------------------------------------------------------------- */
 
-/* The one place a run's device backend is chosen (device.h says how CUDA plugs in here). */
+/* ---- the CUDA device module -------------------------------------------------------------------- */
+
+#if !defined(ZT_HAVE_CUDA_DEVICE) || !defined(ZT_DEVICE_CUDA_BUILD_PATH) || !defined(ZT_DEVICE_CUDA_INSTALL_PATH) || \
+    !defined(ZT_DEVICE_CUDA_FROM_PREFIX)
+#error "framework/CMakeLists.txt defines where libzt-device-cuda.so is for zt_core"
+#endif
+
+enum { MODULE_PATH_MAX = 4096 };
+
+/* The copy that belongs to the running program comes first: next to its executable (<prefix>/bin/x
+ * -> <prefix>/lib/zt/), then the build tree it was built in, then the configured install prefix;
+ * $ZT_DEVICE_CUDA_LIBRARY overrides all of them. */
+static int find_cuda_module(char *path, char *tried, size_t tried_cap)
+{
+    const char *chosen = getenv("ZT_DEVICE_CUDA_LIBRARY");
+    if (chosen && *chosen) {
+        snprintf(path, MODULE_PATH_MAX, "%s", chosen);
+        return 1;
+    }
+    char candidates[3][MODULE_PATH_MAX];
+    int n = 0;
+    char exe[MODULE_PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        for (int up = 0; up < 2; up++) {
+            char *slash = strrchr(exe, '/');
+            if (slash) *slash = '\0';
+        }
+        if (snprintf(candidates[n], MODULE_PATH_MAX, "%s/%s", exe, ZT_DEVICE_CUDA_FROM_PREFIX) < MODULE_PATH_MAX) n++;
+    }
+    snprintf(candidates[n++], MODULE_PATH_MAX, "%s", ZT_DEVICE_CUDA_BUILD_PATH);
+    snprintf(candidates[n++], MODULE_PATH_MAX, "%s", ZT_DEVICE_CUDA_INSTALL_PATH);
+    size_t used = 0;
+    tried[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (access(candidates[i], F_OK) == 0) {
+            memcpy(path, candidates[i], strlen(candidates[i]) + 1);
+            return 1;
+        }
+        if (used < tried_cap) used += (size_t)snprintf(tried + used, tried_cap - used, "\n  %s", candidates[i]);
+    }
+    return 0;
+}
+
+/* The CUDA backend and how many devices it sees. The module is loaded once and never closed: the
+ * CUDA runtime it links cannot be unloaded and started again cleanly within one process. */
+static zt_status open_cuda_backend(const zt_device_backend **backend_out, int *n_devices, zt_error *err)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static zt_device_cuda_open_fn open_fn;
+    *backend_out = NULL;
+    *n_devices = 0;
+    if (!ZT_HAVE_CUDA_DEVICE)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED, "this build of zt has no CUDA support (it was built without "
+                            "the CUDA toolkit): run on the CPU (device = cpu), or rebuild zt where nvcc is "
+                            "installed");
+    pthread_mutex_lock(&lock);
+    zt_status st = ZT_OK;
+    if (!open_fn) {
+        char path[MODULE_PATH_MAX], tried[3 * MODULE_PATH_MAX + 16];
+        if (!find_cuda_module(path, tried, sizeof tried)) {
+            st = zt_error_set(err, ZT_ERR_NOT_FOUND,
+                              "a CUDA run needs zt's CUDA backend libzt-device-cuda.so, which is in none of "
+                              "these places:%s\nReinstall zt (cmake --install), or set ZT_DEVICE_CUDA_LIBRARY to "
+                              "the library's path", tried);
+        } else {
+            void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (!lib)
+                st = zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                                  "zt's CUDA backend %s cannot be loaded: %s\nInstall the CUDA runtime it was "
+                                  "built with (libcudart), or train on the CPU (device = cpu)", path, dlerror());
+            else if (!(open_fn = (zt_device_cuda_open_fn)dlsym(lib, ZT_DEVICE_CUDA_ENTRY)))
+                st = zt_error_set(err, ZT_ERR_NOT_FOUND,
+                                  "%s does not export %s: it is not zt's CUDA backend, or one from another "
+                                  "version of zt; rebuild and reinstall zt", path, ZT_DEVICE_CUDA_ENTRY);
+            if (lib && !open_fn) dlclose(lib);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return st == ZT_OK ? open_fn(backend_out, n_devices, err) : st;
+}
+
+zt_status zt_runtime_cuda_devices(int *n_devices, zt_error *err)
+{
+    const zt_device_backend *backend;
+    return open_cuda_backend(&backend, n_devices, err);
+}
+
+/* The one place a run's device backend is chosen. */
 static zt_status choose_device_backend(int device_type, const zt_device_backend **out, zt_error *err)
 {
+    int n_devices = 0;
     switch (device_type) {
     case ZT_DEVICE_CPU:
         *out = &zt_device_cpu;
         return ZT_OK;
-    case ZT_DEVICE_CUDA: /* zt_device_cuda (framework/device_cuda.c) arrives with CUDA support */
-        return zt_error_set(err, ZT_ERR_UNSUPPORTED, "this build of zt has no CUDA device support: run "
-                            "on the CPU, or use a zt built with CUDA");
+    case ZT_DEVICE_CUDA:
+        return open_cuda_backend(out, &n_devices, err);
     default:
         return zt_error_set(err, ZT_ERR_INVALID_ARG, "device type %d is neither CPU (%d) nor CUDA (%d)",
                             device_type, ZT_DEVICE_CPU, ZT_DEVICE_CUDA);
     }
+}
+
+/* The watchdog timeout of multi-rank collectives: comm.timeout_s from the run's config, else (no
+ * config, or one without the host's keys) the host schema's default. */
+static zt_status comm_timeout_s(const zt_config *cfg, double *out, zt_error *err)
+{
+    zt_status st = cfg ? zt_config_get_float(cfg, "comm.timeout_s", out) : ZT_ERR_NOT_FOUND;
+    if (st == ZT_OK) return ZT_OK;
+    if (st != ZT_ERR_NOT_FOUND)
+        return zt_error_set(err, st, "comm.timeout_s is not a number of seconds >= 0: fix it in the config");
+    zt_config *defaults = zt_config_new();
+    if (!defaults) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading comm.timeout_s");
+    uint32_t n_host = 0;
+    const zt_option *host_opts = zt_host_options(&n_host);
+    st = zt_config_add_schema(defaults, "host", host_opts, n_host, err);
+    if (st == ZT_OK && zt_config_get_float(defaults, "comm.timeout_s", out) != ZT_OK)
+        st = zt_error_set(err, ZT_ERR_INTERNAL, "the host schema has no default for comm.timeout_s (a zt bug)");
+    zt_config_free(defaults);
+    return st;
+}
+
+/* One process: the local backend. A job of several ranks: the backend its launch calls for
+ * (launch.c), and log lines that say which rank wrote them. */
+static zt_status create_comm_backend(zt_runtime *rt, const zt_runtime_options *opt, zt_error *err)
+{
+    zt_launch launch = {.world_size = 1};
+    zt_status st = opt->single_process ? ZT_OK : zt_launch_detect(&launch, err);
+    if (st != ZT_OK) return st;
+    if (launch.world_size == 1) return zt_comm_local_create(rt->device, &rt->device_ctx, &rt->comm, err);
+    double timeout_s = 0;
+    st = comm_timeout_s(rt->cfg, &timeout_s, err);
+    if (st == ZT_OK) st = zt_launch_comm_create(&launch, opt->device_type, timeout_s, &rt->comm, err);
+    if (st == ZT_OK) zt_log_set_rank(launch.rank);
+    return st;
 }
 
 /* "world" holds every rank of the job. */
@@ -1117,7 +1261,7 @@ zt_status zt_runtime_create(const zt_runtime_options *opt, const zt_config *cfg,
     if (st == ZT_OK) {
         rt->device = device; /* from here on destroy shuts it down */
         rt->device_ctx.n_threads = zt_threadpool_n_threads(rt->threads);
-        st = zt_comm_local_create(device, &rt->device_ctx, &rt->comm, err);
+        st = create_comm_backend(rt, opt, err);
     }
     if (st == ZT_OK) st = create_world_group(rt, err);
     if (st != ZT_OK) {

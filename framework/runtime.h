@@ -17,6 +17,8 @@ typedef struct zt_runtime_options {
     int device_index;
     uint64_t host_mem_limit;   /* 0: none */
     uint64_t device_mem_limit; /* 0: none (zt-run --gpu-mem-limit) */
+    int single_process;        /* 1: a world of one whatever the launch environment says (a child
+                                  forked by a rank to inspect plugins is not a rank itself) */
 } zt_runtime_options;
 
 /* cfg may be NULL (e.g. zt-run --list-plugins); it must outlive the runtime. */
@@ -38,8 +40,21 @@ void *zt_runtime_alloc(zt_runtime *rt, int pool, int where, uint64_t bytes, uint
                        const char *tag, zt_error *err);
 void zt_runtime_free(zt_runtime *rt, void *ptr);
 void zt_runtime_mem_stats(zt_runtime *rt, int pool, int where, zt_mem_stats *out);
+/* Every pool's peak becomes its current use: the trainer calls it at the start of each step, so a
+ * step's record reports that step's peak. */
+void zt_runtime_mem_reset_peaks(zt_runtime *rt);
 const char *zt_pool_name(int pool);
 const char *zt_mem_where_name(int where);
+
+/* Copy between host and device memory of this run, ordered on the device's compute stream (on the
+ * CPU: done on return), and wait for that stream. */
+zt_status zt_runtime_memcpy(zt_runtime *rt, void *dst, const void *src, uint64_t bytes, zt_error *err);
+zt_status zt_runtime_sync(zt_runtime *rt, zt_error *err);
+
+/* How many CUDA devices this process can use, loading zt's CUDA backend (libzt-device-cuda.so) on
+ * first use. ZT_OK with *n_devices >= 1, else the reason there is none: no CUDA in this build, the
+ * module or the CUDA runtime missing, no driver or no GPU (device = auto falls back to the CPU then). */
+zt_status zt_runtime_cuda_devices(int *n_devices, zt_error *err);
 
 /* Thread pool shared by host and plugins. */
 void zt_runtime_parallel_for(zt_runtime *rt, int64_t n, int64_t grain, zt_range_fn fn, void *arg);

@@ -115,18 +115,21 @@ static zt_status read_settings(const zt_config *cfg, train_settings *s, zt_error
     zt_status st = parse_no_decay(no_decay, &s->no_decay_flags, err);
     if (st != ZT_OK) return st;
 
-    int64_t global;
-    if (zt_config_get_int(cfg, "train_batch_size", &global) == ZT_OK) {
-        int64_t dp = cfg_int(cfg, "parallel_config.data_parallel", 1);
-        if (global != s->micro_batch * s->accum * dp)
-            return zt_error_set(err, ZT_ERR_CONFIG,
-                                "train_batch_size is %lld but train_micro_batch_size_per_gpu x "
-                                "gradient_accumulation_steps x parallel_config.data_parallel = %lld x %lld x %lld = "
-                                "%lld; make them agree (as DeepSpeed requires) or remove train_batch_size",
-                                (long long)global, (long long)s->micro_batch, (long long)s->accum, (long long)dp,
-                                (long long)(s->micro_batch * s->accum * dp));
-    }
     return ZT_OK;
+}
+
+/* train_batch_size, when given, against the job's data-parallel size (known once the ranks are). */
+static zt_status check_global_batch(const zt_config *cfg, const train_settings *s, int32_t dp, zt_error *err)
+{
+    int64_t global;
+    if (zt_config_get_int(cfg, "train_batch_size", &global) != ZT_OK || global == s->micro_batch * s->accum * dp)
+        return ZT_OK;
+    return zt_error_set(err, ZT_ERR_CONFIG,
+                        "train_batch_size is %lld but train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+                        "data-parallel ranks = %lld x %lld x %d = %lld; make them agree (as DeepSpeed requires) or "
+                        "remove train_batch_size",
+                        (long long)global, (long long)s->micro_batch, (long long)s->accum, (int)dp,
+                        (long long)(s->micro_batch * s->accum * dp));
 }
 
 /* ---- configuration: --model and the data set's vocabulary ------------------------------------ */
@@ -192,21 +195,16 @@ static zt_status check_user_value(const zt_config *cfg, const hf_key *k, const c
                         k->key, mine, k->value, path);
 }
 
-/* The model.* keys of an HF config.json (the llama plugin uses transformers' names under "model."),
- * added to cfg as if from a config file named after it. */
-static zt_status apply_hf_config(zt_config *cfg, const char *model_dir, zt_error *err)
+zt_status zt_train_apply_model_config(zt_config *cfg, const zt_hf_config *config, const char *model_arg,
+                                      const char *path, zt_error *err)
 {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/config.json", model_dir) >= (int)sizeof path)
-        return zt_error_set(err, ZT_ERR_CONFIG, "--model %s: the path is too long", model_dir);
-    zt_hf_config hf;
-    zt_status st = zt_hf_config_load(path, &hf, err);
-    if (st != ZT_OK) return st;
+    const zt_hf_config hf = *config;
+    zt_status st = ZT_OK;
     if (zt_config_is_set(cfg, "model.preset"))
         return zt_error_set(err, ZT_ERR_CONFIG,
                             "model.preset and --model %s both give the model's shape; remove model.preset (the "
-                            "model directory's config.json decides)",
-                            model_dir);
+                            "model's own config decides)",
+                            model_arg);
     const hf_key shape[] = {
         {"model.hidden_size", (double)hf.hidden_size, 0},
         {"model.intermediate_size", (double)hf.intermediate_size, 0},
@@ -255,17 +253,31 @@ static zt_status apply_hf_config(zt_config *cfg, const char *model_dir, zt_error
     return st;
 }
 
-zt_status zt_train_configure(zt_config *cfg, const char *model_dir, zt_error *err)
+/* The model.* keys of an HF config.json (the llama plugin uses transformers' names under "model."),
+ * added to cfg as if from a config file named after it. */
+static zt_status apply_hf_config(zt_config *cfg, const char *model_dir, zt_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", model_dir) >= (int)sizeof path)
+        return zt_error_set(err, ZT_ERR_CONFIG, "--model %s: the path is too long", model_dir);
+    zt_hf_config hf;
+    zt_status st = zt_hf_config_load(path, &hf, err);
+    return st == ZT_OK ? zt_train_apply_model_config(cfg, &hf, model_dir, path, err) : st;
+}
+
+zt_status zt_train_configure(zt_config *cfg, const char *model_dir, int require_data, zt_error *err)
 {
     zt_status st = zt_config_validate(cfg, err);
     if (st != ZT_OK) return st;
     const char *data = NULL;
-    if (zt_config_get_string(cfg, "data.path", &data) != ZT_OK) return no_data_error(err);
+    int have_data = zt_config_get_string(cfg, "data.path", &data) == ZT_OK;
+    if (!have_data && require_data) return no_data_error(err);
     if (model_dir) {
         st = apply_hf_config(cfg, model_dir, err);
         return st == ZT_OK ? zt_config_validate(cfg, err) : st;
     }
-    if (zt_config_is_set(cfg, "model.vocab_size")) return ZT_OK;
+    /* Without data (a dry run) the model's own sizes (a preset, or model.* keys) must say it all. */
+    if (zt_config_is_set(cfg, "model.vocab_size") || !have_data) return ZT_OK;
     int64_t vocab;
     st = manifest_vocab(data, &vocab, err);
     if (st != ZT_OK) return st;
@@ -305,8 +317,12 @@ typedef struct trainer {
     const zt_loader_info *data_info;
 
     micro_batch *micro;  /* [accum] */
-    float **hidden;      /* [n_units - 1]: the output of unit u is hidden[u] */
-    float *dx[2];
+    /* GPU runs: the units compute on the device, in bf16; the micro-batch being computed is copied
+     * into device_micro (its int32 arrays only) and hidden states live in device memory. */
+    int on_gpu;
+    micro_batch device_micro;
+    void **hidden;       /* [n_units - 1]: the output of unit u is hidden[u] (compute dtype) */
+    void *dx[2];
     void **saved;        /* [n_units] */
     zt_tensor *params, *grads;
     int32_t max_unit_params;
@@ -350,14 +366,16 @@ static zt_status host_failed(trainer *t, zt_status st, zt_error *err, const char
     return zt_error_set(err, st, "%s failed: %s", what, msg[0] ? msg : zt_status_name(st));
 }
 
-static zt_tensor hidden_view(float *data, const zt_batch *b, int64_t width)
+/* [B, T, width] in the run's compute dtype (fp32 on the CPU, bf16 on the GPU). */
+static zt_tensor hidden_view(const trainer *tr, void *data, const zt_batch *b, int64_t width)
 {
     zt_tensor t;
     memset(&t, 0, sizeof t);
     if (!data) return t;
     t.data = data;
-    t.dtype = ZT_F32;
-    t.device_type = ZT_DEVICE_CPU;
+    t.dtype = tr->on_gpu ? ZT_BF16 : ZT_F32;
+    t.device_type = tr->on_gpu ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
+    t.device_index = tr->host->device->device_index;
     t.ndim = 3;
     t.shape[0] = b->batch;
     t.shape[1] = b->seq_len;
@@ -373,6 +391,13 @@ static void *talloc(trainer *t, int pool, uint64_t bytes, const char *tag, zt_er
     void *p = zt_runtime_alloc(t->rt, pool, ZT_MEM_HOST, bytes ? bytes : 1, 0, tag, err);
     if (p) memset(p, 0, bytes);
     return p;
+}
+
+/* Memory the units compute on: device memory on GPU runs (not zeroed: every user writes it first). */
+static void *compute_alloc(trainer *t, int pool, uint64_t bytes, const char *tag, zt_error *err)
+{
+    if (!t->on_gpu) return talloc(t, pool, bytes, tag, err);
+    return zt_runtime_alloc(t->rt, pool, ZT_MEM_DEVICE, bytes ? bytes : 1, 0, tag, err);
 }
 
 /* ---- setup ------------------------------------------------------------------------------------ */
@@ -420,16 +445,24 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
     zt_status st = t->host->group_create(t->host->ctx, "dp", ranks, world, &t->dp);
     free(ranks);
     if (st != ZT_OK) return host_failed(t, st, err, "creating the data-parallel group 'dp'");
+    /* Unset, parallel_config.data_parallel is whatever the launch gave; set, it must agree. */
     int64_t dp_config = cfg_int(t->req->cfg, "parallel_config.data_parallel", 1);
-    if (dp_config != t->dp.size)
+    if (zt_config_is_set(t->req->cfg, "parallel_config.data_parallel") && dp_config != t->dp.size)
         return zt_error_set(err, ZT_ERR_CONFIG,
                             "parallel_config.data_parallel is %lld but the job has %d process%s; launch that many "
-                            "ranks or set it to %d",
-                            (long long)dp_config, (int)t->dp.size, t->dp.size == 1 ? "" : "es", (int)t->dp.size);
-    if (t->host->world_size > 1)
+                            "ranks (zt-run --nproc %lld, or mpirun -np %lld) or remove the key",
+                            (long long)dp_config, (int)t->dp.size, t->dp.size == 1 ? "" : "es", (long long)dp_config,
+                            (long long)dp_config);
+    zt_status batch = check_global_batch(t->req->cfg, &t->set, t->dp.size, err);
+    if (batch != ZT_OK) return batch;
+    t->on_gpu = t->host->device->device_type == ZT_DEVICE_CUDA;
+    int32_t bf16 = 1;
+    zt_config_get_bool(t->req->cfg, "bf16.enabled", &bf16);
+    if (t->on_gpu && (t->set.fp16 || !bf16))
         return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "multi-process training needs the MPI/NCCL transport, which this build lacks; run "
-                            "one process");
+                            "%s, but zt's GPU path computes in bf16 only (fp32 master weights, no loss scaling): "
+                            "set bf16.enabled to true and fp16.enabled to false, or train on the CPU (device = cpu)",
+                            t->set.fp16 ? "fp16.enabled is true" : "bf16.enabled is false");
     if (t->set.fp16)
         zt_log(ZT_LOG_WARN, "fp16.enabled is ignored on the CPU, which trains in fp32");
     return ZT_OK;
@@ -496,15 +529,24 @@ static zt_status alloc_buffers(trainer *t, zt_error *err)
             if (!*arrays[a]) return ZT_ERR_OUT_OF_MEMORY;
         }
     }
-    uint64_t hidden_bytes = (uint64_t)rows * (uint64_t)m->hidden_size * sizeof(float);
+    if (t->on_gpu) {
+        micro_batch *d = &t->device_micro;
+        int32_t **arrays[] = {&d->tokens, &d->targets, &d->positions, &d->doc_ids, &d->cu_seqlens};
+        for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
+            *arrays[a] = compute_alloc(t, ZT_POOL_OTHER, (uint64_t)(rows + 1) * sizeof(int32_t),
+                                       "trainer micro-batch on the device", err);
+            if (!*arrays[a]) return ZT_ERR_OUT_OF_MEMORY;
+        }
+    }
+    uint64_t hidden_bytes = (uint64_t)rows * (uint64_t)m->hidden_size * (t->on_gpu ? 2u : sizeof(float));
     for (int32_t u = 0; u + 1 < n_units; u++) {
         char tag[64];
         snprintf(tag, sizeof tag, "unit %d output (kept for backward)", (int)u);
-        t->hidden[u] = talloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, tag, err);
+        t->hidden[u] = compute_alloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, tag, err);
         if (!t->hidden[u]) return ZT_ERR_OUT_OF_MEMORY;
     }
     for (int i = 0; i < 2; i++) {
-        t->dx[i] = talloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, "hidden-state gradient", err);
+        t->dx[i] = compute_alloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, "hidden-state gradient", err);
         if (!t->dx[i]) return ZT_ERR_OUT_OF_MEMORY;
     }
     for (int32_t u = 0; u < n_units; u++)
@@ -540,6 +582,10 @@ static void free_buffers(trainer *t)
             for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) zt_runtime_free(t->rt, arrays[a]);
         }
     }
+    int32_t *device_arrays[] = {t->device_micro.tokens, t->device_micro.targets, t->device_micro.positions,
+                                t->device_micro.doc_ids, t->device_micro.cu_seqlens};
+    for (size_t a = 0; a < sizeof device_arrays / sizeof device_arrays[0]; a++)
+        zt_runtime_free(t->rt, device_arrays[a]);
     if (t->hidden)
         for (int32_t u = 0; u < t->info->n_units; u++) zt_runtime_free(t->rt, t->hidden[u]);
     if (t->saved)
@@ -584,8 +630,8 @@ static zt_unit_call unit_call(trainer *t, int32_t u, uint32_t flags, const zt_ba
                       .batch = b,
                       .attention = &t->attention};
     int64_t width = t->info->hidden_size;
-    if (u > 0) c.x_in = hidden_view(t->hidden[u - 1], b, width);
-    if (u + 1 < t->info->n_units) c.x_out = hidden_view(t->hidden[u], b, width);
+    if (u > 0) c.x_in = hidden_view(t, t->hidden[u - 1], b, width);
+    if (u + 1 < t->info->n_units) c.x_out = hidden_view(t, t->hidden[u], b, width);
     return c;
 }
 
@@ -621,8 +667,8 @@ static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_erro
         zt_unit_call c = unit_call(t, u, ZT_UNIT_TRAIN, b);
         c.grads = t->grads;
         c.saved = &t->saved[u];
-        if (u + 1 < n_units) c.dx_out = hidden_view(t->dx[cur], b, width);
-        if (u > 0) c.dx_in = hidden_view(t->dx[1 - cur], b, width);
+        if (u + 1 < n_units) c.dx_out = hidden_view(t, t->dx[cur], b, width);
+        if (u > 0) c.dx_in = hidden_view(t, t->dx[1 - cur], b, width);
         st = t->model->backward(t->model_lp->state, &c);
         if (st != ZT_OK) return plugin_failed(t->model_lp, st, err, "backward of unit %d", (int)u);
         st = t->zero->grads_ready(zs, u, last_micro);
@@ -630,6 +676,27 @@ static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_erro
         st = t->zero->after_unit(zs, u, ZT_PHASE_BACKWARD);
         if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "after_unit(%d, backward)", (int)u);
         cur = 1 - cur;
+    }
+    return ZT_OK;
+}
+
+/* GPU runs: the units read the batch from device memory. Copies b's arrays into device_micro and
+ * points b there; ordered on the compute stream, so the copy lands after the kernels of the previous
+ * micro-batch have read theirs. */
+static zt_status upload_batch(trainer *t, zt_batch *b, zt_error *err)
+{
+    if (!t->on_gpu) return ZT_OK;
+    size_t cells = (size_t)b->batch * (size_t)b->seq_len * sizeof(int32_t);
+    const micro_batch *d = &t->device_micro;
+    struct { int32_t *device; const int32_t **field; size_t bytes; } arrays[] = {
+        {d->tokens, &b->tokens, cells},       {d->targets, &b->targets, cells},
+        {d->positions, &b->positions, cells}, {d->doc_ids, &b->doc_ids, cells},
+        {d->cu_seqlens, &b->cu_seqlens, ((size_t)b->n_docs + 1) * sizeof(int32_t)}};
+    for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
+        if (!*arrays[a].field) continue;
+        zt_status st = zt_runtime_memcpy(t->rt, arrays[a].device, *arrays[a].field, arrays[a].bytes, err);
+        if (st != ZT_OK) return st;
+        *arrays[a].field = arrays[a].device;
     }
     return ZT_OK;
 }
@@ -659,6 +726,7 @@ typedef struct step_outcome {
 
 static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_error *err)
 {
+    zt_runtime_mem_reset_peaks(t->rt); /* the step's record reports this step's peak */
     memset(out, 0, sizeof *out);
     out->result.struct_size = sizeof out->result;
     int64_t counts[2] = {0, 0}; /* loss tokens, tokens of this rank's micro-batches */
@@ -691,7 +759,8 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     for (int64_t k = 0; k < t->set.accum; k++) {
         zt_batch b = batch_of(t, &t->micro[k], counts[0]);
         float part = 0;
-        st = forward(t, &b, flags, &part, err);
+        st = upload_batch(t, &b, err);
+        if (st == ZT_OK) st = forward(t, &b, flags, &part, err);
         if (st == ZT_OK) st = backward(t, &b, k == t->set.accum - 1, err);
         if (st != ZT_OK) return st;
         loss += part;
@@ -731,7 +800,7 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
     if (n_batches > t->set.eval_batches) n_batches = t->set.eval_batches;
     double sum = 0;
     int64_t tokens = 0;
-    for (int64_t i = 0; i < n_batches && !zt_runtime_cancel_requested(); i++) {
+    for (int64_t i = 0; i < n_batches && (t->dp.size > 1 || !zt_runtime_cancel_requested()); i++) {
         const zt_loader_batch *lb;
         zt_status st = zt_loader_next(t->val_loader, &lb, err);
         if (st != ZT_OK) return st;
@@ -739,7 +808,8 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
         zt_loader_batch_view(lb, &b);
         b.n_loss_tokens_global = 1; /* the model returns the sum; divided by the token count below */
         float part = 0;
-        st = forward(t, &b, 0, &part, err);
+        st = upload_batch(t, &b, err);
+        if (st == ZT_OK) st = forward(t, &b, 0, &part, err);
         if (st != ZT_OK) return st;
         sum += part;
         tokens += lb->n_loss_tokens;
@@ -756,6 +826,43 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
     *n_tokens = tokens;
     *mean_loss = tokens ? sum / (double)tokens : NAN;
     return ZT_OK;
+}
+
+/* ---- ranks ------------------------------------------------------------------------------------ */
+
+/* After a part that can fail on some ranks only (a full disk, a file another rank wrote): every rank
+ * learns whether all succeeded, so none waits in a collective the others skip. A failing rank keeps
+ * its own message; the others get one naming the lowest failing rank (its message is in its output). */
+static zt_status agree_on_status(trainer *t, zt_status mine, zt_error *err, const char *what)
+{
+    if (t->dp.size == 1) return mine;
+    int64_t first = mine == ZT_OK ? INT64_MAX : (int64_t)t->dp.rank * 256 + (int64_t)mine;
+    zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, &first, &first, 1, ZT_I64, ZT_REDUCE_MIN, NULL);
+    if (st != ZT_OK) return mine != ZT_OK ? mine : host_failed(t, st, err, what);
+    if (mine != ZT_OK || first == INT64_MAX) return mine;
+    return zt_error_set(err, (zt_status)(first % 256), "%s failed on rank %d (its message is in that rank's output)",
+                        what, (int)(first / 256));
+}
+
+/* A unit's whole fp32 master [padded] into `full` on every rank. A replicated unit (the zero plugin's
+ * shard is the whole unit) is read locally; a sharded one is read into the start of `full` and
+ * all-gathered in place, which needs every rank. */
+static zt_status gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
+{
+    void *zs = t->zero_lp->state;
+    int64_t offset, count, padded = t->layout->units[unit].padded_numel;
+    t->zero->shard_range(zs, unit, &offset, &count);
+    zt_status st = t->zero->read_shard(zs, unit, ZT_SHARD_MASTER, full);
+    if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, weights)", (int)unit);
+    if (count == padded) return ZT_OK;
+    if (count * t->dp.size != padded || offset != count * t->dp.rank)
+        return zt_error_set(err, ZT_ERR_INTERNAL,
+                            "zero plugin '%s' holds elements [%lld, %lld) of unit %d (of %lld) on rank %d of %d: "
+                            "neither the whole unit nor its even 1/%d slice",
+                            t->zero_lp->desc.name, (long long)offset, (long long)(offset + count), (int)unit,
+                            (long long)padded, (int)t->dp.rank, (int)t->dp.size, (int)t->dp.size);
+    st = t->host->all_gather(t->host->ctx, &t->dp, full, full, (uint64_t)count, ZT_F32, NULL);
+    return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "gathering a unit's weights (all-gather over 'dp')");
 }
 
 /* ---- weights in ------------------------------------------------------------------------------- */
@@ -926,6 +1033,7 @@ static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, 
     for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
         int64_t offset, count;
         t->zero->shard_range(zs, u, &offset, &count);
+        if (count == t->layout->units[u].padded_numel && t->dp.rank != 0) continue;
         for (int32_t which = 0; which <= n_state && st == ZT_OK; which++) {
             st = t->zero->read_shard(zs, u, which, t->shard_buf);
             if (st != ZT_OK) {
@@ -953,20 +1061,72 @@ static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, 
     return zt_ckpt_rank_writer_finish(w, result, err);
 }
 
+/* Every rank's description of its data file, on rank 0 (all[r] for rank r, all[0] == *mine); the
+ * other ranks send theirs. */
+static zt_status gather_rank_results(trainer *t, const zt_ckpt_rank_result *mine, zt_ckpt_rank_result *all,
+                                     zt_error *err)
+{
+    const zt_host *h = t->host;
+    zt_status st = ZT_OK;
+    if (t->dp.rank != 0) {
+        int64_t header[2] = {(int64_t)mine->n_pieces, (int64_t)mine->file_size};
+        st = h->send(h->ctx, &t->dp, header, 2, ZT_I64, 0, NULL);
+        if (st == ZT_OK && mine->n_pieces)
+            st = h->send(h->ctx, &t->dp, mine->pieces, mine->n_pieces * sizeof *mine->pieces, ZT_U8, 0, NULL);
+        return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "sending this rank's checkpoint description to rank 0");
+    }
+    all[0] = *mine;
+    for (int32_t r = 1; r < t->dp.size && st == ZT_OK; r++) {
+        int64_t header[2];
+        st = h->recv(h->ctx, &t->dp, header, 2, ZT_I64, r, NULL);
+        if (st != ZT_OK) break;
+        all[r].rank = r;
+        all[r].file_size = (uint64_t)header[1];
+        all[r].n_pieces = (size_t)header[0];
+        all[r].pieces = calloc(all[r].n_pieces ? all[r].n_pieces : 1, sizeof *all[r].pieces);
+        if (!all[r].pieces)
+            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory receiving rank %d's checkpoint description",
+                                (int)r);
+        if (all[r].n_pieces)
+            st = h->recv(h->ctx, &t->dp, all[r].pieces, all[r].n_pieces * sizeof *all[r].pieces, ZT_U8, r, NULL);
+    }
+    return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "receiving the ranks' checkpoint descriptions");
+}
+
+/* Rank 0 stages the directory and tells the others where it is; every rank writes its own file; rank 0
+ * collects the descriptions and publishes (checkpoint.h). The ranks agree after each part, so a
+ * failure on one of them stops all of them at the same point. */
 static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_position *pos, char **final_dir,
                                  zt_error *err)
 {
     double started = now_s();
     char *staging = NULL, *config = NULL;
+    char staging_path[4096] = "";
     zt_ckpt_rank_result result = {0};
+    zt_ckpt_rank_result *all = calloc((size_t)t->dp.size, sizeof *all);
     size_t n_decls = 0;
-    zt_ckpt_tensor_decl *decls = checkpoint_decls(t, &n_decls);
-    if (!decls) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory listing the checkpoint's tensors");
-    zt_status st = hold_shard_buffer(t, err);
-    if (st == ZT_OK) st = zt_ckpt_stage(t->set.ckpt_root, step, &staging, err);
-    if (st == ZT_OK) st = write_rank_file(t, staging, step, pos, &result, err);
-    if (st == ZT_OK && !(config = resolved_config_json(t, err))) st = err->status;
-    if (st == ZT_OK) {
+    zt_ckpt_tensor_decl *decls = NULL;
+    zt_status st = all ? hold_shard_buffer(t, err)
+                       : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving a checkpoint");
+    if (st == ZT_OK && t->dp.rank == 0) st = zt_ckpt_stage(t->set.ckpt_root, step, &staging, err);
+    if (st == ZT_OK && staging && strlen(staging) >= sizeof staging_path)
+        st = zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir is too long: %s", staging);
+    if (st == ZT_OK && staging) memcpy(staging_path, staging, strlen(staging) + 1);
+    st = agree_on_status(t, st, err, "creating the checkpoint's directory");
+    if (st == ZT_OK && t->dp.size > 1) {
+        st = t->host->broadcast(t->host->ctx, &t->dp, staging_path, sizeof staging_path, ZT_U8, 0, NULL);
+        if (st != ZT_OK) st = host_failed(t, st, err, "sharing the checkpoint's directory (broadcast over 'dp')");
+    }
+    if (st == ZT_OK) st = write_rank_file(t, staging_path, step, pos, &result, err);
+    st = agree_on_status(t, st, err, "writing the checkpoint's rank files");
+    if (st == ZT_OK) st = gather_rank_results(t, &result, all, err);
+    if (st == ZT_OK && t->dp.rank == 0) {
+        if (!(decls = checkpoint_decls(t, &n_decls)))
+            st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory listing the checkpoint's tensors");
+        else if (!(config = resolved_config_json(t, err)))
+            st = err->status;
+    }
+    if (st == ZT_OK && t->dp.rank == 0) {
         zt_ckpt_commit_args a = {.root = t->set.ckpt_root,
                                  .staging_dir = staging,
                                  .step = step,
@@ -978,16 +1138,19 @@ static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_posit
                                             .pp_size = 1},
                                  .tensors = decls,
                                  .n_tensors = n_decls,
-                                 .ranks = &result,
-                                 .n_ranks = 1,
+                                 .ranks = all,
+                                 .n_ranks = (size_t)t->dp.size,
                                  .keep_last = (int32_t)t->set.ckpt_keep};
         zt_ckpt_model_shape_from_info(t->info, &a.model);
         st = zt_ckpt_commit(&a, final_dir, err);
     }
+    st = agree_on_status(t, st, err, "publishing the checkpoint");
     if (st != ZT_OK && staging) zt_ckpt_discard_stage(staging);
     if (st == ZT_OK) zt_log(ZT_LOG_INFO, "checkpoint of step %lld saved to %s (%.1f s)", (long long)step,
-                            *final_dir ? *final_dir : t->set.ckpt_root, now_s() - started);
+                            final_dir && *final_dir ? *final_dir : t->set.ckpt_root, now_s() - started);
+    for (int32_t r = 1; all && r < t->dp.size; r++) zt_ckpt_rank_result_free(&all[r]);
     zt_ckpt_rank_result_free(&result);
+    free(all);
     free(staging);
     free(config);
     free(decls);
@@ -1065,18 +1228,62 @@ static zt_status restore_trainer_state(trainer *t, zt_ckpt *c, zt_error *err)
     return ZT_OK;
 }
 
-static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
+static zt_status read_position(zt_ckpt *c, int32_t rank, zt_loader_position *pos, zt_error *err)
 {
     char blob_name[64];
-    snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)t->dp.rank);
+    snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)rank);
     const void *data;
     size_t size;
     zt_status st = zt_ckpt_blob(c, blob_name, &data, &size, err);
-    if (st != ZT_OK) return st;
+    return st == ZT_OK ? zt_loader_position_from_json(data, size, blob_name, pos, err) : st;
+}
+
+/* The data stream where the checkpoint left it. With the rank count it was written with, each rank
+ * continues its own stream. With another count: rank r of w takes samples r, r + w, ... of each
+ * epoch's order, so W ranks that each consumed c samples consumed exactly the first W * c; the new
+ * ranks continue from there (rounded down to a multiple of the new count), and when the old ranks
+ * had consumed different counts (packed rows), from the smallest, so no sample is skipped and the
+ * few consumed beyond it are seen again (logged). */
+static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
+{
     zt_loader_position pos;
-    st = zt_loader_position_from_json(data, size, blob_name, &pos, err);
-    if (st == ZT_OK) st = zt_loader_set_position(t->train_loader, &pos, err);
-    return st;
+    zt_status st = read_position(c, 0, &pos, err);
+    if (st != ZT_OK) return st;
+    if (pos.world == t->dp.size) {
+        if (t->dp.rank != 0) st = read_position(c, t->dp.rank, &pos, err);
+        return st == ZT_OK ? zt_loader_set_position(t->train_loader, &pos, err) : st;
+    }
+    int32_t old_world = pos.world;
+    uint64_t consumed = 0, epoch = pos.epoch, cursor = pos.cursor;
+    for (int32_t r = 0; r < old_world && st == ZT_OK; r++) {
+        zt_loader_position other;
+        st = read_position(c, r, &other, err);
+        if (st != ZT_OK) break;
+        if (other.epoch < epoch || (other.epoch == epoch && other.cursor < cursor)) {
+            epoch = other.epoch;
+            cursor = other.cursor;
+        }
+        consumed += other.cursor;
+    }
+    if (st != ZT_OK) return st;
+    uint64_t global = cursor * (uint64_t)old_world, new_cursor = global / (uint64_t)t->dp.size;
+    pos.world = t->dp.size;
+    pos.rank = t->dp.rank;
+    pos.epoch = epoch;
+    pos.cursor = new_cursor;
+    st = zt_loader_set_position(t->train_loader, &pos, err);
+    if (st != ZT_OK) return st;
+    uint64_t resumed_at = new_cursor * (uint64_t)t->dp.size;
+    if (consumed > resumed_at && pos.epoch == epoch)
+        zt_log(ZT_LOG_INFO, "the checkpoint was written by %d data-parallel ranks, this run has %d: the data continues "
+               "at sample %llu of epoch %llu, so %llu samples the old ranks had consumed are seen again",
+               (int)old_world, (int)t->dp.size, (unsigned long long)resumed_at, (unsigned long long)epoch,
+               (unsigned long long)(consumed - resumed_at));
+    else
+        zt_log(ZT_LOG_INFO, "the checkpoint was written by %d data-parallel ranks, this run has %d: the data continues "
+               "at sample %llu of epoch %llu, exactly where the old ranks stopped",
+               (int)old_world, (int)t->dp.size, (unsigned long long)resumed_at, (unsigned long long)epoch);
+    return ZT_OK;
 }
 
 static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
@@ -1162,8 +1369,11 @@ static zt_status export_fill(void *opaque, size_t index, uint64_t elem_offset, u
     int32_t owner = t->layout->owner[i];
     int32_t unit = t->info->params[owner].unit;
     if (x->loaded_unit != unit) {
-        zt_status st = t->zero->read_shard(t->zero_lp->state, unit, ZT_SHARD_MASTER, t->shard_buf);
-        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "read_shard(unit %d) for export", (int)unit);
+        zt_status st = ZT_OK;
+        if (t->dp.size > 1) st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+        if (st != ZT_OK) return host_failed(t, st, err, "asking the ranks for a unit to export (broadcast over 'dp')");
+        st = gather_master(t, unit, t->shard_buf, err);
+        if (st != ZT_OK) return st;
         x->loaded_unit = unit;
     }
     memcpy(dst, t->shard_buf + t->layout->param_offset[owner] + (int64_t)elem_offset, count * sizeof(float));
@@ -1220,7 +1430,7 @@ static zt_status export_config(trainer *t, zt_hf_config *c, zt_error *err)
     return ZT_OK;
 }
 
-static zt_status export_hf(trainer *t, zt_error *err)
+static zt_status export_hf_rank0(trainer *t, zt_error *err)
 {
     zt_hf_config c;
     zt_status st = export_config(t, &c, err);
@@ -1230,12 +1440,33 @@ static zt_status export_hf(trainer *t, zt_error *err)
     st = zt_hf_llama_tensors(&c, ZT_ST_F32, &list, err);
     if (st != ZT_OK) return st;
     export_ctx x = {t, &list, -1};
-    st = hold_shard_buffer(t, err);
-    if (st == ZT_OK) st = zt_hf_export(t->req->export_dir, &c, list.specs, list.n, export_fill, &x, 0, err);
+    st = zt_hf_export(t->req->export_dir, &c, list.specs, list.n, export_fill, &x, 0, err);
     zt_hf_tensor_list_free(&list);
-    drop_shard_buffer(t);
     if (st == ZT_OK) zt_log(ZT_LOG_INFO, "model exported in Hugging Face format to %s", t->req->export_dir);
     return st;
+}
+
+/* Rank 0 writes the files. Sharded units are gathered as it reads them: it broadcasts each unit it
+ * needs and every rank joins the gather, until it broadcasts -1. */
+static zt_status export_hf(trainer *t, zt_error *err)
+{
+    zt_status st = hold_shard_buffer(t, err);
+    st = agree_on_status(t, st, err, "holding a unit's weights for the export");
+    if (st != ZT_OK) return st;
+    int32_t unit = -1;
+    if (t->dp.rank == 0) {
+        st = export_hf_rank0(t, err);
+        if (t->dp.size > 1) t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+    } else {
+        while (st == ZT_OK) {
+            st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+            if (st != ZT_OK) st = host_failed(t, st, err, "waiting for rank 0's export (broadcast over 'dp')");
+            if (st != ZT_OK || unit < 0) break;
+            st = gather_master(t, unit, t->shard_buf, err);
+        }
+    }
+    drop_shard_buffer(t);
+    return agree_on_status(t, st, err, "exporting the model");
 }
 
 /* ---- Ctrl-C ------------------------------------------------------------------------------------ */
@@ -1307,7 +1538,7 @@ static zt_status run_eval(trainer *t, int64_t step, zt_error *err)
     double took = now_s() - started;
     zt_log(ZT_LOG_INFO, "step %lld/%lld | eval_loss %.4f over %lld tokens (%.1f s)", (long long)step,
            (long long)t->set.steps, loss, (long long)tokens, took);
-    return zt_metrics_eval(t->metrics, step, loss, tokens, took, err);
+    return t->metrics ? zt_metrics_eval(t->metrics, step, loss, tokens, took, err) : ZT_OK;
 }
 
 /* How to continue after an interruption, for the final message. */
@@ -1331,8 +1562,16 @@ static zt_status train_loop(trainer *t, zt_error *err)
     zt_loader_position pos;
     zt_loader_get_position(t->train_loader, &pos);
     zt_status st = ZT_OK;
-    while (t->step < t->set.steps && !zt_runtime_cancel_requested()) {
-        if (t->set.epochs > 0 && pos.epoch >= (uint64_t)t->set.epochs) {
+    int32_t stop[2] = {0, 0}; /* interrupted, epochs done: on any rank */
+    while (t->step < t->set.steps) {
+        stop[0] = zt_runtime_cancel_requested();
+        stop[1] = t->set.epochs > 0 && pos.epoch >= (uint64_t)t->set.epochs;
+        if (t->dp.size > 1) {
+            st = t->host->all_reduce(t->host->ctx, &t->dp, stop, stop, 2, ZT_I32, ZT_REDUCE_MAX, NULL);
+            if (st != ZT_OK) return host_failed(t, st, err, "agreeing on whether to stop (all-reduce over 'dp')");
+        }
+        if (stop[0]) break;
+        if (stop[1]) {
             zt_log(ZT_LOG_INFO, "reached %lld epoch%s after step %lld: stopping (epochs)", (long long)t->set.epochs,
                    t->set.epochs == 1 ? "" : "s", (long long)t->step);
             break;
@@ -1352,7 +1591,7 @@ static zt_status train_loop(trainer *t, zt_error *err)
 
         zt_train_record r;
         fill_record(t, &o, step, step_s, session_steps, &r);
-        st = zt_metrics_train(t->metrics, &r, err);
+        st = t->metrics ? zt_metrics_train(t->metrics, &r, err) : ZT_OK;
         if (st != ZT_OK) return st;
         if (step % t->set.log_every == 0 || step == t->set.steps) {
             char line[512];
@@ -1371,9 +1610,13 @@ static zt_status train_loop(trainer *t, zt_error *err)
             last_saved = step;
         }
     }
-    int cancelled = st == ZT_ERR_CANCELLED || zt_runtime_cancel_requested();
+    int cancelled = st == ZT_ERR_CANCELLED || stop[0];
     char *dir = NULL;
-    zt_status saved = t->step > last_saved ? save_checkpoint(t, t->step, &pos, &dir, err) : ZT_OK;
+    int32_t final_checkpoint = 1;
+    zt_config_get_bool(t->req->cfg, "checkpoint.final", &final_checkpoint);
+    /* checkpoint.final = false skips the end-of-run checkpoint, never the one an interruption needs */
+    int save = t->step > last_saved && (final_checkpoint || cancelled);
+    zt_status saved = save ? save_checkpoint(t, t->step, &pos, &dir, err) : ZT_OK;
     if (saved == ZT_OK && cancelled) {
         interrupted_message(t, start_step, dir, err);
         saved = ZT_ERR_CANCELLED;
@@ -1403,6 +1646,7 @@ static zt_status make_dirs(const char *dir, zt_error *err)
 
 static zt_status prepare_output(trainer *t, zt_error *err)
 {
+    if (t->dp.rank != 0) return ZT_OK; /* one run, one output directory: rank 0 writes it */
     zt_status st = make_dirs(t->set.output_dir, err);
     if (st != ZT_OK) return st;
     char path[4096];
@@ -1417,9 +1661,11 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
 {
     zt_status st = read_settings(t->req->cfg, &t->set, err);
     if (st == ZT_OK) st = bind_plugins(t, err);
+    if (st == ZT_OK && t->dp.rank > 0) zt_log_set_level(ZT_LOG_WARN);
     if (st == ZT_OK) st = zt_schedule_from_config(t->req->cfg, &t->schedule, err);
     zt_layout_options lo = {t->dp.size, t->set.trainable, t->set.no_decay_flags};
     if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
+    if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = ZT_BF16;
     if (st == ZT_OK) {
         zt_status zs = t->zero->setup(t->zero_lp->state, &t->layout->layout, t->opt, t->opt_lp->state);
         if (zs != ZT_OK) st = plugin_failed(t->zero_lp, zs, err, "setup");
@@ -1456,6 +1702,7 @@ zt_status zt_train_run(const zt_train_request *req, zt_error *err)
     t.rt = req->rt;
     catch_interrupts();
     zt_status st = setup_and_train(&t, err);
+    zt_log_set_level(ZT_LOG_INFO);
     restore_interrupts();
     zt_metrics_close(t.metrics);
     if (t.info) free_buffers(&t);

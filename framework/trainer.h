@@ -25,6 +25,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "hf_model.h"
 #include "registry.h"
 #include "runtime.h"
 
@@ -34,8 +35,16 @@
  *     keys (a model.* key the user set must agree with it; model.preset must not be set);
  *   - without model_dir and without a user-set model.vocab_size, model.vocab_size is the data set's
  *     tokenizer vocab_size (data.path/manifest.json);
- * and validates again. */
-zt_status zt_train_configure(zt_config *cfg, const char *model_dir, zt_error *err);
+ * and validates again. require_data 0 (a dry run) accepts a config without data.path: the model's
+ * own keys (a preset or model.*) then give its sizes. */
+zt_status zt_train_configure(zt_config *cfg, const char *model_dir, int require_data, zt_error *err);
+
+/* The model.* keys of a Hugging Face LLaMA config (what --model DIR sets from DIR/config.json), added
+ * to cfg as if from a config file named `path`; a model.* key already set must agree with it and
+ * model.preset must not be set (model_arg: the --model value, for that message). zt-run --generate
+ * uses it for HF directories and llama2.c models. */
+zt_status zt_train_apply_model_config(zt_config *cfg, const zt_hf_config *config, const char *model_arg,
+                                      const char *path, zt_error *err);
 
 typedef struct zt_train_request {
     zt_config *cfg;            /* validated by zt_train_configure */

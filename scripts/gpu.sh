@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Everything zt runs on a GPU, in one go: builds the CUDA kernels, their tests and the benchmarks
-# for this machine's GPU, runs the GPU tests (ctest -L gpu), compares flash attention with PyTorch's
-# SDPA (bench/attention/run.py) and times the other kernels (zt-bench-kernels). Logs and tables go
-# to $OUT (set by the device tool) or out/gpu.
+# Everything zt runs on a GPU, in one go: builds the CUDA kernels, zt-run with the CUDA backend and
+# plugins, their tests and the benchmarks for this machine's GPU, runs the GPU tests (ctest -L gpu:
+# the kernels against the CPU kernels, training against torch fixtures and the CPU run), trains
+# against the PyTorch peer (bench/gpu/run.py), compares flash attention with PyTorch's SDPA
+# (bench/attention/run.py) and times the other kernels (zt-bench-kernels). Logs and tables go to
+# $OUT (set by the device tool) or out/gpu.
 #   ZT_CUDA_ARCHITECTURES=90   architectures of the main build (H100/H200)
 #   ZT_GPU_PTX_ARCH=80         also build for sm_80 and run the tests again: on a newer GPU the
 #                              driver compiles that build's PTX, which runs the sm_80 code paths
-#   ZT_GPU_BENCH=0             skip the benchmarks
+#   ZT_GPU_KERNEL_TESTS=0      skip the kernel tests (cuda.*), e.g. when only the training path changed
+#   ZT_GPU_BENCH=0             skip all benchmarks
+#   ZT_GPU_BENCH_KERNELS=0     skip the attention and kernel benchmarks
+#   ZT_GPU_BENCH_MODELS=125m,1b  models of the training benchmark (125m, 1b, 7b, 8b; empty: none)
+#   ZT_GPU_BENCH_PEER_MODES=eager,compile  the PyTorch peer's modes (empty: zt only)
+#   ZT_GPU_BENCH_STEPS=10      timed steps per training benchmark run
+#   ZT_GPU_BENCH_DEADLINE=S    start no benchmark run later than S seconds after this script started
 #   ZT_GPU_SANITIZE=1          run the attention test under compute-sanitizer memcheck and racecheck
 #   ZT_GPU_PROFILE=1           profile the flash kernels with Nsight Compute (profile.log)
+# GPU machines lack libsentencepiece, so the training tests read the example tasks tokenized here
+# beforehand into .deps/gpu-data/examples, and the benchmark finds the peer torch_llama.py in
+# ../shared/peers or a copy in .deps/peers; .deps travels with the device tool's carry (docs/gpu.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/out/gpu}
@@ -23,7 +34,12 @@ configure=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON)
 if [ ! -f /usr/include/jsmn.h ] && [ -f .deps/include/jsmn.h ]; then
     configure+=("-DJSMN_INCLUDE_DIR=$PWD/.deps/include")
 fi
-targets=(zt_kernels_cuda test_cuda_ops test_cuda_attention zt-bench-flash zt-bench-kernels)
+targets=(zt_kernels_cuda test_cuda_ops test_cuda_attention zt-bench-flash zt-bench-kernels
+         zt-run zt-prep zt-device-cuda zt-plugin-llama zt-plugin-flash zt-plugin-adamw zt-plugin-zero0
+         zt-plugin-zero1 zt-plugin-naive zt-cuda-devices zt-bench-random-data zt-gpu-fixture-data test_flash_plugin)
+[ -f .deps/gpu-data/examples/manifest.json ] && export ZT_GPU_TEST_DATA=$PWD/.deps/gpu-data/examples
+ctest_filter=()
+[ "${ZT_GPU_KERNEL_TESTS:-1}" = 0 ] && ctest_filter=(-E '^cuda\.')
 
 # build_and_test <build dir> <architectures> <ctest log>: returns non-zero when a test failed.
 build_and_test() {
@@ -37,9 +53,16 @@ build_and_test() {
     fi
     echo "gpu.sh: built ${targets[*]} for $arch in $((SECONDS - start)) s"
     # --verbose keeps every check's measured error in the log, passing or not.
-    ctest --test-dir "$build" -L gpu -j 2 --verbose --timeout 300 >"$log" 2>&1
+    ctest --test-dir "$build" -L gpu "${ctest_filter[@]}" -j 2 --verbose --timeout 300 >"$log" 2>&1
     local rc=$?
     grep -E "tests passed|Test +#|FAIL|SKIP" "$log"
+    # the measured agreement with the references (torch, the CPU run)
+    grep -E "^[0-9]+: (loss |largest relative|device memory|[0-9]+ steps agree|[0-9]+ records agree|B[0-9])" "$log" |
+        head -n 40
+    # what failed, for the reply's tail (the whole log is in $log)
+    [ $rc -eq 0 ] || grep -E "check failed|expected|not close|rel L2 error .*FAIL|zt-run: error|Error|error:" "$log" |
+        head -n 40
+    echo "gpu.sh: tests done at $SECONDS s"
     return $rc
 }
 
@@ -51,7 +74,10 @@ if [ -n "${ZT_GPU_PTX_ARCH:-}" ]; then
         "$out/ctest-ptx$ZT_GPU_PTX_ARCH.log" || status=1
 fi
 
-if [ "${ZT_GPU_SANITIZE:-0}" = 1 ] || [ "$status" -ne 0 ]; then
+# The sanitizers take minutes: on request, or after a failure when the kernel tests ran.
+sanitize=${ZT_GPU_SANITIZE:-}
+[ -z "$sanitize" ] && [ "$status" -ne 0 ] && [ "${ZT_GPU_KERNEL_TESTS:-1}" != 0 ] && sanitize=1
+if [ "$sanitize" = 1 ]; then
     # Out-of-bounds accesses and shared-memory races (compute-sanitizer works on the Firecracker
     # machines; /work/.library/device/KINDS.md).
     for tool in memcheck racecheck; do
@@ -63,7 +89,17 @@ if [ "${ZT_GPU_SANITIZE:-0}" = 1 ] || [ "$status" -ne 0 ]; then
     grep -E "^==|ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" "$out/sanitizer.log" | head -n 20
 fi
 
-if [ "${ZT_GPU_BENCH:-1}" != 0 ]; then
+if [ "${ZT_GPU_BENCH:-1}" != 0 ] && [ -n "${ZT_GPU_BENCH_MODELS-125m,1b}" ]; then
+    # zt and the PyTorch peer training the same shapes (bench/RESULTS.md keeps the figures).
+    PYTHONUNBUFFERED=1 python3 bench/gpu/run.py --build "$build" --models "${ZT_GPU_BENCH_MODELS-125m,1b}" \
+        --peer-modes "${ZT_GPU_BENCH_PEER_MODES-eager,compile}" --steps "${ZT_GPU_BENCH_STEPS:-10}" \
+        --deadline "$(( ${ZT_GPU_BENCH_DEADLINE:-100000} - SECONDS ))" --work "$build/bench-gpu" \
+        --out "$out/bench-train.md" 2>&1 | tee "$out/bench-train.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    cp "$build/bench-gpu/bench.log" "$out/bench-train-runs.log" 2>/dev/null
+fi
+
+if [ "${ZT_GPU_BENCH:-1}" != 0 ] && [ "${ZT_GPU_BENCH_KERNELS:-1}" != 0 ]; then
     PYTHONUNBUFFERED=1 python3 bench/attention/run.py --bench "$build/bin/zt-bench-flash" \
         --out "$out/bench.md" 2>&1 | tee "$out/bench.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

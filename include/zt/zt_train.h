@@ -96,7 +96,7 @@ typedef struct zt_step_result {
 /* Which flat array of a unit's local shard: the fp32 master copy, or optimizer state i (1-based). */
 #define ZT_SHARD_MASTER 0
 
-/* Memory a configuration needs, by pool, per rank (device) and per node (host), in bytes. */
+/* Memory a configuration needs, by pool, per rank, on the device and on the host, in bytes. */
 typedef struct zt_mem_estimate {
     uint32_t struct_size;
     int32_t reserved0;
@@ -131,8 +131,9 @@ typedef struct zt_zero_ops {
     zt_status (*before_unit)(void *state, int32_t unit, int32_t phase, zt_tensor *params,
                              zt_tensor *grads);
     zt_status (*after_unit)(void *state, int32_t unit, int32_t phase);
-    /* Unit u's gradients for this micro-batch are complete (after its backward). On the last
-     * micro-batch of a step (last_micro = 1) stages 2/3 reduce-scatter them here, overlapped. */
+    /* Unit u's gradients for this micro-batch are complete (after its backward). Stages 2/3
+     * reduce-scatter them here on every micro-batch (so only the local shard accumulates); stages
+     * 0/1 reduce on the last micro-batch of the step (last_micro = 1). */
     zt_status (*grads_ready)(void *state, int32_t unit, int32_t last_micro);
     /* Finish gradient communication, compute the global norm, clip, run the optimizer on the local
      * shards (device or host), and make updated parameters available as the stage requires. */

@@ -13,6 +13,9 @@
  * groups give weight_decay = 0 to the ranges excluded from decay. This plugin declares those keys
  * (DeepSpeed's names, so a ds_config.json's "optimizer": {"params": ...} works) and reads betas and
  * eps itself.
+ *
+ * On CUDA runs (built with ZT_PLUGIN_CUDA) the ranges are device memory and the step is the fused
+ * multi-tensor kernel of kernels/cuda (the same arithmetic in fp32), enqueued on the stream given.
  */
 #include <math.h>
 #include <string.h>
@@ -20,6 +23,9 @@
 #include <zt/zt.h>
 
 #include "cpu/kernels.h"
+#ifdef ZT_PLUGIN_CUDA
+#include "../cuda_plugin.h"
+#endif
 
 /* Gradients are scaled into this many floats at a time when grad_scale != 1 (the kernel reads an
  * unscaled const gradient). 1 Mi elements: 4 MiB of workspace, large enough for every thread. */
@@ -29,6 +35,11 @@ typedef struct adamw_state {
     const zt_host *host;
     double beta1, beta2, eps;
     float *scaled_grad; /* [SCALE_CHUNK], allocated on first use */
+#ifdef ZT_PLUGIN_CUDA
+    zt_cuda_ctx *cuda;       /* created by the first CUDA step */
+    float *cuda_grad_scale;  /* device float: the gradient scale the kernel multiplies by */
+    float cuda_grad_scale_value; /* what it holds (0: nothing yet) */
+#endif
 } adamw_state;
 
 static const zt_option adamw_options[] = {
@@ -109,6 +120,10 @@ static void adamw_fini(void *opaque)
     adamw_state *s = opaque;
     if (!s) return;
     s->host->free(s->host->ctx, s->scaled_grad);
+#ifdef ZT_PLUGIN_CUDA
+    s->host->free(s->host->ctx, s->cuda_grad_scale);
+    zt_cuda_ctx_destroy(s->cuda);
+#endif
     s->host->free(s->host->ctx, s);
 }
 
@@ -136,20 +151,62 @@ static void scale_range(void *arg, int64_t begin, int64_t end)
     for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale;
 }
 
+#ifdef ZT_PLUGIN_CUDA
+/* The fused kernel on device ranges. grad_scale reaches it through a device float, copied only when it
+ * changes (clipping changes it every step, else it stays 1 and the kernel reads no scale at all). */
+static zt_status adamw_step_cuda(adamw_state *s, const zt_optim_hparams *h, float *param, const float *grad,
+                                 float *const *opt_state, uint64_t n, cudaStream_t stream)
+{
+    const zt_host *host = s->host;
+    if (host->device->device_type != ZT_DEVICE_CUDA) {
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED,
+                    "adamw step: the ranges are said to be CUDA memory (device_type CUDA), but this run computes "
+                    "on the CPU, which has no device memory; pass ZT_DEVICE_CPU (a zero plugin bug)");
+        return ZT_ERR_UNSUPPORTED;
+    }
+    zt_status st = zt_plugin_cuda_ctx(host, "adamw", 0, &s->cuda);
+    if (st != ZT_OK) return st;
+    if (!s->cuda_grad_scale) { /* on the first step, so the memory in use stays the same from step to step */
+        s->cuda_grad_scale = host->alloc(host->ctx, ZT_POOL_OTHER, ZT_MEM_DEVICE, sizeof(float), 0,
+                                         "adamw gradient scale");
+        if (!s->cuda_grad_scale) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    const float *scale = NULL;
+    if (h->grad_scale != 1.0) {
+        float value = (float)h->grad_scale; /* torch multiplies by the fp32 clip coefficient too */
+        if (value != s->cuda_grad_scale_value) {
+            cudaError_t e = cudaMemcpyAsync(s->cuda_grad_scale, &value, sizeof value, cudaMemcpyHostToDevice, stream);
+            if (e != cudaSuccess) {
+                host->error(host->ctx, ZT_ERR_DEVICE, "adamw: copying the gradient scale to the GPU failed: %s",
+                            cudaGetErrorString(e));
+                return ZT_ERR_DEVICE;
+            }
+            s->cuda_grad_scale_value = value;
+        }
+        scale = s->cuda_grad_scale;
+    }
+    zt_cuda_param p = {.master = param, .grad = grad, .exp_avg = opt_state[0], .exp_avg_sq = opt_state[1],
+                       .compute_copy = NULL, .n = (int64_t)n};
+    zt_cuda_adamw_params hp = {h->lr, s->beta1, s->beta2, s->eps, h->weight_decay, h->step};
+    st = zt_cuda_adamw_step(s->cuda, stream, 1, &p, &hp, scale);
+    return st == ZT_OK ? ZT_OK : zt_plugin_cuda_failed(host, st, "adamw step");
+}
+#endif
+
 static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *param, const float *grad,
                             float *const *opt_state, uint64_t n, int32_t device_type, void *stream)
 {
-    (void)stream;
     adamw_state *s = opaque;
     const zt_host *host = s->host;
+#ifndef ZT_PLUGIN_CUDA
     if (device_type == ZT_DEVICE_CUDA) {
         host->error(host->ctx, ZT_ERR_UNSUPPORTED,
-                    "adamw has no CUDA kernel yet: keep the optimizer state in host memory "
-                    "(zero_optimization.offload_optimizer.device = \"cpu\" with a ZeRO plugin that offloads) "
-                    "or train on the CPU");
+                    "this adamw plugin was built without CUDA, so it cannot update device memory: rebuild zt "
+                    "where the CUDA toolkit is installed, or train on the CPU (device = cpu)");
         return ZT_ERR_UNSUPPORTED;
     }
-    if (device_type != ZT_DEVICE_CPU) {
+#endif
+    if (device_type != ZT_DEVICE_CPU && device_type != ZT_DEVICE_CUDA) {
         host->error(host->ctx, ZT_ERR_INVALID_ARG, "adamw step: unknown device_type %d", (int)device_type);
         return ZT_ERR_INVALID_ARG;
     }
@@ -175,6 +232,11 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
         return ZT_ERR_INVALID_ARG;
     }
 
+#ifdef ZT_PLUGIN_CUDA
+    if (device_type == ZT_DEVICE_CUDA) return adamw_step_cuda(s, h, param, grad, opt_state, n, (cudaStream_t)stream);
+#else
+    (void)stream;
+#endif
     zt_cpu_ctx cpu = {.parallel_for = host->parallel_for, .pool = host->ctx};
     zt_adamw_params hp = {h->lr, s->beta1, s->beta2, s->eps, h->weight_decay, h->step};
     if (h->grad_scale == 1.0) {
@@ -211,11 +273,19 @@ static const zt_plugin adamw_plugin = {
     .kind = ZT_KIND_OPTIMIZER,
     .name = "adamw",
     .version = "1.0.0",
+#ifdef ZT_PLUGIN_CUDA
+    .description = "AdamW with decoupled weight decay, exactly as torch.optim.AdamW (CPU; fused kernel on CUDA)",
+#else
     .description = "AdamW with decoupled weight decay, exactly as torch.optim.AdamW (CPU)",
+#endif
     .options = adamw_options,
     .n_options = sizeof adamw_options / sizeof adamw_options[0],
     /* Element-wise on whatever range it is given: correct on ZeRO shards and on offloaded state. */
-    .caps = ZT_CAP_CPU | ZT_CAP_MULTI_RANK | ZT_CAP_OFFLOAD,
+    .caps = ZT_CAP_CPU | ZT_CAP_MULTI_RANK | ZT_CAP_OFFLOAD
+#ifdef ZT_PLUGIN_CUDA
+            | ZT_CAP_CUDA
+#endif
+    ,
     .probe = adamw_probe,
     .init = adamw_init,
     .fini = adamw_fini,

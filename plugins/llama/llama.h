@@ -37,8 +37,12 @@ enum {
 };
 enum { HEAD_NORM, HEAD_LM, HEAD_PARAMS };
 
+typedef struct llama_gpu llama_gpu; /* layers_cuda.c */
+
 typedef struct llama_state {
     const zt_host *host;
+    int on_gpu;                /* a CUDA run: bf16 units on the GPU (layers_cuda.c) */
+    llama_gpu *gpu;            /* their device state; NULL on the CPU */
     zt_cpu_ctx cpu;            /* the host's thread pool, for the kernels */
     llama_config cfg;
     float *inv_freq;           /* [head_dim / 2] rotary frequencies */
@@ -61,6 +65,17 @@ zt_status llama_head_forward(llama_state *s, const zt_unit_call *c);
 zt_status llama_head_backward(llama_state *s, const zt_unit_call *c);
 /* Frees a saved-activation record left by a training forward (NULL is a no-op). */
 void llama_saved_free(llama_state *s, void *saved);
+
+/* The same units on CUDA runs (layers_cuda.c, built with ZT_PLUGIN_CUDA), with bf16 device views. */
+zt_status llama_cuda_init(llama_state *s); /* checks the shapes the kernels take, uploads constants */
+void llama_cuda_fini(llama_state *s);
+zt_status llama_cuda_embedding_forward(llama_state *s, const zt_unit_call *c);
+zt_status llama_cuda_embedding_backward(llama_state *s, const zt_unit_call *c);
+zt_status llama_cuda_layer_forward(llama_state *s, const zt_unit_call *c);
+zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c);
+zt_status llama_cuda_head_forward(llama_state *s, const zt_unit_call *c);
+zt_status llama_cuda_head_backward(llama_state *s, const zt_unit_call *c);
+void llama_cuda_saved_free(llama_state *s, void *saved);
 
 /* "layer 3" / "the embedding" / "the LM head", for messages. */
 const char *llama_unit_name(const llama_state *s, int32_t unit, char *buf, size_t cap);

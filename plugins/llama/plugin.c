@@ -64,7 +64,7 @@ const char *llama_unit_name(const llama_state *s, int32_t unit, char *buf, size_
 
 static zt_status llama_probe(const zt_host *host)
 {
-    (void)host; /* the CPU path runs anywhere; init refuses a CUDA run */
+    (void)host; /* the CPU path runs anywhere; init checks a CUDA run's device */
     return ZT_OK;
 }
 
@@ -72,6 +72,9 @@ static void llama_fini(void *state)
 {
     llama_state *s = state;
     if (!s) return;
+#ifdef ZT_PLUGIN_CUDA
+    llama_cuda_fini(s);
+#endif
     llama_params_free(s);
     free(s->inv_freq);
     free(s);
@@ -80,18 +83,22 @@ static void llama_fini(void *state)
 static zt_status llama_init(const zt_host *host, void **state)
 {
     *state = NULL;
-    if (host->device && host->device->device_type != ZT_DEVICE_CPU) {
+    int on_gpu = host->device && host->device->device_type == ZT_DEVICE_CUDA;
+#ifndef ZT_PLUGIN_CUDA
+    if (on_gpu) {
         host->error(host->ctx, ZT_ERR_UNSUPPORTED,
-                    "the CUDA path of llama arrives with the CUDA backend; this version computes in fp32 on "
-                    "the CPU only: run without a GPU device (the CPU path)");
+                    "this llama plugin was built without CUDA, so it computes on the CPU only: rebuild zt where "
+                    "the CUDA toolkit is installed, or train on the CPU (device = cpu)");
         return ZT_ERR_UNSUPPORTED;
     }
+#endif
     llama_state *s = calloc(1, sizeof *s);
     if (!s) {
         host->error(host->ctx, ZT_ERR_OUT_OF_MEMORY, "cannot allocate the llama plugin state");
         return ZT_ERR_OUT_OF_MEMORY;
     }
     s->host = host;
+    s->on_gpu = on_gpu;
     s->cpu.parallel_for = host->parallel_for;
     s->cpu.pool = host->ctx;
     zt_status st = llama_config_resolve(host, &s->cfg);
@@ -103,11 +110,19 @@ static zt_status llama_init(const zt_host *host, void **state)
             st = ZT_ERR_OUT_OF_MEMORY;
         }
     }
+    if (st == ZT_OK) zt_cpu_rope_inv_freq(&s->cfg.rope, s->inv_freq);
+#ifdef ZT_PLUGIN_CUDA
+    if (st == ZT_OK && on_gpu) {
+        st = llama_cuda_init(s);
+        /* bf16 activations: half the bytes the fp32 estimate counts */
+        s->info.act_bytes_per_token_layer /= 2;
+        s->info.act_bytes_per_token_layer_recompute /= 2;
+    }
+#endif
     if (st != ZT_OK) {
         llama_fini(s);
         return st;
     }
-    zt_cpu_rope_inv_freq(&s->cfg.rope, s->inv_freq);
     const llama_config *c = &s->cfg;
     host->log(host->ctx, ZT_LOG_INFO,
               "llama%s%s: %lld layers, hidden %lld, %lld heads (%lld key/value) of %lld, MLP %lld, vocab %lld%s, "
@@ -129,17 +144,22 @@ static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape)
     if (used < cap) snprintf(buf + used, cap - used, "]");
 }
 
-/* A contiguous fp32 CPU tensor of exactly `shape`. */
+/* A contiguous tensor of exactly `shape` and `dtype` in the run's memory: fp32 CPU views on the CPU;
+ * on CUDA runs bf16 device views (fp32 for gradients). */
 static zt_status check_view(const llama_state *s, const char *unit_name, const char *what,
-                            const zt_tensor *t, int ndim, const int64_t *shape)
+                            const zt_tensor *t, int ndim, const int64_t *shape, int32_t dtype)
 {
     char want[96], got[96];
     format_shape(want, sizeof want, ndim, shape);
     const char *problem = NULL;
     int64_t expected_stride = 1;
+    const char *dtype_name = dtype == ZT_F32 ? "fp32" : "bf16", *device_name = s->on_gpu ? "CUDA" : "CPU";
     if (!t->data) problem = "its data pointer is NULL";
-    else if (t->dtype != ZT_F32) problem = "its dtype is not F32 (the CPU path computes in fp32)";
-    else if (t->device_type != ZT_DEVICE_CPU) problem = "it is not in CPU memory";
+    else if (t->dtype != dtype)
+        problem = dtype == ZT_F32 ? (s->on_gpu ? "its dtype is not F32" : "its dtype is not F32 (the CPU path computes in fp32)")
+                                  : "its dtype is not BF16 (the CUDA path computes in bf16)";
+    else if (t->device_type != (s->on_gpu ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU))
+        problem = s->on_gpu ? "it is not in CUDA device memory" : "it is not in CPU memory";
     else if (t->ndim != ndim) problem = "it has another number of dimensions";
     for (int i = ndim - 1; !problem && i >= 0; i--) {
         if (t->shape[i] != shape[i]) problem = "its shape differs";
@@ -149,9 +169,9 @@ static zt_status check_view(const llama_state *s, const char *unit_name, const c
     if (!problem) return ZT_OK;
     format_shape(got, sizeof got, t->ndim >= 0 && t->ndim <= ZT_MAX_DIMS ? t->ndim : 0, t->shape);
     s->host->error(s->host->ctx, ZT_ERR_INVALID_ARG,
-                   "%s: %s must be a contiguous fp32 CPU tensor of shape %s, but %s (dtype %d, shape %s); the "
+                   "%s: %s must be a contiguous %s %s tensor of shape %s, but %s (dtype %d, shape %s); the "
                    "host or the zero plugin passed a wrong view",
-                   unit_name, what, want, problem, (int)t->dtype, got);
+                   unit_name, what, dtype_name, device_name, want, problem, (int)t->dtype, got);
     return ZT_ERR_INVALID_ARG;
 }
 
@@ -182,6 +202,7 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
     int is_embedding = u == 0, is_head = u == n_units - 1, is_layer = !is_embedding && !is_head;
     int train = (c->flags & ZT_UNIT_TRAIN) != 0;
 
+    int32_t compute = s->on_gpu ? ZT_BF16 : ZT_F32; /* the dtype of parameters and activations */
     int32_t first = s->unit_first_param[u], n = s->unit_first_param[u + 1] - first;
     if (c->n_params != n || !c->params) {
         snprintf(what, sizeof what, "expected %d parameter views, got %d%s", (int)n, (int)c->n_params,
@@ -190,11 +211,11 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
     }
     for (int32_t i = 0; i < n; i++) {
         const zt_param_decl *d = &s->decls[first + i];
-        zt_status st = check_view(s, name, d->name, &c->params[i], d->ndim, d->shape);
+        zt_status st = check_view(s, name, d->name, &c->params[i], d->ndim, d->shape, compute);
         if (st != ZT_OK) return st;
         if (backward && c->grads && c->grads[i].data) {
             snprintf(what, sizeof what, "the gradient of %s", d->name);
-            st = check_view(s, name, what, &c->grads[i], d->ndim, d->shape);
+            st = check_view(s, name, what, &c->grads[i], d->ndim, d->shape, ZT_F32);
             if (st != ZT_OK) return st;
         }
     }
@@ -233,16 +254,18 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
     int64_t hidden_shape[3] = {b->batch, b->seq_len, H};
     int64_t logits_shape[3] = {b->batch, b->seq_len, cfg->vocab};
     zt_status st = ZT_OK;
+    /* GPU runs may ask for the logits in fp32 or bf16 */
+    int32_t logits_dtype = s->on_gpu && c->x_out.dtype == ZT_F32 ? ZT_F32 : compute;
     if (!backward) {
-        if (!is_embedding) st = check_view(s, name, "x_in", &c->x_in, 3, hidden_shape);
-        if (st == ZT_OK && !is_head) st = check_view(s, name, "x_out", &c->x_out, 3, hidden_shape);
+        if (!is_embedding) st = check_view(s, name, "x_in", &c->x_in, 3, hidden_shape, compute);
+        if (st == ZT_OK && !is_head) st = check_view(s, name, "x_out", &c->x_out, 3, hidden_shape, compute);
         if (st == ZT_OK && is_head && c->x_out.data)
-            st = check_view(s, name, "x_out (logits)", &c->x_out, 3, logits_shape);
+            st = check_view(s, name, "x_out (logits)", &c->x_out, 3, logits_shape, logits_dtype);
     } else {
         if (!is_embedding)
-            st = check_view(s, name, "x_in (the unit input the host keeps)", &c->x_in, 3, hidden_shape);
-        if (st == ZT_OK && !is_embedding) st = check_view(s, name, "dx_in", &c->dx_in, 3, hidden_shape);
-        if (st == ZT_OK && !is_head) st = check_view(s, name, "dx_out", &c->dx_out, 3, hidden_shape);
+            st = check_view(s, name, "x_in (the unit input the host keeps)", &c->x_in, 3, hidden_shape, compute);
+        if (st == ZT_OK && !is_embedding) st = check_view(s, name, "dx_in", &c->dx_in, 3, hidden_shape, compute);
+        if (st == ZT_OK && !is_head) st = check_view(s, name, "dx_out", &c->dx_out, 3, hidden_shape, compute);
     }
     if (st != ZT_OK) return st;
 
@@ -252,6 +275,9 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
             return call_error(s, name, "no attention plugin is bound (zt_unit_call.attention is NULL); the host "
                                        "binds one, by default naive");
     }
+    if (c->kv && s->on_gpu)
+        return call_error(s, name, "generation (a KV cache) runs on the CPU only for now: generate with "
+                                   "device = cpu");
     if (c->kv) {
         if (train || backward)
             return call_error(s, name, "a KV cache is for generation: a call with a KV cache cannot train");
@@ -283,6 +309,13 @@ static zt_status llama_forward(void *state, const zt_unit_call *c)
     llama_state *s = state;
     zt_status st = check_call(s, c, 0);
     if (st != ZT_OK) return st;
+#ifdef ZT_PLUGIN_CUDA
+    if (s->on_gpu) {
+        if (c->unit == 0) return llama_cuda_embedding_forward(s, c);
+        if (c->unit == s->info.n_units - 1) return llama_cuda_head_forward(s, c);
+        return llama_cuda_layer_forward(s, c);
+    }
+#endif
     if (c->unit == 0) return llama_embedding_forward(s, c);
     if (c->unit == s->info.n_units - 1) return llama_head_forward(s, c);
     return llama_layer_forward(s, c);
@@ -293,6 +326,13 @@ static zt_status llama_backward(void *state, const zt_unit_call *c)
     llama_state *s = state;
     zt_status st = check_call(s, c, 1);
     if (st != ZT_OK) return st;
+#ifdef ZT_PLUGIN_CUDA
+    if (s->on_gpu) {
+        if (c->unit == 0) return llama_cuda_embedding_backward(s, c);
+        if (c->unit == s->info.n_units - 1) return llama_cuda_head_backward(s, c);
+        return llama_cuda_layer_backward(s, c);
+    }
+#endif
     if (c->unit == 0) return llama_embedding_backward(s, c);
     if (c->unit == s->info.n_units - 1) return llama_head_backward(s, c);
     return llama_layer_backward(s, c);
@@ -302,6 +342,13 @@ static void llama_release(void *state, int32_t unit, void **saved)
 {
     (void)unit;
     if (!saved) return;
+#ifdef ZT_PLUGIN_CUDA
+    if (((llama_state *)state)->on_gpu) {
+        llama_cuda_saved_free(state, *saved);
+        *saved = NULL;
+        return;
+    }
+#endif
     llama_saved_free(state, *saved);
     *saved = NULL;
 }
@@ -322,10 +369,18 @@ static const zt_plugin k_plugin = {
     .kind = ZT_KIND_MODEL,
     .name = "llama",
     .version = "1.0.0",
+#ifdef ZT_PLUGIN_CUDA
+    .description = "LLaMA 1/2/3 (RMSNorm, RoPE with Llama 3 scaling, GQA/MQA, SwiGLU), fp32 on the CPU, bf16 on CUDA",
+#else
     .description = "LLaMA 1/2/3 (RMSNorm, RoPE with Llama 3 scaling, GQA/MQA, SwiGLU), fp32 on the CPU",
+#endif
     .options = k_options,
     .n_options = sizeof k_options / sizeof k_options[0],
-    .caps = ZT_CAP_CPU | ZT_CAP_RECOMPUTE,
+    .caps = ZT_CAP_CPU | ZT_CAP_RECOMPUTE
+#ifdef ZT_PLUGIN_CUDA
+            | ZT_CAP_CUDA | ZT_CAP_BF16
+#endif
+    ,
     .probe = llama_probe,
     .init = llama_init,
     .fini = llama_fini,

@@ -1,0 +1,310 @@
+/* The flash attention plugin: causal attention in bf16 on NVIDIA GPUs (compute capability 8.0 or
+ * newer) for training. Head sizes 64 and 128 run the FlashAttention-2 kernels of kernels/cuda
+ * (tiles in shared memory, nothing of size T x T ever stored, K/V heads of a group never repeated);
+ * any other head size up to 256 runs the exact kernels of exact.cu, correct but slow, so that small
+ * models (tests, the HF fixtures) train on the GPU too; the plugin logs once when it uses them.
+ * Packed rows: a query sees only keys of its own document (batch->doc_ids). docs/gpu.md.
+ *
+ * forward keeps the log-sum-exp of every query row ([B, H, T] fp32, device memory, pool activations)
+ * for the backward, which recomputes the probabilities from it.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../cuda_plugin.h"
+#include "exact.h"
+
+#define SAVED_MAGIC 0x5341465Au /* "ZFAS" */
+
+typedef struct flash_state {
+    const zt_host *host;
+    zt_cuda_ctx *ctx;     /* created by the first call, sized for the backward's scratch */
+    int32_t exact_logged; /* the exact kernels' notice was logged */
+} flash_state;
+
+/* What forward keeps for backward. */
+typedef struct flash_saved {
+    uint32_t magic;
+    int32_t heads;
+    int64_t batch, seq;
+    float *lse; /* [B, H, T] on the device */
+} flash_saved;
+
+static zt_status fail(const flash_state *s, zt_status st, const char *op, const char *fmt, ...) ZT_PRINTF(4, 5);
+static zt_status fail(const flash_state *s, zt_status st, const char *op, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s->host->error(s->host->ctx, st, "flash attention %s: %s", op, msg);
+    return st;
+}
+
+/* ---- argument checks --------------------------------------------------------------------------- */
+
+/* A contiguous bf16 device tensor [d0, d1, d2, d3]. */
+static zt_status check_tensor(const flash_state *s, const char *op, const char *name, const zt_tensor *t,
+                              int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    const int64_t want[4] = {d0, d1, d2, d3};
+    if (!t->data) return fail(s, ZT_ERR_INVALID_ARG, op, "%s has no data (NULL)", name);
+    if (t->dtype != ZT_BF16)
+        return fail(s, ZT_ERR_UNSUPPORTED, op,
+                    "%s has dtype %d; flash attention computes in bf16 only (ZT_BF16, the CUDA path); use naive "
+                    "attention for fp32 on the CPU", name, (int)t->dtype);
+    if (t->device_type != ZT_DEVICE_CUDA)
+        return fail(s, ZT_ERR_UNSUPPORTED, op, "%s is not in CUDA device memory; flash attention runs on the GPU only",
+                    name);
+    int ok = t->ndim == 4;
+    int64_t stride = 1;
+    for (int i = 3; ok && i >= 0; i--) {
+        ok = t->shape[i] == want[i] && t->stride[i] == stride;
+        stride *= want[i];
+    }
+    if (!ok)
+        return fail(s, ZT_ERR_INVALID_ARG, op,
+                    "%s must be a contiguous [%lld, %lld, %lld, %lld] tensor ([batch, tokens, heads, head_dim]), "
+                    "got %d dimensions of shape [%lld, %lld, %lld, %lld]",
+                    name, (long long)d0, (long long)d1, (long long)d2, (long long)d3, (int)t->ndim,
+                    (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2], (long long)t->shape[3]);
+    return ZT_OK;
+}
+
+/* The shape of the call, after checking everything forward and backward share. */
+static zt_status check_args(const flash_state *s, const char *op, const zt_attn_args *a, zt_cuda_attention_shape *shape)
+{
+    if (!a || a->struct_size < sizeof(zt_attn_args))
+        return fail(s, ZT_ERR_INVALID_ARG, op, "the arguments are NULL or older than ABI 1.0");
+    const zt_batch *b = a->batch;
+    if (!b || b->batch < 1 || b->seq_len < 1)
+        return fail(s, ZT_ERR_INVALID_ARG, op, "the batch is missing or empty (a model plugin bug)");
+    if (a->n_heads < 1 || a->n_kv_heads < 1 || a->n_heads % a->n_kv_heads != 0)
+        return fail(s, ZT_ERR_INVALID_ARG, op,
+                    "%d query heads cannot share %d key/value heads: the query heads must be a multiple of the "
+                    "key/value heads", (int)a->n_heads, (int)a->n_kv_heads);
+    if (a->head_dim < 1 || a->head_dim > ZT_FLASH_EXACT_MAX_D)
+        return fail(s, ZT_ERR_UNSUPPORTED, op,
+                    "head_dim %d: flash attention takes head sizes from 1 to %d (64 and 128 at full speed); use "
+                    "naive attention on the CPU", (int)a->head_dim, ZT_FLASH_EXACT_MAX_D);
+    if (!a->causal)
+        return fail(s, ZT_ERR_UNSUPPORTED, op,
+                    "non-causal attention: flash attention computes causal (decoder) attention only");
+    int64_t B = b->batch, T = b->seq_len, D = a->head_dim;
+    zt_status st = check_tensor(s, op, "q", &a->q, B, T, a->n_heads, D);
+    if (st == ZT_OK) st = check_tensor(s, op, "k", &a->k, B, T, a->n_kv_heads, D);
+    if (st == ZT_OK) st = check_tensor(s, op, "v", &a->v, B, T, a->n_kv_heads, D);
+    if (st == ZT_OK) st = check_tensor(s, op, "out", &a->out, B, T, a->n_heads, D);
+    if (st != ZT_OK) return st;
+    *shape = (zt_cuda_attention_shape){B, T, a->n_heads, a->n_kv_heads, D, a->scale};
+    return ZT_OK;
+}
+
+/* The flash kernels take head sizes 64 and 128; anything else goes to the exact kernels. */
+static int use_flash_kernels(const zt_cuda_attention_shape *shape)
+{
+    return shape->head_dim == 64 || shape->head_dim == 128;
+}
+
+static void log_exact_once(flash_state *s, const zt_cuda_attention_shape *shape, const char *why)
+{
+    if (s->exact_logged) return;
+    s->exact_logged = 1;
+    s->host->log(s->host->ctx, ZT_LOG_WARN,
+                 "head_dim %lld: %s, so attention runs on flash's exact fallback kernels, which are correct but "
+                 "slow (O(T^2) work per thread row); models with head_dim 64 or 128 run at full speed",
+                 (long long)shape->head_dim, why);
+}
+
+static zt_status cuda_launch_failed(const flash_state *s, const char *op, cudaError_t e)
+{
+    return fail(s, ZT_ERR_DEVICE, op, "the exact attention kernel failed to launch: %s (%s)", cudaGetErrorString(e),
+                cudaGetErrorName(e));
+}
+
+/* ---- training ------------------------------------------------------------------------------------ */
+
+static zt_status flash_forward(void *state, const zt_attn_args *a, void **saved)
+{
+    flash_state *s = state;
+    const zt_host *h = s->host;
+    zt_cuda_attention_shape shape;
+    zt_status st = check_args(s, "forward", a, &shape);
+    if (st != ZT_OK) return st;
+    int flash = use_flash_kernels(&shape);
+    uint64_t scratch = flash ? zt_cuda_flash_attention_backward_scratch_bytes(&shape) : 0;
+    st = zt_plugin_cuda_ctx(h, "flash", scratch, &s->ctx);
+    if (st != ZT_OK) return st;
+    uint64_t lse_bytes = (uint64_t)(shape.batch * shape.heads * shape.seq) * sizeof(float);
+    float *lse = h->alloc(h->ctx, saved ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, ZT_MEM_DEVICE, lse_bytes, 0,
+                          "flash attention log-sum-exp");
+    if (!lse) return ZT_ERR_OUT_OF_MEMORY;
+    cudaStream_t stream = zt_plugin_stream(h);
+    const int32_t *doc_ids = a->batch->doc_ids;
+    if (flash) {
+        st = zt_cuda_flash_attention_forward(s->ctx, stream, &shape, a->q.data, a->k.data, a->v.data, doc_ids,
+                                             a->out.data, lse);
+        if (st != ZT_OK) st = zt_plugin_cuda_failed(h, st, "flash attention forward");
+    } else {
+        log_exact_once(s, &shape, "the flash kernels take head sizes 64 and 128 only");
+        cudaError_t e = zt_flash_exact_forward(stream, &shape, a->q.data, a->k.data, a->v.data, doc_ids, a->out.data,
+                                               lse);
+        if (e != cudaSuccess) st = cuda_launch_failed(s, "forward", e);
+    }
+    flash_saved *keep = NULL;
+    if (st == ZT_OK && saved) {
+        keep = h->alloc(h->ctx, ZT_POOL_ACTIVATIONS, ZT_MEM_HOST, sizeof *keep, 0, "flash attention saved header");
+        if (!keep) st = ZT_ERR_OUT_OF_MEMORY;
+    }
+    if (st != ZT_OK || !saved) {
+        h->free(h->ctx, lse);
+        return st;
+    }
+    *keep = (flash_saved){SAVED_MAGIC, (int32_t)shape.heads, shape.batch, shape.seq, lse};
+    *saved = keep;
+    return ZT_OK;
+}
+
+static void flash_release(void *state, void *saved)
+{
+    flash_state *s = state;
+    flash_saved *rec = saved;
+    if (!rec) return;
+    rec->magic = 0;
+    s->host->free(s->host->ctx, rec->lse);
+    s->host->free(s->host->ctx, rec);
+}
+
+/* The backward on the flash kernels; ZT_ERR_UNSUPPORTED (nothing enqueued) where the GPU's shared
+ * memory is too small for them (head_dim 128 on sm_86 / sm_89). */
+static zt_status backward_flash(flash_state *s, const zt_attn_args *a, const zt_cuda_attention_shape *shape,
+                                const float *lse)
+{
+    zt_status st = zt_cuda_flash_attention_backward(s->ctx, zt_plugin_stream(s->host), shape, a->q.data, a->k.data,
+                                                    a->v.data, a->batch->doc_ids, a->out.data, lse, a->dout.data,
+                                                    a->dq.data, a->dk.data, a->dv.data);
+    if (st != ZT_OK && st != ZT_ERR_UNSUPPORTED) return zt_plugin_cuda_failed(s->host, st, "flash attention backward");
+    return st;
+}
+
+static zt_status backward_exact(flash_state *s, const zt_attn_args *a, const zt_cuda_attention_shape *shape,
+                                const float *lse)
+{
+    const zt_host *h = s->host;
+    uint64_t delta_bytes = (uint64_t)(shape->batch * shape->heads * shape->seq) * sizeof(float);
+    float *delta = h->alloc(h->ctx, ZT_POOL_WORKSPACE, ZT_MEM_DEVICE, delta_bytes, 0, "flash attention rowsum(dO*O)");
+    if (!delta) return ZT_ERR_OUT_OF_MEMORY;
+    cudaError_t e = zt_flash_exact_backward(zt_plugin_stream(h), shape, a->q.data, a->k.data, a->v.data,
+                                            a->batch->doc_ids, a->out.data, lse, a->dout.data, delta, a->dq.data,
+                                            a->dk.data, a->dv.data);
+    h->free(h->ctx, delta);
+    return e == cudaSuccess ? ZT_OK : cuda_launch_failed(s, "backward", e);
+}
+
+static zt_status flash_backward(void *state, const zt_attn_args *a, void *saved)
+{
+    flash_state *s = state;
+    flash_saved *rec = saved;
+    zt_cuda_attention_shape shape;
+    zt_status st = check_args(s, "backward", a, &shape);
+    if (st == ZT_OK && (!rec || rec->magic != SAVED_MAGIC || rec->batch != shape.batch || rec->seq != shape.seq ||
+                        rec->heads != shape.heads))
+        st = fail(s, ZT_ERR_INVALID_ARG, "backward",
+                  "`saved` is not what this plugin's forward kept for a batch of this shape (%s); run forward with "
+                  "a saved slot before backward, and pass each slot once (a model plugin bug)",
+                  !rec ? "it is NULL" : rec->magic != SAVED_MAGIC ? "it holds something else" : "another shape");
+    int64_t B = shape.batch, T = shape.seq, D = shape.head_dim;
+    if (st == ZT_OK) st = check_tensor(s, "backward", "dout", &a->dout, B, T, a->n_heads, D);
+    if (st == ZT_OK) st = check_tensor(s, "backward", "dq", &a->dq, B, T, a->n_heads, D);
+    if (st == ZT_OK) st = check_tensor(s, "backward", "dk", &a->dk, B, T, a->n_kv_heads, D);
+    if (st == ZT_OK) st = check_tensor(s, "backward", "dv", &a->dv, B, T, a->n_kv_heads, D);
+    if (st == ZT_OK && use_flash_kernels(&shape)) {
+        st = backward_flash(s, a, &shape, rec->lse);
+        if (st == ZT_ERR_UNSUPPORTED) {
+            log_exact_once(s, &shape, "this GPU's shared memory is too small for the flash backward kernel");
+            st = backward_exact(s, a, &shape, rec->lse);
+        }
+    } else if (st == ZT_OK) {
+        st = backward_exact(s, a, &shape, rec->lse);
+    }
+    if (rec && rec->magic == SAVED_MAGIC) flash_release(s, rec); /* consumed, also on failure */
+    return st;
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------------- */
+
+static zt_status flash_probe(const zt_host *host)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED,
+                    "no CUDA device found (%s): flash attention runs on NVIDIA GPUs; use naive attention on the "
+                    "CPU", e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+        return ZT_ERR_UNSUPPORTED;
+    }
+    return ZT_OK;
+}
+
+static zt_status flash_init(const zt_host *host, void **state)
+{
+    *state = NULL;
+    if (!host->device || host->device->device_type != ZT_DEVICE_CUDA) {
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED,
+                    "flash attention runs on CUDA GPUs only and this run computes on the CPU: set device to cuda "
+                    "(or auto on a machine with a GPU), or use naive attention on the CPU");
+        return ZT_ERR_UNSUPPORTED;
+    }
+    if (host->device->cc_major < 8) {
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED,
+                    "flash attention needs compute capability 8.0 or newer (bf16 tensor cores); this GPU has %d.%d",
+                    (int)host->device->cc_major, (int)host->device->cc_minor);
+        return ZT_ERR_UNSUPPORTED;
+    }
+    flash_state *s = host->alloc(host->ctx, ZT_POOL_OTHER, ZT_MEM_HOST, sizeof *s, 0, "flash state");
+    if (!s) return ZT_ERR_OUT_OF_MEMORY;
+    memset(s, 0, sizeof *s);
+    s->host = host;
+    *state = s;
+    return ZT_OK;
+}
+
+static void flash_fini(void *state)
+{
+    flash_state *s = state;
+    if (!s) return;
+    zt_cuda_ctx_destroy(s->ctx);
+    s->host->free(s->host->ctx, s);
+}
+
+static const zt_attention_ops k_ops = {
+    .struct_size = sizeof(zt_attention_ops),
+    .forward = flash_forward,
+    .backward = flash_backward,
+    .release = flash_release,
+};
+
+static const zt_plugin k_plugin = {
+    .magic = ZT_ABI_MAGIC,
+    .abi_major = ZT_ABI_MAJOR,
+    .abi_minor = ZT_ABI_MINOR,
+    .struct_size = sizeof(zt_plugin),
+    .kind = ZT_KIND_ATTENTION,
+    .name = "flash",
+    .version = "1.0.0",
+    .description = "causal attention in bf16 on NVIDIA GPUs (FlashAttention-2 kernels for head_dim 64/128), "
+                   "packed documents, grouped-query",
+    .caps = ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_PACKED | ZT_CAP_GQA,
+    .probe = flash_probe,
+    .init = flash_init,
+    .fini = flash_fini,
+    .ops = &k_ops,
+};
+
+ZT_PLUGIN_ENTRY
+{
+    return &k_plugin;
+}

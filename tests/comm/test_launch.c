@@ -1,0 +1,226 @@
+/* How a process learns its rank (framework/launch.c), in one process: each launcher's variables,
+ * which launcher wins, every malformed value with its message, zt_launch_local's refusals, and the
+ * runtime's messages when a multi-rank job cannot get its MPI backend. Expected values are the
+ * variables as set here, written out by hand. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "launch.h"
+#include "runtime.h"
+#include "ztest.h"
+
+static const char *const k_launch_vars[] = {
+    "ZT_RANK", "ZT_WORLD_SIZE", "ZT_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_NTASKS",
+    "SLURM_LOCALID", "SLURM_STEP_ID", "ZT_COMM_MPI_LIBRARY", NULL};
+
+/* Unsets every launch variable, then sets "NAME=VALUE" pairs from a NULL-terminated list. */
+static void set_env(const char *const *assignments)
+{
+    for (int i = 0; k_launch_vars[i]; i++) unsetenv(k_launch_vars[i]);
+    for (int i = 0; assignments && assignments[i]; i++) {
+        char name[64];
+        const char *eq = strchr(assignments[i], '=');
+        snprintf(name, sizeof name, "%.*s", (int)(eq - assignments[i]), assignments[i]);
+        setenv(name, eq + 1, 1);
+    }
+}
+
+static void expect_launch(const char *const *env, int rank, int world, int local, const char *launcher)
+{
+    set_env(env);
+    zt_launch l;
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_launch_detect(&l, &err), ZT_OK);
+    ZT_CHECK_INT(l.rank, rank);
+    ZT_CHECK_INT(l.world_size, world);
+    ZT_CHECK_INT(l.local_rank, local);
+    ZT_CHECK_CONTAINS(l.launcher, launcher);
+}
+
+static void expect_launch_error(const char *const *env, const char *needle)
+{
+    set_env(env);
+    zt_launch l;
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_launch_detect(&l, &err), ZT_ERR_CONFIG);
+    ZT_CHECK_CONTAINS(err.msg, needle);
+}
+
+static void test_detect(void)
+{
+    expect_launch(NULL, 0, 1, 0, "a single process");
+    expect_launch((const char *[]){"OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_RANK=1",
+                                   NULL}, 2, 4, 1, "mpirun");
+    expect_launch((const char *[]){"PMI_RANK=1", "PMI_SIZE=3", NULL}, 1, 3, -1, "PMI");
+    expect_launch((const char *[]){"PMI_RANK=1", "PMI_SIZE=3", "MPI_LOCALRANKID=0", NULL}, 1, 3, 0, "PMI");
+    expect_launch((const char *[]){"SLURM_PROCID=5", "SLURM_NTASKS=8", "SLURM_LOCALID=1", "SLURM_STEP_ID=0", NULL},
+                  5, 8, 1, "srun");
+    /* A batch script's own Slurm variables (no job step) describe the allocation, not this process. */
+    expect_launch((const char *[]){"SLURM_PROCID=0", "SLURM_NTASKS=8", "SLURM_LOCALID=0", NULL}, 0, 1, 0,
+                  "a single process");
+    expect_launch((const char *[]){"ZT_RANK=1", "ZT_WORLD_SIZE=2", "ZT_LOCAL_RANK=1", NULL}, 1, 2, 1, "ZT_WORLD_SIZE");
+    /* First match wins: ZT_*, then mpirun (inside an sbatch script too), then PMI, then srun. */
+    expect_launch((const char *[]){"ZT_RANK=0", "ZT_WORLD_SIZE=1", "OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4",
+                                   NULL}, 0, 1, -1, "ZT_WORLD_SIZE");
+    expect_launch((const char *[]){"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4", "SLURM_PROCID=0",
+                                   "SLURM_NTASKS=1", "SLURM_STEP_ID=0", NULL}, 3, 4, -1, "mpirun");
+    /* An empty variable counts as unset. */
+    expect_launch((const char *[]){"OMPI_COMM_WORLD_RANK=", "OMPI_COMM_WORLD_SIZE=", NULL}, 0, 1, 0,
+                  "a single process");
+
+    expect_launch_error((const char *[]){"OMPI_COMM_WORLD_RANK=1", NULL},
+                        "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not (mpirun sets both): unset "
+                        "OMPI_COMM_WORLD_RANK, or set both");
+    expect_launch_error((const char *[]){"ZT_WORLD_SIZE=4", NULL}, "ZT_WORLD_SIZE is set but ZT_RANK is not");
+    expect_launch_error((const char *[]){"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=abc", NULL},
+                        "OMPI_COMM_WORLD_SIZE='abc' is not a whole number from 1 to 2147483647 (mpirun sets it)");
+    expect_launch_error((const char *[]){"PMI_RANK=1x", "PMI_SIZE=2", NULL},
+                        "PMI_RANK='1x' is not a whole number from 0 to 2147483647 (a PMI launcher (mpiexec) sets "
+                        "it)");
+    expect_launch_error((const char *[]){"ZT_RANK=-1", "ZT_WORLD_SIZE=2", NULL},
+                        "ZT_RANK='-1' is not a whole number from 0 to 2147483647 (you or your launcher sets it)");
+    expect_launch_error((const char *[]){"ZT_RANK=0", "ZT_WORLD_SIZE=0", NULL},
+                        "ZT_WORLD_SIZE='0' is not a whole number from 1");
+    expect_launch_error((const char *[]){"ZT_RANK=0", "ZT_WORLD_SIZE=99999999999", NULL},
+                        "ZT_WORLD_SIZE='99999999999'");
+    expect_launch_error((const char *[]){"OMPI_COMM_WORLD_RANK=4", "OMPI_COMM_WORLD_SIZE=4", NULL},
+                        "OMPI_COMM_WORLD_RANK=4 but OMPI_COMM_WORLD_SIZE=4 (mpirun sets them): a rank is below the "
+                        "number of ranks, from 0 to 3");
+    expect_launch_error((const char *[]){"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_LOCALID=2", "SLURM_STEP_ID=7",
+                                         NULL},
+                        "SLURM_LOCALID='2' is not a whole number from 0 to 1 (srun sets it)");
+}
+
+static void expect_local_error(const char *nproc, const char *const *env, const char *needle)
+{
+    set_env(env);
+    char *argv[] = {"comm_check", "--nproc", (char *)nproc, "launched", (char *)nproc, NULL};
+    zt_error err = {0};
+    ZT_CHECK(zt_launch_local(nproc, 5, argv, &err) != ZT_OK);
+    ZT_CHECK_CONTAINS(err.msg, needle);
+}
+
+static void test_launch_local_refusals(void)
+{
+    expect_local_error("0", NULL, "--nproc '0': expected the number of ranks to start on this machine, a whole "
+                                  "number from 1 to 1024");
+    expect_local_error("two", NULL, "--nproc 'two': expected the number of ranks");
+    expect_local_error("2000", NULL, "--nproc '2000'");
+    expect_local_error("2", (const char *[]){"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", NULL},
+                       "--nproc 2 starts the ranks itself, but this process already is rank 1 of 2 (from mpirun): "
+                       "drop --nproc");
+
+    const char *path = getenv("PATH");
+    char *saved = path ? strdup(path) : NULL;
+    setenv("PATH", "/nonexistent-zt-test-dir", 1);
+    expect_local_error("3", NULL, "--nproc 3 starts CPU ranks with Open MPI's mpirun, which is not on PATH: install "
+                                  "it (Debian/Ubuntu: apt-get install openmpi-bin)");
+    if (saved) setenv("PATH", saved, 1);
+    free(saved);
+
+    /* --nproc 1 is a run in this process: nothing is started. */
+    set_env(NULL);
+    char *argv[] = {"comm_check", "--nproc", "1", NULL};
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_launch_local("1", 3, argv, &err), ZT_OK);
+}
+
+static void expect_runtime_error(const char *const *env, zt_status want, const char *needle)
+{
+    set_env(env);
+    zt_runtime_options opt = {.n_threads = 1, .device_type = ZT_DEVICE_CPU};
+    zt_runtime *rt = NULL;
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_runtime_create(&opt, NULL, &rt, &err), want);
+    ZT_CHECK(rt == NULL);
+    ZT_CHECK_CONTAINS(err.msg, needle);
+}
+
+static void test_backend_errors(void)
+{
+    /* A malformed launch stops the runtime with the launch's message. */
+    expect_runtime_error((const char *[]){"OMPI_COMM_WORLD_RANK=1", NULL}, ZT_ERR_CONFIG,
+                         "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not");
+    expect_runtime_error((const char *[]){"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2",
+                                          "ZT_COMM_MPI_LIBRARY=/nonexistent/libzt-comm-mpi.so", NULL},
+                         ZT_ERR_NOT_FOUND,
+                         "this run has 2 ranks (from mpirun) but zt's MPI backend /nonexistent/libzt-comm-mpi.so "
+                         "(ZT_COMM_MPI_LIBRARY) cannot be loaded: /nonexistent/libzt-comm-mpi.so: cannot open");
+    expect_runtime_error((const char *[]){"PMI_RANK=0", "PMI_SIZE=3", "ZT_COMM_MPI_LIBRARY=" ZT_TEST_NOT_A_BACKEND,
+                                          NULL},
+                         ZT_ERR_NOT_FOUND, "(ZT_COMM_MPI_LIBRARY) does not export zt_comm_mpi_create_v1: it is not "
+                                           "zt's MPI backend, or one from another version of zt");
+
+    set_env(NULL);
+    zt_launch two = {.rank = 0, .world_size = 2, .local_rank = 0, .launcher = "mpirun"};
+    zt_comm_backend *backend = NULL;
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_launch_comm_create(&two, ZT_DEVICE_CUDA, 300, &backend, &err), ZT_ERR_UNSUPPORTED);
+    ZT_CHECK_CONTAINS(err.msg, "this run has 2 ranks (from mpirun) on GPUs, but GPU ranks talk through NCCL, which "
+                               "this build of zt does not have yet");
+
+}
+
+/* ZT_WORLD_SIZE=2 without a launcher MPI knows: MPI starts as a single process and says so. Its own
+ * process (`test_launch mpi-start`): MPI cannot start twice, and leaves allocations behind that a
+ * leak checker would report. */
+static void test_mpi_start_mismatch(void)
+{
+    expect_runtime_error((const char *[]){"ZT_RANK=0", "ZT_WORLD_SIZE=2", NULL}, ZT_ERR_COMM,
+                         "the launch environment says this is rank 0 of 2 (from ZT_WORLD_SIZE), but MPI sees rank 0 "
+                         "of 1: the ranks were not started by a launcher that this MPI connects. Start them with "
+                         "the mpirun of the MPI zt was built with (mpirun -np 2 zt-run ...)");
+    /* That start finalized MPI, which cannot start again in this process. */
+    expect_runtime_error((const char *[]){"ZT_RANK=0", "ZT_WORLD_SIZE=2", NULL}, ZT_ERR_COMM,
+                         "MPI was already finalized in this process");
+}
+
+/* A child that a rank forks to inspect plugins is one process, whatever the environment says. */
+static void test_single_process(void)
+{
+    set_env((const char *[]){"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=4",
+                             "ZT_COMM_MPI_LIBRARY=/nonexistent/libzt-comm-mpi.so", NULL});
+    zt_runtime_options opt = {.n_threads = 1, .device_type = ZT_DEVICE_CPU, .single_process = 1};
+    zt_runtime *rt = NULL;
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_runtime_create(&opt, NULL, &rt, &err), ZT_OK);
+    if (!rt) return;
+    const zt_host *h = zt_runtime_host(rt, "test", NULL, 0);
+    ZT_CHECK_INT(h->world_rank, 0);
+    ZT_CHECK_INT(h->world_size, 1);
+    zt_runtime_destroy(rt);
+}
+
+/* The watchdog's key: 300 s unless set, never negative (docs/config.md). */
+static void test_timeout_key(void)
+{
+    uint32_t n_host = 0;
+    const zt_option *host_opts = zt_host_options(&n_host);
+    zt_config *cfg = zt_config_new();
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_config_add_schema(cfg, "host", host_opts, n_host, &err), ZT_OK);
+    double timeout = -1;
+    ZT_CHECK_INT(zt_config_get_float(cfg, "comm.timeout_s", &timeout), ZT_OK);
+    ZT_CHECK_CLOSE(timeout, 300.0, 0, 0);
+    ZT_CHECK_INT(zt_config_set(cfg, "comm.timeout_s=-1", &err), ZT_OK);
+    ZT_CHECK_INT(zt_config_validate(cfg, &err), ZT_ERR_CONFIG);
+    ZT_CHECK_CONTAINS(err.msg, "comm.timeout_s");
+    zt_config_free(cfg);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "mpi-start") == 0) {
+        test_mpi_start_mismatch();
+        return zt_test_result();
+    }
+    test_detect();
+    test_launch_local_refusals();
+    test_single_process();
+    test_timeout_key();
+    test_backend_errors();
+    return zt_test_result();
+}

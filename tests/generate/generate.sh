@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# zt-run --generate end to end. One test per call:
+#   generate.sh ZT_RUN ZT_PREP SOURCE_DIR SHARED_DATA WORK_DIR TEST
+# References: transformers' greedy tokens (tests/reference/fixtures/*/expected.json, "generate"),
+# llama2.c's run.c story for TinyStories 260K (shared data), and hand-made expectations for the
+# sampling options and error messages. Expected ids are read with Python's json module.
+set -u
+zt_run=$1 zt_prep=$2 src=$3 shared=$4 work=$5 test=$6
+. "$src/tests/lib.sh"
+command -v python3 >/dev/null || skip "python3 is needed to read the reference files"
+
+fixtures=$src/tests/reference/fixtures
+out=$work/$test
+rm -rf "$out"
+mkdir -p "$out"
+gen=("$zt_run" --generate --set threads=2)
+
+# field FILE EXPR: a value of the fixture's expected.json, e.g. prompt as "1,2,3".
+fixture_ids() {
+    python3 -c 'import json, sys
+g = json.load(open(sys.argv[1]))["generate"]
+n = len(g["prompt"])
+print(",".join(map(str, g["prompt"])) if sys.argv[2] == "prompt" else " ".join(map(str, g["output"][n:])))' "$@"
+}
+
+# same "what" EXPECTED ACTUAL
+same() {
+    if [ "$2" != "$3" ]; then
+        echo "FAIL: $1: expected '$2', got '$3'"
+        zt_failures=$((zt_failures + 1))
+    fi
+}
+
+# Greedy decoding with the KV cache reproduces transformers' generate() for each fixture model:
+# MHA with tied embeddings, GQA untied with head_dim != hidden/heads, MQA with Llama 3 rope scaling,
+# and the packed-rows model.
+fixtures() {
+    local model prompt want got
+    for model in llama_mha_tied llama_gqa_untied llama_mqa_llama3 llama_gqa_packed; do
+        prompt=$(fixture_ids "$fixtures/$model/expected.json" prompt)
+        want=$(fixture_ids "$fixtures/$model/expected.json" output)
+        got=$("${gen[@]}" --model "$fixtures/$model" --prompt-ids "$prompt" --max-new-tokens 5 --print-ids)
+        same "$model greedy tokens" "$want" "$got"
+    done
+}
+
+# TinyStories 260K, the real trained model: the HF conversion and llama2.c's own .bin, with
+# llama2.c's tokenizer (tok512.bin), must reproduce run.c's greedy story byte for byte.
+stories() {
+    local w=$shared/weights
+    [ -f "$w/stories260K_hf/model.safetensors" ] && [ -f "$w/tok512.bin" ] && [ -f "$w/stories260K.bin" ] ||
+        skip "the shared data ($w: stories260K_hf, stories260K.bin, tok512.bin) is not here"
+    local model
+    for model in "$w/stories260K_hf" "$w/stories260K.bin"; do
+        "${gen[@]}" --model "$model" -t "$w/tok512.bin" --raw --prompt "" --max-new-tokens 256 \
+            >"$out/story.txt" 2>"$out/story.log"
+        if ! cmp -s "$out/story.txt" "$w/stories260K_greedy_reference.txt"; then
+            echo "FAIL: $model: the story differs from llama2.c's (stories260K_greedy_reference.txt):"
+            diff "$out/story.txt" "$w/stories260K_greedy_reference.txt" | head -5
+            cat "$out/story.log"
+            zt_failures=$((zt_failures + 1))
+        fi
+    done
+    # The ids themselves, from BOS, against stories260K_greedy_ids.json.
+    local want got
+    want=$(python3 -c 'import json, sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["generated_ids"])))' \
+        "$w/stories260K_greedy_ids.json")
+    got=$("${gen[@]}" --model "$w/stories260K_hf" --prompt-ids 1 --max-new-tokens 256 --print-ids 2>/dev/null)
+    same "stories260K greedy ids" "$want" "$got"
+    # A prompt: BOS and six pieces (" Once", " upon", " a", " time", ",", " there"), continued.
+    expect_ok "Once upon a time, there was a little girl named Lily" "7 prompt tokens" -- \
+        "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" --raw --prompt "Once upon a time, there" \
+        --max-new-tokens 8
+    # Sampled, streamed text is exactly the decoding of the sampled ids (same seed), decoded here by
+    # a reader of llama2.c's tokenizer format written in Python (run.c's decode rules).
+    "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" --raw --prompt "" --max-new-tokens 300 \
+        --temperature 1.6 --seed 2 >"$out/sampled.txt" 2>/dev/null
+    "${gen[@]}" --model "$w/stories260K_hf" --prompt-ids 1 --max-new-tokens 300 --print-ids --temperature 1.6 \
+        --seed 2 >"$out/sampled.ids" 2>/dev/null
+    python3 -c 'import re, struct, sys
+data = open(sys.argv[1], "rb").read()
+at, pieces = 4, []
+for _ in range(512):
+    score, n = struct.unpack_from("<fi", data, at)
+    pieces.append(data[at + 8:at + 8 + n])
+    at += 8 + n
+text, prev = b"", 1
+for t in map(int, open(sys.argv[2]).read().split()):
+    if t in (1, 2):  # BOS and EOS end the story and have no text
+        break
+    p = pieces[t]
+    if prev == 1 and p.startswith(b" "):
+        p = p[1:]
+    m = re.fullmatch(rb"<0x([0-9A-F]{2})>", p)
+    text += bytes([int(m.group(1), 16)]) if m else p
+    prev = t
+sys.stdout.buffer.write(text + b"\n")' "$w/tok512.bin" "$out/sampled.ids" >"$out/sampled.expected"
+    if ! cmp -s "$out/sampled.txt" "$out/sampled.expected"; then
+        echo "FAIL: the streamed text differs from the decoding of the same ids:"
+        diff "$out/sampled.txt" "$out/sampled.expected" | head -5
+        zt_failures=$((zt_failures + 1))
+    fi
+    # A tokenizer for another vocabulary is refused.
+    expect_fail "bytes remain after the model's 128 tokens" "llama2.c tokenizer .bin of this model" -- \
+        "${gen[@]}" --model "$fixtures/llama_mha_tied" -t "$w/tok512.bin" --raw --prompt "x"
+}
+
+# The sampling options on a fixture model (random weights: a flat-ish distribution over 128 ids).
+sampling() {
+    local m=$fixtures/llama_gqa_untied p=94,23,29,115,96,86 n=100
+    local greedy a b c hot
+    greedy=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids 2>/dev/null)
+    # A seed repeats the draws; another seed draws others.
+    a=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1 --seed 11 2>/dev/null)
+    b=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1 --seed 11 2>/dev/null)
+    c=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1 --seed 12 2>/dev/null)
+    same "same seed, same tokens" "$a" "$b"
+    if [ "$a" = "$c" ] || [ "$a" = "$greedy" ]; then
+        echo "FAIL: seeds 11 and 12 (and greedy) should draw different tokens: '$a' / '$c'"
+        zt_failures=$((zt_failures + 1))
+    fi
+    # The config's seed is the default seed: --set seed=11 draws what --seed 11 draws.
+    b=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1 --set seed=11 2>/dev/null)
+    same "--set seed=11 as --seed 11" "$a" "$b"
+    # A tiny top-p keeps only the most likely token, a tiny temperature makes it certain: greedy.
+    b=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1 --top-p 1e-9 2>/dev/null)
+    same "top-p 1e-9 is greedy" "$greedy" "$b"
+    b=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1e-4 --seed 3 2>/dev/null)
+    same "temperature 1e-4 is greedy" "$greedy" "$b"
+    # A high temperature spreads the draws over the vocabulary (uniform draws would give 69 distinct
+    # ids of 128 on average); greedy decoding of this model cycles through a few ids.
+    hot=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 50 --seed 5 2>/dev/null)
+    local distinct_hot distinct_greedy
+    distinct_hot=$(tr ' ' '\n' <<<"$hot" | sort -u | wc -l)
+    distinct_greedy=$(tr ' ' '\n' <<<"$greedy" | sort -u | wc -l)
+    if [ "$distinct_hot" -lt 50 ] || [ "$distinct_greedy" -gt 20 ]; then
+        echo "FAIL: temperature 50 drew $distinct_hot distinct ids of 100 (expected >= 50), greedy $distinct_greedy (<= 20)"
+        zt_failures=$((zt_failures + 1))
+    fi
+    # The log says how the tokens were chosen.
+    expect_ok "sampling up to 3 tokens with temperature 0.7, top-p 0.9, seed 4" "stopped by --max-new-tokens" -- \
+        "${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens 3 --temperature 0.7 --top-p 0.9 --seed 4
+    # Only as many tokens as the model has positions (max_position_embeddings 256).
+    expect_ok "exceed the model's 256 positions" "generated 250 tokens" "stopped by the model's context is full" -- \
+        "${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens 1000 --print-ids
+}
+
+errors() {
+    local m=$fixtures/llama_mha_tied tok=$src/examples/data/tokenizer.model
+    # Usage errors (exit 2) name the option.
+    expect_fail "--generate needs weights: --model DIR" -- "$zt_run" --generate --prompt x
+    expect_fail "--model and --resume both give the weights" -- "$zt_run" --generate --model "$m" --resume "$out" --prompt x
+    expect_fail "--generate needs a prompt" -- "$zt_run" --generate --model "$m"
+    expect_fail "--prompt and --prompt-ids both give the prompt" -- "$zt_run" --generate --model "$m" --prompt x --prompt-ids 1
+    expect_fail "--input has no effect with --prompt-ids" -- "$zt_run" --generate --model "$m" --prompt-ids 1 --input y
+    expect_fail "--raw (no template) and --template contradict each other" -- \
+        "$zt_run" --generate --model "$m" --prompt x --raw --template alpaca
+    expect_fail "--input fills the template's input field, and --raw uses no template" -- \
+        "$zt_run" --generate --model "$m" --prompt x --raw --input y
+    expect_fail "--temperature 'hot': expected a number from 0 (greedy decoding) to 100" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --temperature hot
+    expect_fail "--temperature '-1': expected a number from 0" -- "$zt_run" --generate --model "$m" --prompt-ids 1 --temperature -1
+    expect_fail "--top-p '0': expected the probability mass to sample from, a number above 0 and at most 1" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --top-p 0
+    expect_fail "--top-p '1.5'" -- "$zt_run" --generate --model "$m" --prompt-ids 1 --top-p 1.5
+    expect_fail "--max-new-tokens '0': expected how many tokens to generate at most, a whole number from 1" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --max-new-tokens 0
+    expect_fail "--seed '-3': expected the sampling seed, a whole number from 0" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --seed -3
+    expect_fail "--prompt is for generation: add --generate" -- "$zt_run" --model "$m" --prompt x
+    expect_fail "--export is for training and has no effect with --generate" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --export "$out/x"
+    expect_fail "--output-dir has no effect with --generate" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --output-dir "$out/x"
+    local rc
+    "$zt_run" --generate --model "$m" --prompt-ids 1 --top-p 2 >/dev/null 2>&1
+    rc=$?
+    same "exit status of a usage error" 2 "$rc"
+
+    # Runtime errors (exit 1): what is wrong and how to fix it.
+    expect_fail "--prompt-ids 'a,b': entry 1 is not a whole number" -- "${gen[@]}" --model "$m" --prompt-ids a,b
+    expect_fail "--prompt-ids: id 128 (entry 2) is outside the model's vocabulary [0, 128)" -- \
+        "${gen[@]}" --model "$m" --prompt-ids 5,128
+    local long
+    long=$(python3 -c 'print(",".join(["7"] * 256))')
+    expect_fail "the prompt is 256 tokens, but the model reads at most 256 (max_position_embeddings)" -- \
+        "${gen[@]}" --model "$m" --prompt-ids "$long"
+    expect_fail "--prompt needs a tokenizer" "--prompt-ids" -- "${gen[@]}" --model "$m" --prompt "hello"
+    expect_fail "the tokenizer $tok has 512 tokens but the model's vocabulary has 128" -- \
+        "${gen[@]}" --model "$m" -t "$tok" --prompt "hello"
+    expect_fail "cannot open $out/missing.bin" "--model takes a Hugging Face LLaMA directory" -- \
+        "${gen[@]}" --model "$out/missing.bin" --prompt-ids 1
+    expect_fail "--resume $out/none: no such directory" -- "${gen[@]}" --resume "$out/none" --prompt-ids 1
+    expect_fail "--template 'nosuch' is neither a built-in template" -- \
+        "${gen[@]}" --model "$m" --template nosuch --prompt x
+    expect_fail "$out/nodata/manifest.json" "must be a directory written by zt-prep" -- \
+        "${gen[@]}" --model "$m" --data "$out/nodata" --prompt-ids 1
+    # A model file that is neither: a truncated llama2.c header.
+    printf 'abc' >"$out/short.bin"
+    expect_fail "$out/short.bin: cannot read a 28-byte llama2.c model header" -- \
+        "${gen[@]}" --model "$out/short.bin" --prompt-ids 1
+    expect_fail "device is cuda, but zt-run --generate runs on the CPU only" -- \
+        "${gen[@]}" --model "$m" --prompt-ids 1 --set device=cuda
+    # A model.* key must agree with the model's own config.
+    expect_fail "model.hidden_size is 64 in the config but 32 in $m/config.json" -- \
+        "${gen[@]}" --model "$m" --prompt-ids 1 --set model.hidden_size=64
+}
+
+# The quick start (scripts/quickstart.sh) on a shorter schedule: prepare the bundled tasks, train a
+# tiny LLaMA from scratch, check that the loss fell, and answer held-out instructions from the
+# checkpoint with the template and tokenizer of the data set's manifest. Then, on its checkpoint:
+# template and tokenizer given explicitly, the wrong tokenizer, and a data set that moved away.
+train_then_generate() {
+    local bindir steps=200
+    bindir=$(dirname "$zt_run")
+    [ -x "$bindir/zt-prep" ] || skip "zt-prep is not beside zt-run in $bindir"
+    ZT_BUILD_DIR=$(dirname "$bindir") ZT_QUICKSTART_NO_BUILD=1 ZT_QUICKSTART_DIR=$out ZT_QUICKSTART_STEPS=$steps \
+        bash "$src/scripts/quickstart.sh" >"$out/quickstart.log" 2>&1
+    local rc=$?
+    cat "$out/quickstart.log"
+    same "quickstart.sh exit status" 0 "$rc"
+    grep -q "step $steps/$steps | loss" "$out/quickstart.log" ||
+        { echo "FAIL: no log line for step $steps"; zt_failures=$((zt_failures + 1)); }
+    # The loss (cross-entropy of the answer tokens) starts near ln(512) = 6.24 and falls below 2.5.
+    python3 -c 'import json, math, sys
+losses = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "train"]
+first, last = sum(losses[:5]) / 5, sum(losses[-20:]) / 20
+print("mean loss of the first 5 steps %.3f, of the last 20 of %d steps %.3f" % (first, len(losses), last))
+if not (abs(first - math.log(512)) < 1.0 and last < 2.5):
+    sys.exit("FAIL: the loss should start near ln(512) = 6.24 and fall below 2.5")' "$out/run/metrics.jsonl" ||
+        zt_failures=$((zt_failures + 1))
+    # The capital questions were answered in the trained form.
+    same "answers of the form 'The capital of ...'" 2 "$(grep -c -- "^  -> The capital of" "$out/quickstart.log")"
+
+    # The manifest records the tokenizer's absolute path, so generation finds it from any directory.
+    cd "$out" || exit 1
+    local data=$out/data ckpt=$out/run/checkpoints tok
+    tok=$(realpath "$src/examples/data/tokenizer.model")
+    expect_ok "The capital of" "prompt template: alpaca ($data/manifest.json)" \
+        "tokenizer: $tok (bpe, 512 tokens) from the data set's manifest.json" -- \
+        "${gen[@]}" --resume "$ckpt" --prompt "What is the capital of Norway?"
+    expect_ok "prompt template: alpaca (--template)" "tokenizer: $tok (bpe, 512 tokens) from -t" -- \
+        "${gen[@]}" --resume "$ckpt/step-$(printf %06d $steps)" --prompt "Reverse the word." --input "socket" \
+        -t "$tok" --template alpaca --temperature 0.7 --seed 1
+    # Another SentencePiece model than the data set's is refused.
+    if command -v spm_train >/dev/null; then
+        printf 'the other tokenizer\nhas other pieces\n' >"$out/corpus.txt"
+        spm_train --input="$out/corpus.txt" --model_prefix="$out/other" --vocab_size=20 --model_type=char \
+            --minloglevel=2 >/dev/null 2>&1
+        expect_fail "is not the one the data set $data was prepared with" -- \
+            "${gen[@]}" --resume "$ckpt" -t "$out/other.model" --prompt "What is the capital of Norway?"
+    fi
+    # The checkpoint's data set moved away: the template must then be given (or the data set).
+    mv "$data" "$data.moved"
+    expect_fail "$data/manifest.json" "The prompt template would come from that data set's manifest.json" -- \
+        "${gen[@]}" --resume "$ckpt" -t "$tok" --prompt "x"
+    expect_ok "The capital of" -- "${gen[@]}" --resume "$ckpt" --data "$data.moved" \
+        --prompt "What is the capital of Norway?"
+}
+
+"$test"
+finish
