@@ -1653,6 +1653,11 @@ static zt_status prepare_output(trainer *t, zt_error *err)
     snprintf(path, sizeof path, "%s/config.resolved.json", t->set.output_dir);
     st = zt_config_save_resolved(t->req->cfg, path, t->req->plugins_json, err);
     if (st != ZT_OK) return st;
+    /* Every value the run uses, defaults included, with the plugin versions: the first thing to read
+     * when two runs differ. */
+    zt_log(ZT_LOG_INFO, "resolved config (also in %s):", path);
+    st = zt_config_write_resolved(t->req->cfg, stderr, t->req->plugins_json, err);
+    if (st != ZT_OK) return st;
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->set.output_dir);
     return zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
 }
