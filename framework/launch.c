@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include "comm_mpi.h"
+#include "module.h"
 #include "threadpool.h"
 
-#if !defined(ZT_HAVE_MPI_BACKEND) || !defined(ZT_COMM_MPI_BUILD_PATH) || !defined(ZT_COMM_MPI_INSTALL_PATH) || \
-    !defined(ZT_COMM_MPI_FROM_PREFIX)
-#error "ZT_HAVE_MPI_BACKEND and the ZT_COMM_MPI_* paths must be defined (framework/CMakeLists.txt)"
+#if !defined(ZT_HAVE_MPI_BACKEND)
+#error "ZT_HAVE_MPI_BACKEND must be defined (framework/CMakeLists.txt)"
 #endif
 
 #define MAX_LOCAL_RANKS 1024
@@ -94,38 +94,10 @@ zt_status zt_launch_detect(zt_launch *out, zt_error *err)
 
 /* ---- the communication backend of a multi-rank job --------------------------------------------- */
 
-/* The copy that belongs to the running program comes first: next to its executable (an installed
- * or relocated zt), then the build tree it was built in, then the configured install prefix. */
+/* libzt-comm-mpi.so, where zt_module_find looks for host modules. */
 static int find_mpi_backend(char *path, size_t cap, char *tried, size_t tried_cap)
 {
-    char candidates[3][PATH_MAX];
-    int n = 0;
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
-        char *slash = strrchr(exe, '/'); /* <prefix>/bin/zt-run -> <prefix> */
-        if (slash) *slash = '\0';
-        slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            int w = snprintf(candidates[n], PATH_MAX, "%s/%s", exe, ZT_COMM_MPI_FROM_PREFIX);
-            if (w > 0 && w < PATH_MAX) n++;
-        }
-    }
-    snprintf(candidates[n++], PATH_MAX, "%s", ZT_COMM_MPI_BUILD_PATH);
-    snprintf(candidates[n++], PATH_MAX, "%s", ZT_COMM_MPI_INSTALL_PATH);
-    size_t used = 0;
-    tried[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        size_t n_chars = strlen(candidates[i]);
-        if (n_chars < cap && access(candidates[i], F_OK) == 0) {
-            memcpy(path, candidates[i], n_chars + 1);
-            return 1;
-        }
-        if (used < tried_cap) used += (size_t)snprintf(tried + used, tried_cap - used, "\n  %s", candidates[i]);
-    }
-    return 0;
+    return zt_module_find(ZT_COMM_MPI_FILE, path, cap, tried, tried_cap);
 }
 
 zt_status zt_launch_comm_create(const zt_launch *launch, int device_type, double timeout_s,

@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include "runtime.h"
+#include "module.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -1088,16 +1089,13 @@ const zt_host *zt_runtime_host(zt_runtime *rt, const char *plugin_name, const zt
 
 /* ---- the CUDA device module -------------------------------------------------------------------- */
 
-#if !defined(ZT_HAVE_CUDA_DEVICE) || !defined(ZT_DEVICE_CUDA_BUILD_PATH) || !defined(ZT_DEVICE_CUDA_INSTALL_PATH) || \
-    !defined(ZT_DEVICE_CUDA_FROM_PREFIX)
-#error "framework/CMakeLists.txt defines where libzt-device-cuda.so is for zt_core"
+#if !defined(ZT_HAVE_CUDA_DEVICE)
+#error "ZT_HAVE_CUDA_DEVICE must be defined (framework/CMakeLists.txt)"
 #endif
 
 enum { MODULE_PATH_MAX = 4096 };
 
-/* The copy that belongs to the running program comes first: next to its executable (<prefix>/bin/x
- * -> <prefix>/lib/zt/), then the build tree it was built in, then the configured install prefix;
- * $ZT_DEVICE_CUDA_LIBRARY overrides all of them. */
+/* libzt-device-cuda.so: $ZT_DEVICE_CUDA_LIBRARY, else where zt_module_find looks for host modules. */
 static int find_cuda_module(char *path, char *tried, size_t tried_cap)
 {
     const char *chosen = getenv("ZT_DEVICE_CUDA_LIBRARY");
@@ -1105,30 +1103,7 @@ static int find_cuda_module(char *path, char *tried, size_t tried_cap)
         snprintf(path, MODULE_PATH_MAX, "%s", chosen);
         return 1;
     }
-    char candidates[3][MODULE_PATH_MAX];
-    int n = 0;
-    char exe[MODULE_PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
-        for (int up = 0; up < 2; up++) {
-            char *slash = strrchr(exe, '/');
-            if (slash) *slash = '\0';
-        }
-        if (snprintf(candidates[n], MODULE_PATH_MAX, "%s/%s", exe, ZT_DEVICE_CUDA_FROM_PREFIX) < MODULE_PATH_MAX) n++;
-    }
-    snprintf(candidates[n++], MODULE_PATH_MAX, "%s", ZT_DEVICE_CUDA_BUILD_PATH);
-    snprintf(candidates[n++], MODULE_PATH_MAX, "%s", ZT_DEVICE_CUDA_INSTALL_PATH);
-    size_t used = 0;
-    tried[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        if (access(candidates[i], F_OK) == 0) {
-            memcpy(path, candidates[i], strlen(candidates[i]) + 1);
-            return 1;
-        }
-        if (used < tried_cap) used += (size_t)snprintf(tried + used, tried_cap - used, "\n  %s", candidates[i]);
-    }
-    return 0;
+    return zt_module_find(ZT_DEVICE_CUDA_FILE, path, MODULE_PATH_MAX, tried, tried_cap);
 }
 
 /* The CUDA backend and how many devices it sees. The module is loaded once and never closed: the
