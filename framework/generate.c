@@ -424,21 +424,6 @@ static zt_status checkpoint_config(zt_ckpt *c, const char *dir, zt_config *cfg, 
 
 /* ---- the tokenizer ---------------------------------------------------------------------------- */
 
-/* A plugin call failed: its own message, prefixed by what zt-run was doing. */
-static zt_status plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *err, const char *fmt, ...)
-    ZT_PRINTF(4, 5);
-static zt_status plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *err, const char *fmt, ...)
-{
-    char what[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    zt_status reported;
-    const char *msg = zt_runtime_take_error(lp->host, &reported);
-    return zt_error_set(err, st, "%s plugin '%s', %s: %s%s", zt_kind_name(lp->plugin->kind), lp->desc.name, what,
-                        msg[0] ? msg : zt_status_name(st), msg[0] ? "" : " (the plugin gave no message)");
-}
 
 
 /* A tokenizer plugin's model (SentencePiece .model), or a llama2.c tokenizer .bin. */
@@ -477,9 +462,9 @@ static zt_status tokenizer_open(gen_tokenizer *t, const char *path, const zt_loa
     t->lp = lp;
     t->ops = lp->plugin->ops;
     zt_status st = t->ops->open(lp->state, path, &t->model);
-    if (st != ZT_OK) return plugin_failed(lp, st, err, "opening %s", path);
+    if (st != ZT_OK) return zt_plugin_failed(lp, st, err, "opening %s", path);
     st = t->ops->info(t->model, &t->info);
-    if (st != ZT_OK) return plugin_failed(lp, st, err, "info() of %s", path);
+    if (st != ZT_OK) return zt_plugin_failed(lp, st, err, "info() of %s", path);
     return ZT_OK;
 }
 
@@ -504,7 +489,7 @@ static zt_status tokenizer_encode(gen_tokenizer *t, const char *text, size_t len
         free(*ids);
         *ids = NULL;
         if (st != ZT_ERR_BUFFER_TOO_SMALL || needed <= cap)
-            return plugin_failed(t->lp, st, err, "encoding the prompt with %s", t->path);
+            return zt_plugin_failed(t->lp, st, err, "encoding the prompt with %s", t->path);
         cap = needed;
     }
     *n = needed;
@@ -525,7 +510,7 @@ static zt_status tokenizer_decode(gen_tokenizer *t, int32_t prev, const int32_t 
         free(*text);
         *text = NULL;
         if (st != ZT_ERR_BUFFER_TOO_SMALL || needed + 1 <= cap)
-            return plugin_failed(t->lp, st, err, "decoding with %s", t->path);
+            return zt_plugin_failed(t->lp, st, err, "decoding with %s", t->path);
         cap = needed + 1;
     }
     *len = needed;
@@ -668,7 +653,7 @@ static zt_status model_prepare(gen_model *m, int32_t capacity, zt_error *err)
                           .max_tokens = capacity,
                           .dtype = ZT_F32};
     zt_status st = m->attention.ops->kv_create(m->attention.state, &d, &m->kv);
-    return st == ZT_OK ? ZT_OK : plugin_failed(m->attention_lp, st, err, "kv_create(%d tokens)", (int)capacity);
+    return st == ZT_OK ? ZT_OK : zt_plugin_failed(m->attention_lp, st, err, "kv_create(%d tokens)", (int)capacity);
 }
 
 static void model_free(gen_model *m)
@@ -734,11 +719,11 @@ static zt_status model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_e
             c.x_out = view_of(m->hidden[1 - cur], 3, hidden_shape);
         }
         zt_status st = m->ops->forward(m->model_lp->state, &c);
-        if (st != ZT_OK) return plugin_failed(m->model_lp, st, err, "forward of unit %d (generation)", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(m->model_lp, st, err, "forward of unit %d (generation)", (int)u);
         cur = 1 - cur;
     }
     zt_status st = m->attention.ops->kv_advance(m->attention.state, m->kv, &seq0, 1, n);
-    if (st != ZT_OK) return plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n);
+    if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n);
     m->n_cached += n;
     for (int32_t v = 0; v < info->vocab_size; v++)
         if (isnan(m->logits[v]) || m->logits[v] == INFINITY)

@@ -52,6 +52,19 @@ _Static_assert(sizeof(zt_tokenizer_ops) >= 56 && sizeof(zt_model_ops) >= 40 &&
                    sizeof(zt_attention_ops) >= 72 && sizeof(zt_parallel_ops) >= 24,
                "an ops table shrank below its v1.0 size");
 
+zt_status zt_plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *err, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    zt_status reported;
+    const char *msg = zt_runtime_take_error(lp->host, &reported);
+    return zt_error_set(err, st, "%s plugin '%s', %s: %s%s", zt_kind_name(lp->plugin->kind), lp->desc.name, what,
+                        msg[0] ? msg : zt_status_name(st), msg[0] ? "" : " (the plugin gave no message)");
+}
+
 const char *zt_kind_name(int kind)
 {
     return kind >= 1 && kind <= ZT_KIND_COUNT ? kind_names[kind] : "unknown kind";

@@ -72,6 +72,11 @@ zt_status zt_plugin_init(zt_loaded_plugin *lp, zt_runtime *rt, zt_error *err);
 /* fini (if initialized) and dlclose. Safe on a zeroed struct. */
 void zt_plugin_unload(zt_loaded_plugin *lp);
 
+/* A call into plugin lp failed with st: set err to what the host was doing (fmt), followed by the
+ * plugin's own message (or the status name when it gave none). Returns st. */
+zt_status zt_plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *err, const char *fmt, ...)
+    ZT_PRINTF(4, 5);
+
 const char *zt_kind_name(int kind);         /* "tokenizer", ... */
 int zt_kind_from_name(const char *name);    /* 0 if unknown */
 

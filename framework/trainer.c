@@ -342,21 +342,6 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* A plugin call failed: its own message, prefixed by what the trainer was doing. */
-static zt_status plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *err, const char *fmt, ...)
-    ZT_PRINTF(4, 5);
-static zt_status plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *err, const char *fmt, ...)
-{
-    char what[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    zt_status reported;
-    const char *msg = zt_runtime_take_error(lp->host, &reported);
-    return zt_error_set(err, st, "%s plugin '%s', %s: %s%s", zt_kind_name(lp->plugin->kind), lp->desc.name, what,
-                        msg[0] ? msg : zt_status_name(st), msg[0] ? "" : " (the plugin gave no message)");
-}
 
 /* Our own collective failed: the runtime recorded why in our services table. */
 static zt_status host_failed(trainer *t, zt_status st, zt_error *err, const char *what)
@@ -643,14 +628,14 @@ static zt_status forward(trainer *t, const zt_batch *b, uint32_t flags, float *l
     void *zs = t->zero_lp->state;
     for (int32_t u = 0; u < n_units; u++) {
         zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_FORWARD, t->params, NULL);
-        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "before_unit(%d, forward)", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, forward)", (int)u);
         zt_unit_call c = unit_call(t, u, flags, b);
         if (u == n_units - 1) c.loss = loss;
         c.saved = (flags & ZT_UNIT_TRAIN) ? &t->saved[u] : NULL;
         st = t->model->forward(t->model_lp->state, &c);
-        if (st != ZT_OK) return plugin_failed(t->model_lp, st, err, "forward of unit %d", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(t->model_lp, st, err, "forward of unit %d", (int)u);
         st = t->zero->after_unit(zs, u, ZT_PHASE_FORWARD);
-        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "after_unit(%d, forward)", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "after_unit(%d, forward)", (int)u);
     }
     return ZT_OK;
 }
@@ -663,18 +648,18 @@ static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_erro
     int cur = 0; /* dx[cur] holds the gradient of the current unit's output */
     for (int32_t u = n_units - 1; u >= 0; u--) {
         zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_BACKWARD, t->params, t->grads);
-        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "before_unit(%d, backward)", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, backward)", (int)u);
         zt_unit_call c = unit_call(t, u, ZT_UNIT_TRAIN, b);
         c.grads = t->grads;
         c.saved = &t->saved[u];
         if (u + 1 < n_units) c.dx_out = hidden_view(t, t->dx[cur], b, width);
         if (u > 0) c.dx_in = hidden_view(t, t->dx[1 - cur], b, width);
         st = t->model->backward(t->model_lp->state, &c);
-        if (st != ZT_OK) return plugin_failed(t->model_lp, st, err, "backward of unit %d", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(t->model_lp, st, err, "backward of unit %d", (int)u);
         st = t->zero->grads_ready(zs, u, last_micro);
-        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "grads_ready(%d)", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "grads_ready(%d)", (int)u);
         st = t->zero->after_unit(zs, u, ZT_PHASE_BACKWARD);
-        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "after_unit(%d, backward)", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "after_unit(%d, backward)", (int)u);
         cur = 1 - cur;
     }
     return ZT_OK;
@@ -781,9 +766,9 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
                       .loss_scale = 1.0};
     void *zs = t->zero_lp->state;
     st = t->zero->step(zs, &a, &out->result);
-    if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "step %lld", (long long)step);
+    if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "step %lld", (long long)step);
     st = t->zero->zero_grad(zs);
-    if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "zero_grad after step %lld", (long long)step);
+    if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "zero_grad after step %lld", (long long)step);
     if (out->result.skipped)
         zt_log(ZT_LOG_WARN, "step %lld: the gradient norm is %g (non-finite): the update was skipped",
                (long long)step, out->result.grad_norm);
@@ -853,7 +838,7 @@ static zt_status gather_master(trainer *t, int32_t unit, float *full, zt_error *
     int64_t offset, count, padded = t->layout->units[unit].padded_numel;
     t->zero->shard_range(zs, unit, &offset, &count);
     zt_status st = t->zero->read_shard(zs, unit, ZT_SHARD_MASTER, full);
-    if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, weights)", (int)unit);
+    if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, weights)", (int)unit);
     if (count == padded) return ZT_OK;
     if (count * t->dp.size != padded || offset != count * t->dp.rank)
         return zt_error_set(err, ZT_ERR_INTERNAL,
@@ -882,7 +867,7 @@ static zt_status load_master(trainer *t, shard_source fill, void *ctx, zt_error 
         st = fill(t, ctx, u, offset, count, t->shard_buf, err);
         if (st != ZT_OK) return st;
         st = t->zero->write_shard(zs, u, ZT_SHARD_MASTER, t->shard_buf);
-        if (st != ZT_OK) return plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, weights)", (int)u);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, weights)", (int)u);
     }
     return st;
 }
@@ -1037,7 +1022,7 @@ static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, 
         for (int32_t which = 0; which <= n_state && st == ZT_OK; which++) {
             st = t->zero->read_shard(zs, u, which, t->shard_buf);
             if (st != ZT_OK) {
-                st = plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, array %d)", (int)u, (int)which);
+                st = zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, array %d)", (int)u, (int)which);
                 break;
             }
             save_ctx sc = {w, which == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, which - 1)};
@@ -1329,7 +1314,7 @@ static zt_status resume(trainer *t, zt_error *err)
             st = for_each_piece(t, u, offset, count, t->shard_buf, resume_state_piece, &r, err);
             if (st != ZT_OK) break;
             st = t->zero->write_shard(zs, u, k + 1, t->shard_buf);
-            if (st != ZT_OK) st = plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, %s)", (int)u, r.group);
+            if (st != ZT_OK) st = zt_plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, %s)", (int)u, r.group);
         }
     }
     if (st == ZT_OK) st = restore_trainer_state(t, c, err);
@@ -1673,7 +1658,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = ZT_BF16;
     if (st == ZT_OK) {
         zt_status zs = t->zero->setup(t->zero_lp->state, &t->layout->layout, t->opt, t->opt_lp->state);
-        if (zs != ZT_OK) st = plugin_failed(t->zero_lp, zs, err, "setup");
+        if (zs != ZT_OK) st = zt_plugin_failed(t->zero_lp, zs, err, "setup");
     }
     if (st == ZT_OK) st = open_data(t, err);
     if (st == ZT_OK) st = alloc_buffers(t, err);
