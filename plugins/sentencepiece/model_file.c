@@ -24,12 +24,18 @@ uint64_t spm_fnv1a64(const void *data, size_t n)
 
 /* ---- a minimal protobuf wire-format walker ----------------------------------------------------
  * Only what the scan needs: split a message into fields without interpreting them. Field numbers
- * are those of sentencepiece_model.proto (ModelProto: 1 pieces, 2 trainer_spec, 3 normalizer_spec;
- * TrainerSpec: 3 model_type). */
+ * are those of sentencepiece_model.proto. */
 
 enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_BYTES = 2, WIRE_FIXED32 = 5 };
-enum { MODEL_PIECES = 1, MODEL_TRAINER_SPEC = 2, MODEL_NORMALIZER_SPEC = 3 };
-enum { TRAINER_MODEL_TYPE = 3 };
+enum { MODEL_PIECES = 1, MODEL_TRAINER_SPEC = 2, MODEL_NORMALIZER_SPEC = 3, MODEL_SELF_TEST_DATA = 4 };
+enum { TRAINER_MODEL_TYPE = 3, TRAINER_WHITESPACE_AS_SUFFIX = 24, TRAINER_BYTE_FALLBACK = 35 };
+enum {
+    NORMALIZER_NAME = 1,
+    NORMALIZER_CHARSMAP = 2,
+    NORMALIZER_ADD_DUMMY_PREFIX = 3,
+    NORMALIZER_REMOVE_EXTRA_WHITESPACES = 4,
+    NORMALIZER_ESCAPE_WHITESPACES = 5
+};
 
 typedef enum field_result { FIELD_OK, FIELD_TRUNCATED, FIELD_INVALID } field_result;
 
@@ -100,7 +106,8 @@ static const char *model_type_name(uint64_t type)
     }
 }
 
-/* Find trainer_spec.model_type (UNIGRAM when absent, as in the .proto's default). */
+/* Read trainer_spec.model_type (UNIGRAM when absent, as in the .proto's default) and the two
+ * trainer settings that also apply when encoding. */
 static zt_status scan_trainer_spec(const unsigned char *b, const wire_field *spec, size_t spec_at,
                                    spm_model_file *out, char *why, size_t why_cap)
 {
@@ -113,7 +120,13 @@ static zt_status scan_trainer_spec(const unsigned char *b, const wire_field *spe
                      pos);
             return ZT_ERR_FORMAT;
         }
-        if (f.number == TRAINER_MODEL_TYPE && f.wire_type == WIRE_VARINT) model_type = f.varint;
+        if (f.wire_type != WIRE_VARINT) continue;
+        if (f.number == TRAINER_MODEL_TYPE)
+            model_type = f.varint;
+        else if (f.number == TRAINER_WHITESPACE_AS_SUFFIX)
+            out->spec.treat_whitespace_as_suffix = f.varint != 0;
+        else if (f.number == TRAINER_BYTE_FALLBACK)
+            out->spec.byte_fallback = f.varint != 0;
     }
     const char *name = model_type_name(model_type);
     if (!name) {
@@ -124,6 +137,37 @@ static zt_status scan_trainer_spec(const unsigned char *b, const wire_field *spe
         return ZT_ERR_FORMAT;
     }
     snprintf(out->model_type, sizeof out->model_type, "%s", name);
+    return ZT_OK;
+}
+
+/* Read the normalizer settings that shape the text the model sees. */
+static zt_status scan_normalizer_spec(const unsigned char *b, const wire_field *spec, size_t spec_at,
+                                      spm_model_file *out, char *why, size_t why_cap)
+{
+    spm_encode_spec *e = &out->spec;
+    size_t pos = spec->body, end = spec->body + spec->body_len;
+    while (pos < end) {
+        wire_field f;
+        if (next_field(b, end, &pos, &f) != FIELD_OK) {
+            snprintf(why, why_cap, "its normalizer_spec (at byte %zu) is corrupt near byte %zu",
+                     spec_at, pos);
+            return ZT_ERR_FORMAT;
+        }
+        if (f.wire_type == WIRE_BYTES && f.number == NORMALIZER_NAME) {
+            int n = f.body_len < sizeof e->normalizer_name ? (int)f.body_len
+                                                           : (int)sizeof e->normalizer_name - 1;
+            snprintf(e->normalizer_name, sizeof e->normalizer_name, "%.*s", n,
+                     (const char *)b + f.body);
+        } else if (f.wire_type == WIRE_BYTES && f.number == NORMALIZER_CHARSMAP) {
+            e->charsmap_size = f.body_len;
+        } else if (f.wire_type == WIRE_VARINT && f.number == NORMALIZER_ADD_DUMMY_PREFIX) {
+            e->add_dummy_prefix = f.varint != 0;
+        } else if (f.wire_type == WIRE_VARINT && f.number == NORMALIZER_REMOVE_EXTRA_WHITESPACES) {
+            e->remove_extra_whitespaces = f.varint != 0;
+        } else if (f.wire_type == WIRE_VARINT && f.number == NORMALIZER_ESCAPE_WHITESPACES) {
+            e->escape_whitespaces = f.varint != 0;
+        }
+    }
     return ZT_OK;
 }
 
@@ -177,6 +221,8 @@ static zt_status scan_model_proto(const unsigned char *b, size_t size, spm_model
             if (st != ZT_OK) return st;
         } else if (f.number == MODEL_NORMALIZER_SPEC) {
             have_normalizer_spec = 1;
+            zt_status st = scan_normalizer_spec(b, &f, at, out, why, why_cap);
+            if (st != ZT_OK) return st;
         }
     }
     if (out->n_pieces == 0) {
@@ -257,6 +303,9 @@ static zt_status read_whole_file(const char *path, spm_model_file *out, char *wh
 zt_status spm_model_file_read(const char *path, spm_model_file *out, char *why, size_t why_cap)
 {
     memset(out, 0, sizeof *out);
+    out->spec.add_dummy_prefix = 1; /* the .proto defaults of fields a file may leave out */
+    out->spec.remove_extra_whitespaces = 1;
+    out->spec.escape_whitespaces = 1;
     zt_status st = read_whole_file(path, out, why, why_cap);
     if (st == ZT_OK) st = scan_model_proto(out->bytes, out->size, out, why, why_cap);
     if (st != ZT_OK) {
@@ -271,4 +320,30 @@ void spm_model_file_free(spm_model_file *f)
 {
     free(f->bytes);
     memset(f, 0, sizeof *f);
+}
+
+unsigned char *spm_model_file_without_normalizer(const spm_model_file *f, size_t *out_size)
+{
+    /* NormalizerSpec{name: "identity", add_dummy_prefix: false, remove_extra_whitespaces: false}:
+     * no precompiled_charsmap means no rewriting rules. */
+    static const unsigned char plain_normalizer[] = {
+        MODEL_NORMALIZER_SPEC << 3 | WIRE_BYTES, 14,
+        NORMALIZER_NAME << 3 | WIRE_BYTES, 8, 'i', 'd', 'e', 'n', 't', 'i', 't', 'y',
+        NORMALIZER_ADD_DUMMY_PREFIX << 3 | WIRE_VARINT, 0,
+        NORMALIZER_REMOVE_EXTRA_WHITESPACES << 3 | WIRE_VARINT, 0,
+    };
+    unsigned char *copy = malloc(f->size + sizeof plain_normalizer);
+    if (!copy) return NULL;
+    size_t pos = 0, n = 0;
+    while (pos < f->size) { /* the file passed the scan: every field is well formed */
+        size_t at = pos;
+        wire_field field;
+        next_field(f->bytes, f->size, &pos, &field);
+        if (field.number == MODEL_NORMALIZER_SPEC || field.number == MODEL_SELF_TEST_DATA) continue;
+        memcpy(copy + n, f->bytes + at, pos - at);
+        n += pos - at;
+    }
+    memcpy(copy + n, plain_normalizer, sizeof plain_normalizer);
+    *out_size = n + sizeof plain_normalizer;
+    return copy;
 }

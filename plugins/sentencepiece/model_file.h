@@ -15,12 +15,25 @@
 extern "C" {
 #endif
 
+/* The encode-time settings of normalizer_spec and trainer_spec, with the .proto defaults for fields
+ * the file leaves out. They decide whether chunked encoding (chunked_encoder.h) is exact. */
+typedef struct spm_encode_spec {
+    char normalizer_name[32];       /* normalizer_spec.name, e.g. "identity", "nmt_nfkc" ("" if absent) */
+    size_t charsmap_size;           /* bytes of precompiled_charsmap; 0: no rewriting rules at all */
+    int add_dummy_prefix;           /* default 1 */
+    int remove_extra_whitespaces;   /* default 1 */
+    int escape_whitespaces;         /* default 1 */
+    int treat_whitespace_as_suffix; /* trainer_spec, default 0 */
+    int byte_fallback;              /* trainer_spec, default 0 */
+} spm_encode_spec;
+
 typedef struct spm_model_file {
     unsigned char *bytes;  /* the whole file (malloc) */
     size_t size;
     uint64_t hash;         /* FNV-1a 64 of bytes[0, size) */
     int32_t n_pieces;      /* vocabulary entries found by the scan */
     char model_type[16];   /* "unigram", "bpe", "word" or "char", from trainer_spec.model_type */
+    spm_encode_spec spec;
 } spm_model_file;
 
 /* Read, hash and scan `path`. On failure returns ZT_ERR_IO (cannot open or read it, including a
@@ -29,6 +42,12 @@ typedef struct spm_model_file {
  * empty. */
 zt_status spm_model_file_read(const char *path, spm_model_file *out, char *why, size_t why_cap);
 void spm_model_file_free(spm_model_file *f);
+
+/* The same model with a normalizer that changes nothing: no rewriting rules, no dummy prefix, no
+ * whitespace removal, and without self_test_data (whose expectations assume the real normalizer).
+ * The chunked encoder normalizes text itself and hands this model pieces of the normalized text.
+ * Returns a malloc'ed serialized ModelProto in *out (*out_size bytes), or NULL when out of memory. */
+unsigned char *spm_model_file_without_normalizer(const spm_model_file *f, size_t *out_size);
 
 /* FNV-1a 64, the checksum zt uses everywhere (framework/checksum.c); a plugin links nothing from
  * the host, so it carries its own copy of these few lines. */

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chunked_encoder.h"
 #include "model_file.h"
 #include "utf8.h"
 
@@ -24,6 +25,7 @@ struct zt_tokenizer_model {
     const zt_host *host = nullptr;
     std::string path;  // for messages
     sentencepiece::SentencePieceProcessor processor;
+    std::unique_ptr<chunked_encoder> chunked;  // null: texts are encoded whole by `processor`
     zt_tokenizer_info info{};  // computed once at open
 };
 
@@ -75,6 +77,41 @@ zt_status copy_text_out(const zt_tokenizer_model *m, std::string_view text, char
                    what, static_cast<unsigned long long>(needed), static_cast<unsigned long long>(cap),
                    static_cast<unsigned long long>(needed + 1));
     return ZT_ERR_BUFFER_TOO_SMALL;
+}
+
+// Encode in chunks when that gives exactly the ids of whole-text encoding (chunked_encoder.h), and
+// say in the log which way this model is encoded.
+void choose_encoding(zt_tokenizer_model *m, const spm_model_file &file, uint64_t cache_bytes)
+{
+    const zt_host *host = m->host;
+    const char *path = m->path.c_str();
+    if (cache_bytes == 0) {
+        host->log(host->ctx, ZT_LOG_INFO, "'%s': encoding every text whole (%s is 0)", path,
+                  SPM_CHUNK_CACHE_KEY);
+        return;
+    }
+    std::string why_not, differing;
+    m->chunked = chunked_encoder::create(file, m->processor, cache_bytes, &why_not);
+    if (!m->chunked) {
+        host->log(host->ctx, ZT_LOG_INFO,
+                  "'%s': encoding every text whole; encoding in chunks would not be exact: %s",
+                  path, why_not.c_str());
+    } else if (!m->chunked->agrees_with(m->processor, &differing)) {
+        m->chunked.reset();
+        host->log(host->ctx, ZT_LOG_WARN,
+                  "'%s': encoding every text whole: encoding in chunks gave other ids than "
+                  "libsentencepiece for the built-in test text \"%s\"; this libsentencepiece does "
+                  "not behave as zt expects, please report it with its version",
+                  path, differing.c_str());
+    } else {
+        const int shift = cache_bytes >= (1u << 20) ? 20 : cache_bytes >= (1u << 10) ? 10 : 0;
+        host->log(host->ctx, ZT_LOG_INFO,
+                  "'%s': encoding in chunks cut where no piece can span, with a cache of up to "
+                  "%llu %s (a BPE model without normalization rules: the ids are those of "
+                  "whole-text encoding)",
+                  path, static_cast<unsigned long long>(cache_bytes >> shift),
+                  shift == 20 ? "MiB" : shift == 10 ? "KiB" : "bytes");
+    }
 }
 
 // SentencePiece does not range-check ids: an out-of-range id would read past its vocabulary.
@@ -129,6 +166,7 @@ zt_status spm_open(void *state, const char *path, zt_tokenizer_model **out)
         std::snprintf(info.model_type, sizeof info.model_type, "%s", file.model_type);
         host->log(host->ctx, ZT_LOG_DEBUG, "opened '%s': %s, %d pieces, FNV-1a %016llx", path,
                   info.model_type, info.vocab_size, static_cast<unsigned long long>(info.model_hash));
+        choose_encoding(m.get(), file, plugin->chunk_cache_bytes);
         *out = m.release();
         return ZT_OK;
     });
@@ -136,6 +174,19 @@ zt_status spm_open(void *state, const char *path, zt_tokenizer_model **out)
 
 void spm_close(zt_tokenizer_model *m)
 {
+    if (m && m->chunked) {
+        const chunk_cache::stats c = m->chunked->cache_totals();
+        if (c.lookups > 0)
+            m->host->log(m->host->ctx, ZT_LOG_INFO,
+                         "'%s': chunk cache: %llu lookups, %llu hits (%.1f%%); %llu chunks cached "
+                         "(%.1f MiB of entries); %llu not cached (cache full)",
+                         m->path.c_str(), static_cast<unsigned long long>(c.lookups),
+                         static_cast<unsigned long long>(c.hits),
+                         100.0 * static_cast<double>(c.hits) / static_cast<double>(c.lookups),
+                         static_cast<unsigned long long>(c.entries),
+                         static_cast<double>(c.entry_bytes) / (1 << 20),
+                         static_cast<unsigned long long>(c.not_cached));
+    }
     delete m;
 }
 
@@ -188,8 +239,9 @@ zt_status spm_encode(zt_tokenizer_model *m, const char *text, uint64_t len, int3
         // allocations once it has grown to the longest text seen.
         thread_local std::vector<int> encoded;
         encoded.clear();
+        const std::string_view whole(text, static_cast<size_t>(len));
         sentencepiece::util::Status st =
-            m->processor.Encode(std::string_view(text, static_cast<size_t>(len)), &encoded);
+            m->chunked ? m->chunked->encode(whole, &encoded) : m->processor.Encode(whole, &encoded);
         if (!st.ok()) {
             host->error(host->ctx, ZT_ERR_INTERNAL,
                         "SentencePiece failed to encode %llu bytes with tokenizer model '%s': %s",

@@ -9,9 +9,13 @@
 extern "C" {
 #endif
 
-/* What init creates: the services table, kept for error messages and logging. */
+/* The plugin's one option: the memory of each opened model's chunk cache (chunked_encoder.h). */
+#define SPM_CHUNK_CACHE_KEY "tokenizer.chunk_cache"
+
+/* What init creates: the services table, kept for error messages and logging, and the options. */
 typedef struct spm_plugin_state {
     const zt_host *host;
+    uint64_t chunk_cache_bytes; /* 0: encode every text whole */
 } spm_plugin_state;
 
 zt_status spm_open(void *state, const char *path, zt_tokenizer_model **out);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fixture of the tokenizer tests: train two small SentencePiece models on the committed corpus and
+# Fixture of the tokenizer tests: train small SentencePiece models on the committed corpus and
 # record what the sentencepiece command-line tools (the independent reference) make of them.
 #
 #   make_references.sh DATA_DIR WORK_DIR [SHARED_DATA_DIR]
@@ -10,6 +10,7 @@
 #   MODEL.ids      spm_encode --output_format=id of texts.txt, one line per text line
 #   MODEL.decoded  spm_decode of MODEL.ids
 #   texts.txt      samples.txt followed by corpus.txt
+# bpe_trim, bpe_suffix, bpe_nosplit, bpe_nfkc and bpe_spaced.model for test_spm_chunked (below),
 # and, when the shared data is there, chinese.txt (Chinese instructions from the shared zh Alpaca
 # file plus the Chinese lines of texts.txt) with chinese_sp.ids from tokenizers/chinese_sp.model.
 set -euo pipefail
@@ -39,6 +40,32 @@ spm_train --input="$data/corpus.txt" --model_prefix="$work/bpe" --model_type=bpe
 spm_train --input="$data/corpus.txt" --model_prefix="$work/unigram" --model_type=unigram \
     --vocab_size=500 --character_coverage=0.98 --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1 \
     --num_threads=1 --minloglevel=2
+
+# More BPE models for the chunked encoder (test_spm_chunked), each with another normalizer or
+# trainer setting that changes what encoding in chunks has to get right:
+#   bpe_trim     whitespace trimming and the dummy prefix (the defaults), no byte fallback (runs of
+#                <unk> are merged), digits split, user-defined pieces (one with U+2581 inside) and
+#                a control piece
+#   bpe_suffix   treat_whitespace_as_suffix: U+2581 ends pieces, the dummy one goes at the end
+#   bpe_nosplit  pieces may cross spaces (split_by_whitespace=false), whitespace-only pieces, no
+#                dummy prefix
+#   bpe_nfkc     the nmt_nfkc normalizer: the plugin must encode whole texts
+#   bpe_spaced   user-defined pieces with spaces, which the normalizer keeps whole even where it
+#                removes extra spaces: the plugin must encode whole texts
+# (make_chunk_references.py derives bpe_unused from bpe.)
+common_bpe=(--input="$data/corpus.txt" --model_type=bpe --vocab_size=1000 --hard_vocab_limit=false
+            --num_threads=1 --minloglevel=2)
+spm_train "${common_bpe[@]}" --model_prefix="$work/bpe_trim" --normalization_rule_name=identity \
+    --character_coverage=0.98 --split_digits=true --control_symbols='<ctrl>' \
+    --user_defined_symbols='<sep>,[MASK],foo▁bar'
+spm_train "${common_bpe[@]}" --model_prefix="$work/bpe_suffix" --normalization_rule_name=identity \
+    --treat_whitespace_as_suffix=true --byte_fallback=true
+spm_train "${common_bpe[@]}" --model_prefix="$work/bpe_nosplit" --normalization_rule_name=identity \
+    --split_by_whitespace=false --allow_whitespace_only_pieces=true --add_dummy_prefix=false \
+    --remove_extra_whitespaces=false --byte_fallback=true
+spm_train "${common_bpe[@]}" --model_prefix="$work/bpe_nfkc" --normalization_rule_name=nmt_nfkc
+spm_train "${common_bpe[@]}" --model_prefix="$work/bpe_spaced" --normalization_rule_name=identity \
+    --user_defined_symbols='New York,a  b'
 
 for model in bpe unigram; do
     spm_export_vocab --model="$work/$model.model" --output="$work/$model.vocab"

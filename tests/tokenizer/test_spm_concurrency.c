@@ -1,6 +1,8 @@
 /* One model, many threads: 8 threads encode different texts at the same time (each starts at a
- * different line and walks the texts in its own order) and must get exactly the ids a single thread
- * gets. Both trained models are used in turn, so per-thread buffers also see two models interleaved.
+ * different line and walks the texts in its own order) and must get exactly spm_encode's ids. Both
+ * trained models are used in turn, so per-thread buffers also see two models interleaved. The BPE
+ * model is encoded in chunks through a cache of 16 KiB, too small for these texts: threads race
+ * on inserting the same chunks and on the last free places (close() must report the cache full).
  *
  *   test_spm_concurrency PLUGINS_D WORK_DIR */
 #include <pthread.h>
@@ -17,8 +19,9 @@
 static tk_plugin plugin;
 static zt_tokenizer_model *models[N_MODELS];
 static tk_lines texts;
-static int32_t *serial_ids[N_MODELS];  /* per model: the ids of all lines, back to back */
-static uint64_t *serial_start[N_MODELS]; /* per model: line i's ids start at serial_start[i] */
+static const char *const model_names[N_MODELS] = {"bpe", "unigram"};
+static int32_t *reference_ids[N_MODELS];   /* per model: spm_encode's ids of all lines, back to back */
+static uint64_t *reference_start[N_MODELS]; /* per model: line i's ids start at reference_start[i] */
 
 typedef struct worker {
     int index;
@@ -44,8 +47,8 @@ static void *encode_everything(void *arg)
                 w->failures++;
                 continue;
             }
-            const int32_t *want = serial_ids[model] + serial_start[model][line];
-            uint64_t n_want = serial_start[model][line + 1] - serial_start[model][line];
+            const int32_t *want = reference_ids[model] + reference_start[model][line];
+            uint64_t n_want = reference_start[model][line + 1] - reference_start[model][line];
             if (n != n_want || memcmp(ids, want, n * sizeof *ids) != 0) w->mismatches++;
         }
     }
@@ -58,27 +61,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s PLUGINS_D WORK_DIR\n", argv[0]);
         return 2;
     }
-    tk_plugin_load(&plugin, argv[1]);
+    tk_plugin_load_config(&plugin, argv[1], "{\"tokenizer\": {\"chunk_cache\": \"16K\"}}");
     tk_read_lines(tk_path(argv[2], "texts.txt"), &texts);
     ZT_CHECK(texts.count > N_THREADS);
-    models[0] = tk_open(&plugin, tk_path(argv[2], "bpe.model"));
-    models[1] = tk_open(&plugin, tk_path(argv[2], "unigram.model"));
-
-    /* The serial reference, on this thread alone. */
     for (int m = 0; m < N_MODELS; m++) {
-        size_t total_bytes = 0;
-        for (size_t i = 0; i < texts.count; i++) total_bytes += texts.len[i];
-        serial_ids[m] = malloc((total_bytes + texts.count) * sizeof(int32_t));
-        serial_start[m] = malloc((texts.count + 1) * sizeof(uint64_t));
-        if (!serial_ids[m] || !serial_start[m]) return 1;
-        serial_start[m][0] = 0;
+        char name[64];
+        snprintf(name, sizeof name, "%s.model", model_names[m]);
+        models[m] = tk_open(&plugin, tk_path(argv[2], name));
+        snprintf(name, sizeof name, "%s.ids", model_names[m]);
+        tk_lines ids;
+        tk_read_lines(tk_path(argv[2], name), &ids);
+        ZT_CHECK_INT(ids.count, texts.count);
+        size_t total_ids = 0;
+        for (size_t i = 0; i < ids.count; i++) total_ids += ids.len[i] / 2 + 1;
+        reference_ids[m] = malloc(total_ids * sizeof(int32_t));
+        reference_start[m] = malloc((texts.count + 1) * sizeof(uint64_t));
+        if (!reference_ids[m] || !reference_start[m]) return 1;
+        reference_start[m][0] = 0;
         for (size_t i = 0; i < texts.count; i++) {
-            uint64_t n = 0;
-            int32_t *ids = tk_encode(&plugin, models[m], texts.line[i], texts.len[i], &n);
-            memcpy(serial_ids[m] + serial_start[m][i], ids, n * sizeof *ids);
-            serial_start[m][i + 1] = serial_start[m][i] + n;
-            free(ids);
+            size_t n = 0;
+            int32_t *line_ids = tk_parse_ids(i < ids.count ? ids.line[i] : "", &n);
+            memcpy(reference_ids[m] + reference_start[m][i], line_ids, n * sizeof *line_ids);
+            reference_start[m][i + 1] = reference_start[m][i] + n;
+            free(line_ids);
         }
+        tk_lines_free(&ids);
     }
 
     pthread_t threads[N_THREADS];
@@ -100,9 +107,16 @@ int main(int argc, char **argv)
     }
 
     for (int m = 0; m < N_MODELS; m++) {
+        tk_stderr_capture_start();
         plugin.ops->close(models[m]);
-        free(serial_ids[m]);
-        free(serial_start[m]);
+        char *close_log = tk_stderr_capture_end();
+        unsigned long long not_cached = 0;
+        if (m == 0)
+            ZT_CHECK(tk_log_number(close_log, " not cached (cache full)", &not_cached) &&
+                     not_cached > 0);
+        free(close_log);
+        free(reference_ids[m]);
+        free(reference_start[m]);
     }
     tk_lines_free(&texts);
     tk_plugin_unload(&plugin);

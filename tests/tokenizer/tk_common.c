@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* dup, dup2, fileno, lseek */
 #include "tk_common.h"
 
 #include <errno.h>
@@ -5,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 _Noreturn static void die(const char *fmt, ...) ZT_PRINTF(1, 2);
 _Noreturn static void die(const char *fmt, ...)
@@ -20,6 +22,11 @@ _Noreturn static void die(const char *fmt, ...)
 
 void tk_plugin_load(tk_plugin *p, const char *plugins_d)
 {
+    tk_plugin_load_config(p, plugins_d, NULL);
+}
+
+void tk_plugin_load_config(tk_plugin *p, const char *plugins_d, const char *config_json)
+{
     static zt_error err; /* 8 KiB: keep it off the stack */
     memset(p, 0, sizeof *p);
     const char *dirs[] = {plugins_d};
@@ -27,8 +34,18 @@ void tk_plugin_load(tk_plugin *p, const char *plugins_d)
         die("registry scan of %s: %s", plugins_d, err.msg);
     if (zt_plugin_load(p->registry, "sentencepiece", &p->loaded, &err) != ZT_OK)
         die("loading the sentencepiece plugin from %s: %s", plugins_d, err.msg);
+    if (config_json) {
+        p->config = zt_config_new();
+        if (!p->config) die("out of memory");
+        const zt_plugin *plugin = p->loaded.plugin;
+        if (zt_config_load_string(p->config, config_json, "test config", &err) != ZT_OK ||
+            zt_config_add_schema(p->config, plugin->name, plugin->options, plugin->n_options, &err) !=
+                ZT_OK ||
+            zt_config_validate(p->config, &err) != ZT_OK)
+            die("config %s: %s", config_json, err.msg);
+    }
     zt_runtime_options opt = {.n_threads = 1, .device_type = ZT_DEVICE_CPU};
-    if (zt_runtime_create(&opt, NULL, &p->runtime, &err) != ZT_OK)
+    if (zt_runtime_create(&opt, p->config, &p->runtime, &err) != ZT_OK)
         die("creating the runtime: %s", err.msg);
     if (zt_plugin_probe(&p->loaded, p->runtime, &err) != ZT_OK)
         die("probing the sentencepiece plugin: %s", err.msg);
@@ -44,8 +61,47 @@ void tk_plugin_unload(tk_plugin *p)
 {
     zt_plugin_unload(&p->loaded);
     zt_runtime_destroy(p->runtime);
+    zt_config_free(p->config);
     zt_registry_free(p->registry);
     memset(p, 0, sizeof *p);
+}
+
+static FILE *g_captured;
+static int g_real_stderr = -1;
+
+void tk_stderr_capture_start(void)
+{
+    fflush(stderr);
+    g_captured = tmpfile();
+    g_real_stderr = dup(STDERR_FILENO);
+    if (!g_captured || g_real_stderr < 0 || dup2(fileno(g_captured), STDERR_FILENO) < 0)
+        die("cannot redirect stderr to a temporary file: %s", strerror(errno));
+}
+
+char *tk_stderr_capture_end(void)
+{
+    fflush(stderr);
+    if (dup2(g_real_stderr, STDERR_FILENO) < 0) die("cannot restore stderr: %s", strerror(errno));
+    close(g_real_stderr);
+    /* stderr wrote through its own descriptor: the FILE's position knows nothing of it. */
+    off_t size = lseek(fileno(g_captured), 0, SEEK_END);
+    char *text = malloc((size_t)size + 1);
+    if (size < 0 || !text) die("cannot read the captured stderr");
+    rewind(g_captured);
+    if (fread(text, 1, (size_t)size, g_captured) != (size_t)size) die("cannot read the captured stderr");
+    text[size] = '\0';
+    fclose(g_captured);
+    fputs(text, stderr);
+    return text;
+}
+
+int tk_log_number(const char *log, const char *label, unsigned long long *value)
+{
+    const char *at = strstr(log, label), *digits = at;
+    while (digits && digits > log && digits[-1] >= '0' && digits[-1] <= '9') digits--;
+    if (!at || digits == at) return 0;
+    *value = strtoull(digits, NULL, 10);
+    return 1;
 }
 
 const char *tk_take_error(tk_plugin *p, zt_status *status)

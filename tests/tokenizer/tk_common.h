@@ -12,6 +12,7 @@
 
 typedef struct tk_plugin {
     zt_registry *registry;
+    zt_config *config; /* NULL: every option at its default */
     zt_runtime *runtime;
     zt_loaded_plugin loaded;
     const zt_tokenizer_ops *ops;
@@ -21,7 +22,18 @@ typedef struct tk_plugin {
 /* Load, probe and init "sentencepiece" from plugins_d. Exits with a message if that fails: nothing
  * else can run. */
 void tk_plugin_load(tk_plugin *p, const char *plugins_d);
+/* The same with a run config as zt-run would read it, e.g. {"tokenizer": {"chunk_cache": "64K"}},
+ * validated against the plugin's options. */
+void tk_plugin_load_config(tk_plugin *p, const char *plugins_d, const char *config_json);
 void tk_plugin_unload(tk_plugin *p);
+
+/* Everything written to stderr (the host's log lines) between start and end, as a malloc'ed
+ * string; it is also passed on to the real stderr. */
+void tk_stderr_capture_start(void);
+char *tk_stderr_capture_end(void);
+/* In a log text, the number written just before the first `label` (e.g. " shard evictions");
+ * 0 when it does not occur, 1 with *value set when it does. */
+int tk_log_number(const char *log, const char *label, unsigned long long *value);
 
 /* Open a model that must open; exits with the plugin's message otherwise. */
 zt_tokenizer_model *tk_open(tk_plugin *p, const char *path);
