@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +270,25 @@ static void put_section(writer *w, const prep_sink *s, const uint8_t *spill, con
     }
 }
 
+/* One section's checksum pass. The three sections are hashed on threads of their own: FNV-1a is
+ * sequential within a stream, and this pass runs while the tokenizer threads are already done. */
+typedef struct section_hash_job {
+    const prep_sink *sink;
+    const uint8_t *spill;
+    const uint32_t *order;
+    size_t n;
+    int section;
+    writer *w;
+} section_hash_job;
+
+static void *hash_section(void *arg)
+{
+    section_hash_job *job = arg;
+    writer_reset(job->w, -1);
+    put_section(job->w, job->sink, job->spill, job->order, job->n, job->section);
+    return NULL;
+}
+
 static zt_status write_shard(const prep_run *run, const char *path, const uint8_t *spill,
                              const uint32_t *order, size_t n, int val, uint32_t shard_index,
                              shard_info *info, zt_error *err)
@@ -296,10 +316,21 @@ static zt_status write_shard(const prep_run *run, const char *path, const uint8_
 
     writer *w = prep_xmalloc(sizeof *w, "a shard write buffer");
     uint64_t *checksums[3] = {&h.tokens_checksum, &h.mask_checksum, &h.index_checksum};
+    section_hash_job jobs[3];
+    pthread_t threads[3];
+    int started[3] = {0, 0, 0};
     for (int section = 0; section < 3; section++) {
-        writer_reset(w, -1);
-        put_section(w, s, spill, order, n, section);
-        *checksums[section] = w->hash;
+        jobs[section] = (section_hash_job){s, spill, order, n, section,
+                                           section == 0 ? w : prep_xmalloc(sizeof *w, "a shard hash buffer")};
+        /* Without a thread (resources exhausted) the section is hashed here: same result. */
+        started[section] = section > 0 && pthread_create(&threads[section], NULL, hash_section, &jobs[section]) == 0;
+        if (!started[section] && section > 0) hash_section(&jobs[section]);
+    }
+    hash_section(&jobs[0]);
+    for (int section = 0; section < 3; section++) {
+        if (started[section]) pthread_join(threads[section], NULL);
+        *checksums[section] = jobs[section].w->hash;
+        if (section > 0) free(jobs[section].w);
     }
     h.header_checksum = zt_fnv1a64(ZT_FNV1A64_INIT, &h, offsetof(zt_shard_header, header_checksum));
 
