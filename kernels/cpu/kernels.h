@@ -44,7 +44,7 @@ void zt_cpu_parallel_for(const zt_cpu_ctx *ctx, int64_t n, int64_t grain, zt_ran
 /* C[M,N] (+)= op(A)[M,K] * op(B)[K,N], with op(X) = X or X^T. Leading dimensions are row strides
  * of the matrices as stored (A is [M,lda] when not transposed, [K,lda] when transposed).
  * accumulate: 0 overwrites C, 1 adds to it. K == 0 leaves C (accumulate) or zeroes it.
- * Returns ZT_ERR_OUT_OF_MEMORY if the packing workspace (1 MiB) cannot be allocated. */
+ * Returns ZT_ERR_OUT_OF_MEMORY if the packing workspace (about 3 MiB) cannot be allocated. */
 zt_status zt_cpu_gemm(const zt_cpu_ctx *ctx, int trans_a, int trans_b, int64_t M, int64_t N,
                       int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
                       int64_t ldc, int accumulate);

@@ -178,7 +178,7 @@ static float *grad(const unit_run *r, int i)
     return r->c->grads ? r->c->grads[i].data : NULL;
 }
 
-/* Describes a failed kernel: they fail only when the 1 MiB matrix-multiply packing buffer cannot be
+/* Describes a failed kernel: they fail only when the 3 MiB matrix-multiply packing buffer cannot be
  * allocated. */
 static zt_status kernel_failed(const unit_run *r, zt_status st, const char *step)
 {

@@ -1,17 +1,22 @@
 /* GEMM benchmark behind the decision in docs/kernels.md: zt's packed GEMM (kernels/cpu/gemm.c) on
  * the host's thread pool against OpenBLAS (Debian libopenblas-dev, its own pthreads), on the
  * matrix products of one LLaMA training step. Not a test: run it by hand,
- *   build/tests/kernels/zt-bench-gemm [threads] [repeats]
+ *   build/bin/zt-bench-gemm [threads] [repeats] [zt-only [tiny|125m]]
  * Prints milliseconds per call for the forward (x W^T), dX (dY W) and dW (dY^T x) with four
  * implementations: zt's GEMM on the zt thread pool (with the AVX-512 kernel where the CPU has it,
  * and forced to the AVX2 kernel), OpenBLAS with its own threads, and single-threaded OpenBLAS
  * calls on column blocks spread over the zt thread pool (how a plugin would have to call
  * OpenBLAS to honour the host's thread count).
+ * "zt-only tiny" (or "125m") runs just zt's AVX-512 path on that model's products and, with
+ * threads 1, serially on the calling thread, timed in CPU time: on a busy machine this is far less
+ * noisy than wall time (a process that waits for a core is not charged). For before/after
+ * comparisons of the GEMM on a shared machine: `taskset -c 1 zt-bench-gemm 1 9 zt-only tiny`.
  */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "cpu/kernels.h"
 #include "threadpool.h"
@@ -23,10 +28,11 @@ typedef struct shape {
     int64_t tokens, out, in; /* y[tokens, out] = x[tokens, in] W[out, in]^T */
 } shape;
 
-static double now_s(void)
+/* Wall time, or the process's CPU time (not counting the time it waited for a core). */
+static double now_s(int cpu_time)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -109,9 +115,17 @@ int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
+    int zt_only = argc > 3 && strcmp(argv[3], "zt-only") == 0;
+    const char *only_model = zt_only && argc > 4 ? argv[4] : NULL;
+    if ((argc > 3 && !zt_only) || argc > 5 ||
+        (only_model && strcmp(only_model, "tiny") != 0 && strcmp(only_model, "125m") != 0)) {
+        fprintf(stderr, "usage: %s [threads] [repeats] [zt-only [tiny|125m]]\n", argv[0]);
+        return 2;
+    }
+    /* Tokens per step of bench/cpu/run.sh: tiny 8 x 256, 125m 4 x 256. */
     const shape shapes[] = {
-        {"tiny", "qkvo", 1024, 288, 288},      {"tiny", "gate/up", 1024, 768, 288},
-        {"tiny", "down", 1024, 288, 768},      {"tiny", "lm_head", 1024, 32000, 288},
+        {"tiny", "qkvo", 2048, 288, 288},      {"tiny", "gate/up", 2048, 768, 288},
+        {"tiny", "down", 2048, 288, 768},      {"tiny", "lm_head", 2048, 32000, 288},
         {"125m", "qkvo", 1024, 768, 768},      {"125m", "gate/up", 1024, 2048, 768},
         {"125m", "down", 1024, 768, 2048},     {"125m", "lm_head", 1024, 32000, 768},
     };
@@ -123,6 +137,8 @@ int main(int argc, char **argv)
         return 1;
     }
     zt_cpu_ctx ctx = {pool_for, pool, 0};
+    int cpu_time = zt_only && threads == 1;
+    if (cpu_time) ctx.parallel_for = NULL;
     /* One implementation after the other: OpenBLAS's idle workers spin for a while after each
      * call and would steal the cores from the pool's workers if the runs were interleaved. */
     enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
@@ -134,6 +150,9 @@ int main(int argc, char **argv)
         openblas_set_num_threads(lib == BLAS ? threads : 1);
         for (int si = 0; si < N_SHAPES; si++) {
             const shape *s = &shapes[si];
+            for (int variant = 0; variant < 3; variant++) best[lib][si][variant] = 0.0;
+            if (zt_only && (lib != ZT || (only_model && strcmp(s->model, only_model) != 0)))
+                continue;
             float *x = malloc(sizeof(float) * s->tokens * s->in);
             float *w = malloc(sizeof(float) * s->out * s->in);
             float *dy = malloc(sizeof(float) * s->tokens * s->out);
@@ -144,24 +163,24 @@ int main(int argc, char **argv)
             fill(x, s->tokens * s->in, 1);
             fill(w, s->out * s->in, 2);
             fill(dy, s->tokens * s->out, 3);
-            for (int variant = 0; variant < 3; variant++) {
+            for (int variant = 0; variant < 3 && repeats > 0; variant++) {
                 best[lib][si][variant] = 1e30;
                 for (int r = 0; r < repeats; r++) {
-                    double t0 = now_s();
+                    double t0 = now_s(cpu_time);
                     if (lib == ZT) run_zt(&ctx, variant, s, x, w, dy, y, dx, dw);
                     else if (lib == ZT_AVX2) run_zt(&ctx_avx2, variant, s, x, w, dy, y, dx, dw);
                     else if (lib == BLAS) run_blas(variant, s, x, w, dy, y, dx, dw);
                     else run_blas_split(&ctx, variant, s, x, w, dy, y, dx, dw);
-                    double t = now_s() - t0;
+                    double t = now_s(cpu_time) - t0;
                     if (t < best[lib][si][variant]) best[lib][si][variant] = t;
                 }
             }
             free(x); free(w); free(dy); free(y); free(dx); free(dw);
         }
     }
-    printf("threads %d, best of %d (ms per call)\n%-5s %-8s %-4s %22s %8s %8s %8s %8s %8s\n",
-           threads, repeats, "model", "matrix", "op", "M x N x K", "zt", "zt-avx2", "blas",
-           "blas-1t", "zt/blas");
+    printf("threads %d, best of %d (ms %s per call)\n%-5s %-8s %-4s %22s %8s %8s %8s %8s %8s\n",
+           threads, repeats, cpu_time ? "of CPU time, serial," : "wall", "model", "matrix", "op",
+           "M x N x K", "zt", "zt-avx2", "blas", "blas-1t", "zt/blas");
     double total[2][N_LIBS] = {{0}};
     for (int si = 0; si < N_SHAPES; si++) {
         const shape *s = &shapes[si];
@@ -176,7 +195,8 @@ int main(int argc, char **argv)
                    variant_names[variant], dims, 1e3 * best[ZT][si][variant],
                    1e3 * best[ZT_AVX2][si][variant], 1e3 * best[BLAS][si][variant],
                    1e3 * best[BLAS_SPLIT][si][variant],
-                   best[ZT][si][variant] / best[BLAS][si][variant]);
+                   best[BLAS][si][variant] > 0 ? best[ZT][si][variant] / best[BLAS][si][variant]
+                                               : 0.0);
         }
     }
     for (int model = 0; model < 2; model++)
