@@ -183,7 +183,7 @@ static float *grad(const unit_run *r, int i)
 static zt_status kernel_failed(const unit_run *r, zt_status st, const char *step)
 {
     r->s->host->error(r->s->host->ctx, st,
-                      "%s: %s failed (%s): the matrix-multiply kernel could not allocate its 1 MiB "
+                      "%s: %s failed (%s): the matrix-multiply kernel could not allocate its 3 MiB "
                       "packing buffer; free memory or lower train_micro_batch_size_per_gpu",
                       r->name, step, st == ZT_ERR_OUT_OF_MEMORY ? "out of memory" : "kernel error");
     return st;
