@@ -14,6 +14,7 @@
 
 #include "../cuda_plugin.h"
 #include "exact.h"
+#include "../attention_args.h"
 
 #define SAVED_MAGIC 0x5341465Au /* "ZFAS" */
 
@@ -58,18 +59,8 @@ static zt_status check_tensor(const flash_state *s, const char *op, const char *
     if (t->device_type != ZT_DEVICE_CUDA)
         return fail(s, ZT_ERR_UNSUPPORTED, op, "%s is not in CUDA device memory; flash attention runs on the GPU only",
                     name);
-    int ok = t->ndim == 4;
-    int64_t stride = 1;
-    for (int i = 3; ok && i >= 0; i--) {
-        ok = t->shape[i] == want[i] && t->stride[i] == stride;
-        stride *= want[i];
-    }
-    if (!ok)
-        return fail(s, ZT_ERR_INVALID_ARG, op,
-                    "%s must be a contiguous [%lld, %lld, %lld, %lld] tensor ([batch, tokens, heads, head_dim]), "
-                    "got %d dimensions of shape [%lld, %lld, %lld, %lld]",
-                    name, (long long)d0, (long long)d1, (long long)d2, (long long)d3, (int)t->ndim,
-                    (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2], (long long)t->shape[3]);
+    char why[512];
+    if (!zt_attention_shape_ok(t, name, want, why, sizeof why)) return fail(s, ZT_ERR_INVALID_ARG, op, "%s", why);
     return ZT_OK;
 }
 
