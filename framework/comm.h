@@ -10,9 +10,14 @@
  *   framework/comm_mpi.c    CPU ranks (world size > 1): the MODULE libzt-comm-mpi.so, which links
  *                           MPI, so zt-run itself never does; launch.c finds and loads it
  *                           (docs/distributed.md).
- *   NCCL (GPU ranks) arrives with multi-GPU support: it implements this table too (ncclCommSplit
- *   per group on comm_stream), and zt_runtime_create picks a backend by how the process was
- *   launched.
+ *   framework/comm_nccl.c   GPU ranks (world size > 1 on a CUDA run): the MODULE
+ *                           libzt-comm-nccl.so, which links NCCL and the CUDA runtime; launch.c
+ *                           loads it and carries rank 0's NCCL id to the others (TCP rendezvous,
+ *                           or MPI). Each group is its own non-blocking NCCL communicator; every
+ *                           operation runs on the stream it is given and is watched (an event
+ *                           after it, a watchdog thread that aborts NCCL and ends the process
+ *                           past comm.timeout_s). Buffers are device memory.
+ * zt_runtime_create picks the backend by how the process was launched and the run's device.
  */
 #ifndef ZT_FRAMEWORK_COMM_H
 #define ZT_FRAMEWORK_COMM_H

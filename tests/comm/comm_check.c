@@ -11,12 +11,20 @@
  *   comm_check fail-alone       rank 1 stops with an error of its own before all_reduce #3.
  *   comm_check launched N       one all_reduce in a job that must have N ranks (zt-run --nproc).
  *   comm_check --nproc N ARGS   starts `comm_check ARGS` as N ranks through zt_launch_local.
+ *   comm_check --fork N ARGS    starts `comm_check ARGS` as N children the way --nproc starts GPU
+ *                               ranks (zt_launch_local_mode ZT_NPROC_FORK), on any machine.
+ *   comm_check fork-child MODE  such a child: gets rank 0's 128-byte id through the TCP rendezvous
+ *                               (ZT_MASTER_ADDR/ZT_MASTER_PORT), checks it, then per MODE: ok;
+ *                               fail (rank 1 exits 3); kill (rank 1 dies by SIGKILL); stuck (rank 1
+ *                               exits 5 while rank 0 sleeps); sleep (every rank sleeps; fork.sh
+ *                               signals zt-run's process).
  * The shell tests next to this file (watchdog.sh, nproc.sh) run the other modes and check what the
  * job prints.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -419,8 +427,70 @@ static int run_launched(const char *expected_ranks)
     return zt_test_result();
 }
 
+/* The id rank 0 sends: a pattern every rank knows, so the others can tell it arrived whole. */
+static unsigned char fake_id_byte(int i) { return (unsigned char)(i * 7 + 13); }
+
+static int run_fork_child(const char *mode)
+{
+    zt_launch l;
+    zt_error err;
+    if (zt_launch_detect(&l, &err) != ZT_OK) {
+        fprintf(stderr, "comm_check: %s\n", err.msg);
+        return 1;
+    }
+    char addr[256];
+    int port = 0, found = 0;
+    if (zt_launch_rendezvous_address(addr, sizeof addr, &port, &found, &err) != ZT_OK || !found) {
+        fprintf(stderr, "comm_check: no rendezvous address: %s\n", found ? err.msg : "none set");
+        return 1;
+    }
+    unsigned char id[128];
+    for (int i = 0; i < 128; i++) id[i] = l.rank == 0 ? fake_id_byte(i) : 0;
+    if (zt_rendezvous_exchange(addr, port, l.rank, l.world_size, 20, id, sizeof id, &err) != ZT_OK) {
+        fprintf(stderr, "comm_check: %s\n", err.msg);
+        return 1;
+    }
+    for (int i = 0; i < 128; i++)
+        if (id[i] != fake_id_byte(i)) {
+            fprintf(stderr, "rank %d: byte %d of the id is %u, rank 0 sent %u\n", l.rank, i, id[i], fake_id_byte(i));
+            return 1;
+        }
+    printf("rank %d of %d: got the id (launcher %s, local rank %d, NCCL_NVLS_ENABLE=%s)\n", l.rank, l.world_size,
+           l.launcher, l.local_rank, getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset");
+    fprintf(stderr, "rank %d: pid %d, a line on stderr\n", l.rank, (int)getpid());
+    fflush(NULL);
+    if (strcmp(mode, "sleep") == 0) {
+        sleep(60);
+        return 1;
+    }
+    if (l.rank == 1 && strcmp(mode, "fail") == 0) return 3;
+    if (l.rank == 1 && strcmp(mode, "kill") == 0) raise(SIGKILL);
+    if (strcmp(mode, "stuck") == 0) {
+        if (l.rank == 1) return 5;
+        sleep(60); /* zt-run must end it */
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    const char *fork_n = argc >= 3 && strcmp(argv[1], "--fork") == 0          ? argv[2]
+                         : argc >= 2 && strncmp(argv[1], "--fork=", 7) == 0 ? argv[1] + 7
+                                                                            : NULL;
+    if (fork_n) {
+        zt_error err;
+        /* As --nproc / --nproc=N, which the launch strips from the children's command line. */
+        char nproc_eq[32];
+        snprintf(nproc_eq, sizeof nproc_eq, "--nproc=%s", fork_n);
+        argv[1] = strcmp(argv[1], "--fork") == 0 ? "--nproc" : nproc_eq;
+        if (zt_launch_local_mode(fork_n, ZT_NPROC_FORK, argc, argv, &err) != ZT_OK) {
+            fprintf(stderr, "comm_check: error: %s\n", err.msg);
+            return 1;
+        }
+        return 0; /* --fork 1: nothing started */
+    }
+    if (argc == 3 && strcmp(argv[1], "fork-child") == 0) return run_fork_child(argv[2]);
     const char *nproc = argc >= 3 && strcmp(argv[1], "--nproc") == 0          ? argv[2]
                         : argc >= 2 && strncmp(argv[1], "--nproc=", 8) == 0 ? argv[1] + 8
                                                                             : NULL;

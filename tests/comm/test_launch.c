@@ -14,7 +14,8 @@
 static const char *const k_launch_vars[] = {
     "ZT_RANK", "ZT_WORLD_SIZE", "ZT_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_NTASKS",
-    "SLURM_LOCALID", "SLURM_STEP_ID", "ZT_COMM_MPI_LIBRARY", NULL};
+    "SLURM_LOCALID", "SLURM_STEP_ID", "ZT_COMM_MPI_LIBRARY", "RANK", "WORLD_SIZE", "LOCAL_RANK", "ZT_LAUNCHER",
+    "ZT_MASTER_ADDR", "ZT_MASTER_PORT", "MASTER_ADDR", "MASTER_PORT", "ZT_COMM_NCCL_LIBRARY", NULL};
 
 /* Unsets every launch variable, then sets "NAME=VALUE" pairs from a NULL-terminated list. */
 static void set_env(const char *const *assignments)
@@ -47,6 +48,60 @@ static void expect_launch_error(const char *const *env, const char *needle)
     zt_error err = {0};
     ZT_CHECK_INT(zt_launch_detect(&l, &err), ZT_ERR_CONFIG);
     ZT_CHECK_CONTAINS(err.msg, needle);
+}
+
+/* torchrun's variables, the lowest in precedence; the rendezvous address beside them. */
+static void test_torchrun(void)
+{
+    expect_launch((const char *[]){"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "MASTER_ADDR=node0", "MASTER_PORT=29500",
+                                   NULL}, 3, 4, 1, "torchrun");
+    expect_launch((const char *[]){"RANK=0", "WORLD_SIZE=2", NULL}, 0, 2, -1, "torchrun");
+    /* A launcher that sets its own variables wins over RANK/WORLD_SIZE left in the environment. */
+    expect_launch((const char *[]){"RANK=3", "WORLD_SIZE=4", "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", NULL},
+                  1, 2, -1, "mpirun");
+    expect_launch_error((const char *[]){"RANK=1", NULL}, "RANK is set but WORLD_SIZE is not (torchrun (or another "
+                                                          "launcher that sets RANK and WORLD_SIZE) sets both)");
+    expect_launch_error((const char *[]){"RANK=4", "WORLD_SIZE=4", NULL}, "RANK=4 but WORLD_SIZE=4");
+    expect_launch_error((const char *[]){"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=x", NULL},
+                        "LOCAL_RANK='x' is not a whole number from 0 to 1");
+    /* zt-run --nproc's children name it. */
+    expect_launch((const char *[]){"ZT_RANK=1", "ZT_WORLD_SIZE=2", "ZT_LAUNCHER=zt-run --nproc", NULL}, 1, 2, -1,
+                  "zt-run --nproc");
+    expect_launch((const char *[]){"ZT_RANK=1", "ZT_WORLD_SIZE=2", "ZT_LAUNCHER=something else", NULL}, 1, 2, -1,
+                  "ZT_WORLD_SIZE");
+
+    char addr[256] = "";
+    int port = 0, found = -1;
+    zt_error err = {0};
+    set_env((const char *[]){"MASTER_ADDR=node0", "MASTER_PORT=29500", NULL});
+    ZT_CHECK_INT(zt_launch_rendezvous_address(addr, sizeof addr, &port, &found, &err), ZT_OK);
+    ZT_CHECK_INT(found, 1);
+    ZT_CHECK(strcmp(addr, "node0") == 0);
+    ZT_CHECK_INT(port, 29500);
+    /* zt's own pair wins. */
+    set_env((const char *[]){"MASTER_ADDR=node0", "MASTER_PORT=29500", "ZT_MASTER_ADDR=10.0.0.7", "ZT_MASTER_PORT=1234",
+                             NULL});
+    ZT_CHECK_INT(zt_launch_rendezvous_address(addr, sizeof addr, &port, &found, &err), ZT_OK);
+    ZT_CHECK(strcmp(addr, "10.0.0.7") == 0);
+    ZT_CHECK_INT(port, 1234);
+    /* torchrun's agent holds MASTER_PORT with its own store: zt's rendezvous takes the next port. */
+    set_env((const char *[]){"MASTER_ADDR=node0", "MASTER_PORT=29500", NULL});
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    ZT_CHECK_INT(zt_launch_rendezvous_address(addr, sizeof addr, &port, &found, &err), ZT_OK);
+    ZT_CHECK_INT(port, 29501);
+    unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+    set_env(NULL);
+    ZT_CHECK_INT(zt_launch_rendezvous_address(addr, sizeof addr, &port, &found, &err), ZT_OK);
+    ZT_CHECK_INT(found, 0);
+    set_env((const char *[]){"ZT_MASTER_ADDR=node0", NULL});
+    ZT_CHECK_INT(zt_launch_rendezvous_address(addr, sizeof addr, &port, &found, &err), ZT_ERR_CONFIG);
+    ZT_CHECK_CONTAINS(err.msg, "ZT_MASTER_ADDR is set but ZT_MASTER_PORT is not");
+    set_env((const char *[]){"MASTER_PORT=29500", NULL});
+    ZT_CHECK_INT(zt_launch_rendezvous_address(addr, sizeof addr, &port, &found, &err), ZT_ERR_CONFIG);
+    ZT_CHECK_CONTAINS(err.msg, "MASTER_PORT is set but MASTER_ADDR is not");
+    set_env((const char *[]){"ZT_MASTER_ADDR=node0", "ZT_MASTER_PORT=70000", NULL});
+    ZT_CHECK_INT(zt_launch_rendezvous_address(addr, sizeof addr, &port, &found, &err), ZT_ERR_CONFIG);
+    ZT_CHECK_CONTAINS(err.msg, "ZT_MASTER_PORT='70000' is not a TCP port (1 to 65535)");
 }
 
 static void test_detect(void)
@@ -119,8 +174,36 @@ static void test_launch_local_refusals(void)
     expect_local_error("3", NULL, "--nproc 3 starts CPU ranks with Open MPI's mpirun, which is not on PATH: install "
                                   "it (Debian/Ubuntu: apt-get install openmpi-bin)");
     if (saved) setenv("PATH", saved, 1);
-    free(saved);
 
+    /* GPU ranks: device=cuda asked for on a machine without a usable GPU, or more ranks than GPUs. */
+    set_env(NULL);
+    int n_gpus = 0;
+    zt_error cuda_err;
+    int have_gpus = zt_runtime_cuda_devices(&n_gpus, &cuda_err) == ZT_OK;
+    char nproc_text[16];
+    snprintf(nproc_text, sizeof nproc_text, "%d", have_gpus ? n_gpus + 1 : 2);
+    char *cuda_argv[] = {"zt-run", "--nproc", nproc_text, "--set", "device=cuda", "--data", "d", NULL};
+    zt_error gpu_err = {0};
+    ZT_CHECK(zt_launch_local(nproc_text, 7, cuda_argv, &gpu_err) != ZT_OK);
+    if (have_gpus) {
+        ZT_CHECK_CONTAINS(gpu_err.msg, "starts one rank per GPU, but this process sees");
+    } else {
+        char want[96];
+        snprintf(want, sizeof want, "--nproc %s with device=cuda starts one rank per GPU, but ", nproc_text);
+        ZT_CHECK_CONTAINS(gpu_err.msg, want);
+        ZT_CHECK_CONTAINS(gpu_err.msg, "or start CPU ranks (--set device=cpu)");
+        /* The same when forced (as a GPU test program does). */
+        ZT_CHECK(zt_launch_local_mode("2", ZT_NPROC_GPU, 3, (char *[]){"t", "--nproc", "2", NULL}, &gpu_err) != ZT_OK);
+        ZT_CHECK_CONTAINS(gpu_err.msg, "--nproc 2 with device=cuda starts one rank per GPU, but ");
+        /* device=auto (the default) without GPUs: CPU ranks through mpirun, which is not on this PATH. */
+        setenv("PATH", "/nonexistent-zt-test-dir", 1);
+        char *auto_argv[] = {"zt-run", "--nproc", "2", "--set=device=auto", NULL};
+        ZT_CHECK(zt_launch_local("2", 4, auto_argv, &gpu_err) != ZT_OK);
+        ZT_CHECK_CONTAINS(gpu_err.msg, "--nproc 2 starts CPU ranks with Open MPI's mpirun, which is not on PATH");
+        if (saved) setenv("PATH", saved, 1);
+    }
+
+    free(saved);
     /* --nproc 1 is a run in this process: nothing is started. */
     set_env(NULL);
     char *argv[] = {"comm_check", "--nproc", "1", NULL};
@@ -158,9 +241,28 @@ static void test_backend_errors(void)
     zt_launch two = {.rank = 0, .world_size = 2, .local_rank = 0, .launcher = "mpirun"};
     zt_comm_backend *backend = NULL;
     zt_error err = {0};
-    ZT_CHECK_INT(zt_launch_comm_create(&two, ZT_DEVICE_CUDA, 300, &backend, &err), ZT_ERR_UNSUPPORTED);
-    ZT_CHECK_CONTAINS(err.msg, "this run has 2 ranks (from mpirun) on GPUs, but GPU ranks talk through NCCL, which "
-                               "this build of zt does not have yet");
+    /* GPU ranks: the NCCL module's messages. */
+    set_env((const char *[]){"ZT_COMM_NCCL_LIBRARY=/nonexistent/libzt-comm-nccl.so", NULL});
+    ZT_CHECK_INT(zt_launch_comm_create(&two, ZT_DEVICE_CUDA, 300, &backend, &err), ZT_ERR_NOT_FOUND);
+    ZT_CHECK_CONTAINS(err.msg, "this run has 2 ranks (from mpirun) on GPUs but zt's NCCL backend "
+                               "/nonexistent/libzt-comm-nccl.so (ZT_COMM_NCCL_LIBRARY) cannot be loaded");
+    set_env((const char *[]){"ZT_COMM_NCCL_LIBRARY=" ZT_TEST_NOT_A_BACKEND, NULL});
+    ZT_CHECK_INT(zt_launch_comm_create(&two, ZT_DEVICE_CUDA, 300, &backend, &err), ZT_ERR_NOT_FOUND);
+    ZT_CHECK_CONTAINS(err.msg, "(ZT_COMM_NCCL_LIBRARY) does not export zt_comm_nccl_create_v1 and "
+                               "zt_comm_nccl_unique_id_v1: it is not zt's NCCL backend");
+    ZT_CHECK(backend == NULL);
+    /* A rendezvous address that is half given is refused before anything connects. */
+#if ZT_TEST_HAVE_NCCL
+    zt_launch two_gpus = {.rank = 1, .world_size = 2, .local_rank = 1, .launcher = "torchrun"};
+    set_env((const char *[]){"MASTER_ADDR=127.0.0.1", NULL});
+    ZT_CHECK_INT(zt_launch_comm_create(&two_gpus, ZT_DEVICE_CUDA, 1, &backend, &err), ZT_ERR_CONFIG);
+    ZT_CHECK_CONTAINS(err.msg, "MASTER_ADDR is set but MASTER_PORT is not");
+#endif
+
+    /* --nproc started GPU ranks, but the run resolved to the CPU (a config file's device=cpu). */
+    expect_runtime_error((const char *[]){"ZT_RANK=0", "ZT_WORLD_SIZE=2", "ZT_LAUNCHER=zt-run --nproc", NULL},
+                         ZT_ERR_CONFIG, "zt-run --nproc started these 2 ranks for GPUs (device auto or cuda on the "
+                                        "command line, GPUs present), but this run resolved to the CPU");
 
 }
 
@@ -218,6 +320,7 @@ int main(int argc, char **argv)
         return zt_test_result();
     }
     test_detect();
+    test_torchrun();
     test_launch_local_refusals();
     test_single_process();
     test_timeout_key();

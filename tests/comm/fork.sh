@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The supervisor of `zt-run --nproc N` on GPUs, on any machine: comm_check --fork N starts its
+# children exactly as --nproc starts GPU ranks (ZT_NPROC_FORK skips only the GPU and NCCL checks).
+# The children really meet at the TCP rendezvous (ZT_MASTER_ADDR/ZT_MASTER_PORT from the launch)
+# and check rank 0's id; then one fails, dies, or the job is signalled, and the job must say which
+# rank and how, end the others, and exit non-zero, well within the 10 s grace.
+# usage: fork.sh COMM_CHECK TEST_LIB
+set -u
+comm_check=$1
+. "$2"
+
+# Every rank meets; rank 0's lines are as a single process writes them, the others' are prefixed.
+expect_ok "[rank 1] rank 1 of 2: got the id (launcher zt-run --nproc, local rank 1, NCCL_NVLS_ENABLE=0)" \
+          "[rank 1] rank 1: pid" -- "$comm_check" --fork 2 fork-child ok
+grep -qx "rank 0 of 2: got the id (launcher zt-run --nproc, local rank 0, NCCL_NVLS_ENABLE=0)" <<<"$ZT_OUT" ||
+    { echo "FAIL: rank 0's line is not unprefixed:"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1)); }
+expect_ok "[rank 3] rank 3 of 4: got the id" "[rank 2] rank 2 of 4: got the id" -- "$comm_check" --fork=4 fork-child ok
+# An NCCL_NVLS_ENABLE the user set is kept.
+expect_ok "[rank 1] rank 1 of 2: got the id (launcher zt-run --nproc, local rank 1, NCCL_NVLS_ENABLE=7)" -- \
+    env NCCL_NVLS_ENABLE=7 "$comm_check" --fork 2 fork-child ok
+
+# A rank that fails: named with its exit code, which becomes the job's.
+expect_fail "zt-run: rank 1 of 2 exited with code 3" -- "$comm_check" --fork 2 fork-child fail
+[ "$ZT_RC" -eq 3 ] || { echo "FAIL: the job's exit code is the failed rank's (3), got $ZT_RC"; zt_failures=$((zt_failures+1)); }
+
+# A rank that fails while another is stuck: the other is ended (SIGTERM), promptly.
+start=$SECONDS
+expect_fail "zt-run: rank 1 of 2 exited with code 5; ending the other ranks" -- "$comm_check" --fork 2 fork-child stuck
+[ "$ZT_RC" -eq 5 ] || { echo "FAIL: exit code 5 expected, got $ZT_RC"; zt_failures=$((zt_failures+1)); }
+[ $((SECONDS - start)) -lt 15 ] || { echo "FAIL: the stuck rank was not ended promptly"; zt_failures=$((zt_failures+1)); }
+
+# A rank that dies by a signal: named with it; the job exits 128 + 9.
+_zt_run "$comm_check" --fork 2 fork-child kill
+if [ "$ZT_RC" -ne 137 ] || ! grep -qF "zt-run: rank 1 of 2 was killed by signal 9" <<<"$ZT_OUT"; then
+    echo "FAIL: a killed rank: expected exit 137 and its name, got $ZT_RC:"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1))
+fi
+
+# SIGTERM to the launching process reaches every rank, and none is left behind.
+log=$(mktemp)
+"$comm_check" --fork 2 fork-child sleep >"$log" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ "$(grep -c "pid" "$log")" -ge 2 ] && break; sleep 0.1; done
+kill -TERM "$job"
+wait "$job"
+rc=$?
+pids=$(sed -n 's/.*rank [0-9]*: pid \([0-9]*\),.*/\1/p' "$log")
+[ "$(wc -w <<<"$pids")" -eq 2 ] || { echo "FAIL: both ranks should have started:"; cat "$log"; zt_failures=$((zt_failures+1)); }
+[ "$rc" -ne 0 ] || { echo "FAIL: a job ended by SIGTERM exits non-zero"; zt_failures=$((zt_failures+1)); }
+grep -qF "was killed by signal 15" "$log" || { echo "FAIL: expected the rank ended by SIGTERM to be named:"; cat "$log"; zt_failures=$((zt_failures+1)); }
+for p in $pids; do
+    if kill -0 "$p" 2>/dev/null; then echo "FAIL: rank process $p outlived the job"; zt_failures=$((zt_failures+1)); kill -KILL "$p"; fi
+done
+rm -f "$log"
+finish
