@@ -2,6 +2,13 @@
  * inputs; bench/attention/run.py runs it next to PyTorch's SDPA. Prints one line of key=value.
  *
  *   zt-bench-flash --batch 8 --seq 2048 --heads 32 [--kv-heads 32] [--dim 128] [--iters 20]
+ *                  [--kernel auto|mma|wgmma] [--backward-kernel auto|mma|wgmma]
+ *
+ * --kernel picks the kernels (default: ZT_FLASH_KERNEL, else auto), --backward-kernel the backward's
+ * alone (default: ZT_FLASH_BACKWARD_KERNEL, else as --kernel). With a wgmma kernel it also runs the
+ * mma kernel once on the same inputs and prints the relative L2 difference of the outputs
+ * (vs_mma_rel_l2: o for the forward, dq, dk, dv for the backward, the largest), a correctness check
+ * at the benchmark's own, larger shapes; above 2e-2 it fails.
  *
  * Times are medians over --iters runs, each between two CUDA events, after 3 warm-up runs.
  * FLOPs follow the FlashAttention papers' convention for causal attention: forward
@@ -11,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cuda/kernels_cuda.h"
+#include "cuda/flash_kernel.h"
 
 static void die(const char *what, const char *detail)
 {
@@ -64,6 +71,10 @@ int main(int argc, char **argv)
 {
     zt_cuda_attention_shape s = {.batch = 8, .seq = 2048, .heads = 32, .kv_heads = 0, .head_dim = 128};
     int iters = 20;
+    zt_cuda_flash_kernel kernel, bwd_kernel;
+    check("ZT_FLASH_KERNEL", zt_cuda_flash_kernel_from_env(&kernel));
+    check("ZT_FLASH_BACKWARD_KERNEL", zt_cuda_flash_backward_kernel_from_env(&bwd_kernel));
+    int bwd_named = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--batch")) s.batch = parse_arg(argv[i], argv[i + 1]);
         else if (!strcmp(argv[i], "--seq")) s.seq = parse_arg(argv[i], argv[i + 1]);
@@ -71,7 +82,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--kv-heads")) s.kv_heads = parse_arg(argv[i], argv[i + 1]);
         else if (!strcmp(argv[i], "--dim")) s.head_dim = parse_arg(argv[i], argv[i + 1]);
         else if (!strcmp(argv[i], "--iters")) iters = (int)parse_arg(argv[i], argv[i + 1]);
-        else die(argv[i], "unknown option (--batch --seq --heads --kv-heads --dim --iters)");
+        else if (!strcmp(argv[i], "--kernel")) check("--kernel", zt_cuda_flash_kernel_parse(argv[i + 1], &kernel));
+        else if (!strcmp(argv[i], "--backward-kernel")) {
+            check("--backward-kernel", zt_cuda_flash_kernel_parse(argv[i + 1], &bwd_kernel));
+            bwd_named = 1;
+        }
+        else die(argv[i], "unknown option (--batch --seq --heads --kv-heads --dim --iters --kernel "
+                          "--backward-kernel)");
     }
     if (argc % 2 == 0) die(argv[argc - 1], "option without a value");
     if (s.kv_heads == 0) s.kv_heads = s.heads;
@@ -91,6 +108,10 @@ int main(int argc, char **argv)
     check_cuda("cudaMalloc", cudaMalloc((void **)&dk, 2 * (size_t)nkv));
     check_cuda("cudaMalloc", cudaMalloc((void **)&dv, 2 * (size_t)nkv));
     check_cuda("cudaMalloc", cudaMalloc((void **)&lse, 4 * (size_t)(s.batch * s.heads * s.seq)));
+    /* --kernel alone sets both, unless ZT_FLASH_BACKWARD_KERNEL names the backward's */
+    if (!bwd_named && !getenv("ZT_FLASH_BACKWARD_KERNEL")) bwd_kernel = kernel;
+    check("--kernel", zt_cuda_flash_kernel_resolve(ctx, &s, kernel, &kernel));
+    check("--backward-kernel", zt_cuda_flash_kernel_resolve(ctx, &s, bwd_kernel, &bwd_kernel));
     cudaStream_t stream;
     check_cuda("cudaStreamCreate", cudaStreamCreate(&stream));
     cudaEvent_t start, stop;
@@ -100,30 +121,77 @@ int main(int argc, char **argv)
     float *fwd_ms = malloc(sizeof(float) * (size_t)iters), *both_ms = malloc(sizeof(float) * (size_t)iters);
     for (int run = -3; run < iters; run++) { /* 3 warm-up runs */
         check_cuda("cudaEventRecord", cudaEventRecord(start, stream));
-        check("forward", zt_cuda_flash_attention_forward(ctx, stream, &s, q, k, v, NULL, o, lse));
+        check("forward", zt_cuda_flash_attention_forward_kernel(ctx, stream, &s, kernel, q, k, v, NULL, o, lse));
         check_cuda("cudaEventRecord", cudaEventRecord(stop, stream));
         check_cuda("forward", cudaEventSynchronize(stop));
         if (run >= 0) check_cuda("cudaEventElapsedTime", cudaEventElapsedTime(&fwd_ms[run], start, stop));
     }
     for (int run = -3; run < iters; run++) {
         check_cuda("cudaEventRecord", cudaEventRecord(start, stream));
-        check("forward", zt_cuda_flash_attention_forward(ctx, stream, &s, q, k, v, NULL, o, lse));
-        check("backward", zt_cuda_flash_attention_backward(ctx, stream, &s, q, k, v, NULL, o, lse,
-                                                           dout, dq, dk, dv));
+        check("forward", zt_cuda_flash_attention_forward_kernel(ctx, stream, &s, kernel, q, k, v, NULL, o, lse));
+        check("backward", zt_cuda_flash_attention_backward_kernel(ctx, stream, &s, bwd_kernel, q, k, v, NULL,
+                                                                  o, lse, dout, dq, dk, dv));
         check_cuda("cudaEventRecord", cudaEventRecord(stop, stream));
         check_cuda("forward + backward", cudaEventSynchronize(stop));
         if (run >= 0) check_cuda("cudaEventElapsedTime", cudaEventElapsedTime(&both_ms[run], start, stop));
+    }
+    /* the wgmma kernels' outputs against the mma kernels' at this shape (bf16, relative L2) */
+    double vs_mma = -1.0;
+    if (kernel == ZT_CUDA_FLASH_WGMMA || bwd_kernel == ZT_CUDA_FLASH_WGMMA) {
+        uint16_t *outs[4] = {o, dq, dk, dv}, *refs[4];
+        int64_t sizes[4] = {nq, nq, nkv, nkv};
+        float *lse_ref;
+        for (int i = 0; i < 4; i++)
+            check_cuda("cudaMalloc", cudaMalloc((void **)&refs[i], 2 * (size_t)sizes[i]));
+        check_cuda("cudaMalloc", cudaMalloc((void **)&lse_ref, 4 * (size_t)(s.batch * s.heads * s.seq)));
+        check("forward", zt_cuda_flash_attention_forward_kernel(ctx, stream, &s, kernel, q, k, v, NULL, o, lse));
+        check("backward", zt_cuda_flash_attention_backward_kernel(ctx, stream, &s, bwd_kernel, q, k, v, NULL,
+                                                                  o, lse, dout, dq, dk, dv));
+        check("forward (mma)", zt_cuda_flash_attention_forward_kernel(ctx, stream, &s, ZT_CUDA_FLASH_MMA, q, k,
+                                                                       v, NULL, refs[0], lse_ref));
+        check("backward (mma)", zt_cuda_flash_attention_backward_kernel(ctx, stream, &s, ZT_CUDA_FLASH_MMA, q,
+                                                                        k, v, NULL, refs[0], lse_ref, dout,
+                                                                        refs[1], refs[2], refs[3]));
+        check_cuda("forward + backward", cudaStreamSynchronize(stream));
+        static const char *const names[4] = {"o", "dq", "dk", "dv"};
+        for (int t = 0; t < 4; t++) {
+            if (t == 0 && kernel != ZT_CUDA_FLASH_WGMMA) continue;
+            if (t > 0 && bwd_kernel != ZT_CUDA_FLASH_WGMMA && kernel != ZT_CUDA_FLASH_WGMMA) continue;
+            uint16_t *a = malloc(2 * (size_t)sizes[t]), *b = malloc(2 * (size_t)sizes[t]);
+            if (!a || !b) die("malloc", "out of host memory");
+            check_cuda("cudaMemcpy", cudaMemcpy(a, outs[t], 2 * (size_t)sizes[t], cudaMemcpyDeviceToHost));
+            check_cuda("cudaMemcpy", cudaMemcpy(b, refs[t], 2 * (size_t)sizes[t], cudaMemcpyDeviceToHost));
+            double diff = 0.0, norm = 0.0;
+            for (int64_t i = 0; i < sizes[t]; i++) {
+                uint32_t ua = (uint32_t)a[i] << 16, ub = (uint32_t)b[i] << 16;
+                float fa, fb;
+                memcpy(&fa, &ua, 4), memcpy(&fb, &ub, 4);
+                diff += ((double)fa - fb) * ((double)fa - fb), norm += (double)fb * fb;
+            }
+            double rel = norm > 0.0 ? sqrt(diff / norm) : (diff > 0.0 ? INFINITY : 0.0);
+            if (!(rel < 2e-2)) { /* NaN too */
+                fprintf(stderr, "zt-bench-flash: %s of the %s/%s kernels differs from the mma kernels': "
+                                "relative L2 %g (expected < 2e-2)\n", names[t],
+                        zt_cuda_flash_kernel_name(kernel), zt_cuda_flash_kernel_name(bwd_kernel), rel);
+                return 1;
+            }
+            if (rel > vs_mma) vs_mma = rel;
+            free(a), free(b);
+        }
+        for (int i = 0; i < 4; i++) cudaFree(refs[i]);
+        cudaFree(lse_ref);
     }
     qsort(fwd_ms, (size_t)iters, sizeof(float), compare_floats);
     qsort(both_ms, (size_t)iters, sizeof(float), compare_floats);
     double fwd = fwd_ms[iters / 2], both = both_ms[iters / 2];
     double fwd_flops = 4.0 * (double)s.batch * (double)s.heads * (double)s.seq * (double)s.seq *
                        (double)s.head_dim / 2.0;
-    printf("zt-flash batch=%lld seq=%lld heads=%lld kv_heads=%lld dim=%lld fwd_ms=%.4f "
-           "fwd_bwd_ms=%.4f fwd_tflops=%.1f fwd_bwd_tflops=%.1f fwd_min_ms=%.4f fwd_bwd_min_ms=%.4f\n",
-           (long long)s.batch, (long long)s.seq, (long long)s.heads, (long long)s.kv_heads,
-           (long long)s.head_dim, fwd, both, fwd_flops / (fwd * 1e9), 3.5 * fwd_flops / (both * 1e9),
-           (double)fwd_ms[0], (double)both_ms[0]);
+    printf("zt-flash kernel=%s backward_kernel=%s batch=%lld seq=%lld heads=%lld kv_heads=%lld dim=%lld fwd_ms=%.4f "
+           "fwd_bwd_ms=%.4f fwd_tflops=%.1f fwd_bwd_tflops=%.1f fwd_min_ms=%.4f fwd_bwd_min_ms=%.4f "
+           "vs_mma_rel_l2=%.2e\n",
+           zt_cuda_flash_kernel_name(kernel), zt_cuda_flash_kernel_name(bwd_kernel), (long long)s.batch, (long long)s.seq, (long long)s.heads,
+           (long long)s.kv_heads, (long long)s.head_dim, fwd, both, fwd_flops / (fwd * 1e9),
+           3.5 * fwd_flops / (both * 1e9), (double)fwd_ms[0], (double)both_ms[0], vs_mma);
     free(fwd_ms), free(both_ms);
     cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(dout), cudaFree(o), cudaFree(dq), cudaFree(dk);
     cudaFree(dv), cudaFree(lse);

@@ -19,6 +19,7 @@
  */
 #include <math.h>
 #include "cuda/flash_common.cuh"
+#include "cuda/flash_kernel.h"
 
 namespace {
 
@@ -336,11 +337,14 @@ __global__ void flash_dq_kernel(int64_t n, const float *dq_accum, float scale, b
 }
 
 template <int D>
-zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p)
+zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p,
+                          zt_cuda_flash_kernel kernel)
 {
     const char *what = "flash attention backward";
     constexpr size_t smem = backward_smem_bytes<D>();
-    zt_status st = flash_prepare(ctx, what, flash_backward_kernel<D>, smem);
+    /* checks first, so that a GPU that cannot run the kernel gets nothing enqueued */
+    zt_status st = kernel == ZT_CUDA_FLASH_WGMMA ? zt_flash_backward_wgmma(ctx, stream, &p, D, 0)
+                                                 : flash_prepare(ctx, what, flash_backward_kernel<D>, smem);
     if (st != ZT_OK) return st;
     int64_t rows = (int64_t)p.batch * p.seq * p.heads;
     cudaError_t e = cudaMemsetAsync(p.dq_accum, 0, (size_t)rows * D * sizeof(float), stream);
@@ -349,9 +353,13 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_par
                             cudaGetErrorString(e));
     flash_delta_kernel<D><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p);
     if ((st = zt_cuda_check_launch("flash attention backward (delta)")) != ZT_OK) return st;
-    dim3 grid((unsigned)((p.seq + BC - 1) / BC), (unsigned)p.kv_heads, (unsigned)p.batch);
-    flash_backward_kernel<D><<<grid, THREADS, smem, stream>>>(p);
-    if ((st = zt_cuda_check_launch(what)) != ZT_OK) return st;
+    if (kernel == ZT_CUDA_FLASH_WGMMA) {
+        if ((st = zt_flash_backward_wgmma(ctx, stream, &p, D, 1)) != ZT_OK) return st;
+    } else {
+        dim3 grid((unsigned)((p.seq + BC - 1) / BC), (unsigned)p.kv_heads, (unsigned)p.batch);
+        flash_backward_kernel<D><<<grid, THREADS, smem, stream>>>(p);
+        if ((st = zt_cuda_check_launch(what)) != ZT_OK) return st;
+    }
     flash_dq_kernel<<<zt_grid_for(rows * D, 256, ctx), 256, 0, stream>>>(rows * D, p.dq_accum,
                                                                          p.scale, p.dq);
     return zt_cuda_check_launch("flash attention backward (dq)");
@@ -365,15 +373,18 @@ uint64_t zt_cuda_flash_attention_backward_scratch_bytes(const zt_cuda_attention_
     return zt_round_up(rows * (uint64_t)s->head_dim * sizeof(float), 256) + rows * sizeof(float);
 }
 
-zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream,
-                                           const zt_cuda_attention_shape *s, const uint16_t *q,
-                                           const uint16_t *k, const uint16_t *v,
-                                           const int32_t *doc_ids, const uint16_t *o,
-                                           const float *lse, const uint16_t *dout, uint16_t *dq,
-                                           uint16_t *dk, uint16_t *dv)
+zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                                  const zt_cuda_attention_shape *s,
+                                                  zt_cuda_flash_kernel kernel, const uint16_t *q,
+                                                  const uint16_t *k, const uint16_t *v,
+                                                  const int32_t *doc_ids, const uint16_t *o,
+                                                  const float *lse, const uint16_t *dout, uint16_t *dq,
+                                                  uint16_t *dk, uint16_t *dv)
 {
     const void *ptrs[] = {q, k, v, o, lse, dout, dq, dk, dv};
     zt_status st = flash_check("flash attention backward", s, ptrs, 9);
+    if (st != ZT_OK) return st;
+    st = zt_cuda_flash_kernel_resolve(ctx, s, kernel, &kernel);
     if (st != ZT_OK) return st;
     char *scratch = (char *)zt_cuda_scratch(
         ctx, zt_cuda_flash_attention_backward_scratch_bytes(s), "flash attention backward");
@@ -392,6 +403,20 @@ zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream
     p.dv = (bf16 *)dv;
     p.dq_accum = (float *)scratch;
     p.delta = (float *)(scratch + zt_round_up(rows * (uint64_t)s->head_dim * sizeof(float), 256));
-    return s->head_dim == 64 ? launch_backward<64>(ctx, stream, p)
-                             : launch_backward<128>(ctx, stream, p);
+    return s->head_dim == 64 ? launch_backward<64>(ctx, stream, p, kernel)
+                             : launch_backward<128>(ctx, stream, p, kernel);
+}
+
+zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                           const zt_cuda_attention_shape *s, const uint16_t *q,
+                                           const uint16_t *k, const uint16_t *v,
+                                           const int32_t *doc_ids, const uint16_t *o,
+                                           const float *lse, const uint16_t *dout, uint16_t *dq,
+                                           uint16_t *dk, uint16_t *dv)
+{
+    zt_cuda_flash_kernel kernel;
+    zt_status st = zt_cuda_flash_backward_kernel_from_env(&kernel);
+    if (st != ZT_OK) return st;
+    return zt_cuda_flash_attention_backward_kernel(ctx, stream, s, kernel, q, k, v, doc_ids, o, lse,
+                                                   dout, dq, dk, dv);
 }

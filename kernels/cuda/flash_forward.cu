@@ -13,7 +13,11 @@
  * Grouped-query attention reads kv head h / group directly: K/V are never repeated.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <atomic>
+#include <string.h>
 #include "cuda/flash_common.cuh"
+#include "cuda/flash_kernel.h"
 
 namespace {
 
@@ -253,13 +257,98 @@ zt_status launch_forward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_para
 
 } // namespace
 
-zt_status zt_cuda_flash_attention_forward(zt_cuda_ctx *ctx, cudaStream_t stream,
-                                          const zt_cuda_attention_shape *s, const uint16_t *q,
-                                          const uint16_t *k, const uint16_t *v,
-                                          const int32_t *doc_ids, uint16_t *o, float *lse)
+const char *zt_cuda_flash_kernel_name(zt_cuda_flash_kernel k)
+{
+    return k == ZT_CUDA_FLASH_MMA ? "mma" : k == ZT_CUDA_FLASH_WGMMA ? "wgmma" : "auto";
+}
+
+zt_status zt_cuda_flash_kernel_parse(const char *text, zt_cuda_flash_kernel *out)
+{
+    if (!text || !*text || !strcmp(text, "auto"))
+        *out = ZT_CUDA_FLASH_AUTO;
+    else if (!strcmp(text, "mma"))
+        *out = ZT_CUDA_FLASH_MMA;
+    else if (!strcmp(text, "wgmma"))
+        *out = ZT_CUDA_FLASH_WGMMA;
+    else
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                            "'%s' is not a flash attention kernel: use auto (wgmma on compute "
+                            "capability 9.0 GPUs, else mma), mma or wgmma", text);
+    return ZT_OK;
+}
+
+zt_status zt_cuda_flash_kernel_from_env(zt_cuda_flash_kernel *out)
+{
+    const char *text = getenv("ZT_FLASH_KERNEL");
+    if (zt_cuda_flash_kernel_parse(text, out) == ZT_OK) return ZT_OK;
+    return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                        "ZT_FLASH_KERNEL=%s is not a flash attention kernel: set it to auto (wgmma on "
+                        "compute capability 9.0 GPUs, else mma), mma or wgmma, or unset it", text);
+}
+
+zt_status zt_cuda_flash_backward_kernel_from_env(zt_cuda_flash_kernel *out)
+{
+    const char *text = getenv("ZT_FLASH_BACKWARD_KERNEL");
+    if (!text || !*text) return zt_cuda_flash_kernel_from_env(out);
+    if (zt_cuda_flash_kernel_parse(text, out) == ZT_OK) return ZT_OK;
+    return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                        "ZT_FLASH_BACKWARD_KERNEL=%s is not a flash attention kernel: set it to auto, "
+                        "mma or wgmma, or unset it (the backward then follows ZT_FLASH_KERNEL)", text);
+}
+
+zt_status zt_cuda_flash_kernel_resolve(zt_cuda_ctx *ctx, const zt_cuda_attention_shape *s,
+                                       zt_cuda_flash_kernel want, zt_cuda_flash_kernel *got)
+{
+    (void)s; /* both kernels take every shape flash_check accepts */
+    if (want == ZT_CUDA_FLASH_MMA) {
+        *got = ZT_CUDA_FLASH_MMA;
+        return ZT_OK;
+    }
+    /* every forward and backward asks: cache the answer per device (10 * major + minor, 0 = unknown) */
+    static std::atomic<int> cached_cc[64];
+    int major = 0, minor = 0;
+    int cached = ctx->device >= 0 && ctx->device < 64 ? cached_cc[ctx->device].load(std::memory_order_relaxed) : 0;
+    if (cached) {
+        major = cached / 10, minor = cached % 10;
+    } else {
+        cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->device);
+        if (e == cudaSuccess)
+            e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx->device);
+        if (e != cudaSuccess)
+            return zt_cuda_fail(ZT_ERR_DEVICE, "flash attention: cannot read the compute capability of GPU %d: %s",
+                                ctx->device, cudaGetErrorString(e));
+        if (ctx->device >= 0 && ctx->device < 64 && minor < 10)
+            cached_cc[ctx->device].store(10 * major + minor, std::memory_order_relaxed);
+    }
+    /* sm_90a code runs on compute capability 9.0 only (not on later GPUs) */
+    int runs = zt_cuda_flash_wgmma_built() && major == 9 && minor == 0;
+    if (want == ZT_CUDA_FLASH_AUTO) {
+        *got = runs ? ZT_CUDA_FLASH_WGMMA : ZT_CUDA_FLASH_MMA;
+        return ZT_OK;
+    }
+    if (!zt_cuda_flash_wgmma_built())
+        return zt_cuda_fail(ZT_ERR_UNSUPPORTED,
+                            "flash attention: the wgmma kernel is not in this build (it needs 90 in "
+                            "CMAKE_CUDA_ARCHITECTURES); unset ZT_FLASH_KERNEL or set it to mma or auto");
+    if (!runs)
+        return zt_cuda_fail(ZT_ERR_UNSUPPORTED,
+                            "flash attention: the wgmma kernel needs a compute capability 9.0 GPU (H100, "
+                            "H200); GPU %d is %d.%d. Unset ZT_FLASH_KERNEL or set it to mma or auto",
+                            ctx->device, major, minor);
+    *got = ZT_CUDA_FLASH_WGMMA;
+    return ZT_OK;
+}
+
+zt_status zt_cuda_flash_attention_forward_kernel(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                                 const zt_cuda_attention_shape *s,
+                                                 zt_cuda_flash_kernel kernel, const uint16_t *q,
+                                                 const uint16_t *k, const uint16_t *v,
+                                                 const int32_t *doc_ids, uint16_t *o, float *lse)
 {
     const void *ptrs[] = {q, k, v, o, lse};
     zt_status st = flash_check("flash attention forward", s, ptrs, 5);
+    if (st != ZT_OK) return st;
+    st = zt_cuda_flash_kernel_resolve(ctx, s, kernel, &kernel);
     if (st != ZT_OK) return st;
     flash_params p = flash_make_params(s);
     p.q = (const bf16 *)q;
@@ -268,6 +357,18 @@ zt_status zt_cuda_flash_attention_forward(zt_cuda_ctx *ctx, cudaStream_t stream,
     p.doc_ids = doc_ids;
     p.o_out = (bf16 *)o;
     p.lse_out = lse;
+    if (kernel == ZT_CUDA_FLASH_WGMMA) return zt_flash_forward_wgmma(ctx, stream, &p, (int)s->head_dim);
     return s->head_dim == 64 ? launch_forward<64>(ctx, stream, p)
                              : launch_forward<128>(ctx, stream, p);
+}
+
+zt_status zt_cuda_flash_attention_forward(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                          const zt_cuda_attention_shape *s, const uint16_t *q,
+                                          const uint16_t *k, const uint16_t *v,
+                                          const int32_t *doc_ids, uint16_t *o, float *lse)
+{
+    zt_cuda_flash_kernel kernel;
+    zt_status st = zt_cuda_flash_kernel_from_env(&kernel);
+    if (st != ZT_OK) return st;
+    return zt_cuda_flash_attention_forward_kernel(ctx, stream, s, kernel, q, k, v, doc_ids, o, lse);
 }

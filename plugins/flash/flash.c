@@ -1,6 +1,7 @@
 /* The flash attention plugin: causal attention in bf16 on NVIDIA GPUs (compute capability 8.0 or
  * newer) for training. Head sizes 64 and 128 run the FlashAttention-2 kernels of kernels/cuda
- * (tiles in shared memory, nothing of size T x T ever stored, K/V heads of a group never repeated);
+ * (tiles in shared memory, nothing of size T x T ever stored, K/V heads of a group never repeated;
+ * wgmma kernels on Hopper, mma.sync elsewhere: ZT_FLASH_KERNEL=auto|mma|wgmma);
  * any other head size up to 256 runs the exact kernels of exact.cu, correct but slow, so that small
  * models (tests, the HF fixtures) train on the GPU too; the plugin logs once when it uses them.
  * Packed rows: a query sees only keys of its own document (batch->doc_ids). docs/gpu.md.
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "../cuda_plugin.h"
+#include "cuda/flash_kernel.h"
 #include "exact.h"
 #include "../attention_args.h"
 
@@ -255,6 +257,26 @@ static zt_status flash_init(const zt_host *host, void **state)
                     (int)host->device->cc_major, (int)host->device->cc_minor);
         return ZT_ERR_UNSUPPORTED;
     }
+    /* ZT_FLASH_KERNEL: a bad value or a kernel this GPU cannot run fails here, not at the first step */
+    zt_cuda_flash_kernel kernel, bwd_kernel;
+    if (zt_cuda_flash_kernel_from_env(&kernel) != ZT_OK || zt_cuda_flash_backward_kernel_from_env(&bwd_kernel) != ZT_OK) {
+        host->error(host->ctx, ZT_ERR_INVALID_ARG, "%s", zt_cuda_last_error());
+        return ZT_ERR_INVALID_ARG;
+    }
+    int hopper = zt_cuda_flash_wgmma_built() && host->device->cc_major == 9 && host->device->cc_minor == 0;
+    if ((kernel == ZT_CUDA_FLASH_WGMMA || bwd_kernel == ZT_CUDA_FLASH_WGMMA) && !hopper) {
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED,
+                    "%s=wgmma: the wgmma flash kernels need a compute capability 9.0 GPU (H100, H200) and a build "
+                    "with 90 in CMAKE_CUDA_ARCHITECTURES (this GPU: %d.%d, sm_90a code %s); unset it or set it to "
+                    "auto or mma",
+                    kernel == ZT_CUDA_FLASH_WGMMA ? "ZT_FLASH_KERNEL" : "ZT_FLASH_BACKWARD_KERNEL",
+                    (int)host->device->cc_major, (int)host->device->cc_minor,
+                    zt_cuda_flash_wgmma_built() ? "built" : "not built");
+        return ZT_ERR_UNSUPPORTED;
+    }
+    host->log(host->ctx, ZT_LOG_DEBUG, "flash attention: forward on the %s kernel, backward on the %s kernel",
+              kernel == ZT_CUDA_FLASH_MMA || (kernel == ZT_CUDA_FLASH_AUTO && !hopper) ? "mma.sync" : "wgmma",
+              bwd_kernel == ZT_CUDA_FLASH_MMA || (bwd_kernel == ZT_CUDA_FLASH_AUTO && !hopper) ? "mma.sync" : "wgmma");
     flash_state *s = host->alloc(host->ctx, ZT_POOL_OTHER, ZT_MEM_HOST, sizeof *s, 0, "flash state");
     if (!s) return ZT_ERR_OUT_OF_MEMORY;
     memset(s, 0, sizeof *s);
@@ -286,7 +308,8 @@ static const zt_plugin k_plugin = {
     .kind = ZT_KIND_ATTENTION,
     .name = "flash",
     .version = "1.0.0",
-    .description = "causal attention in bf16 on NVIDIA GPUs (FlashAttention-2 kernels for head_dim 64/128), "
+    .description = "causal attention in bf16 on NVIDIA GPUs (FlashAttention-2 kernels for head_dim 64/128, "
+                   "wgmma on Hopper), "
                    "packed documents, grouped-query",
     .caps = ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_PACKED | ZT_CAP_GQA,
     .probe = flash_probe,

@@ -1,9 +1,11 @@
 /* Flash attention (kernels/cuda) against the naive fp32 attention of kernels/cpu: forward output
  * and log-sum-exp, and all three gradients, on shapes that exercise partial tiles, grouped-query
- * heads, packed documents (monotone and arbitrary document ids) and both head dimensions. */
+ * heads, packed documents (monotone and arbitrary document ids) and both head dimensions; every
+ * kernel (mma.sync, and wgmma on Hopper) explicitly, each backward on each forward's output. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cuda/flash_kernel.h"
 #include "cuda_test.h"
 #include "ztest.h"
 
@@ -31,10 +33,65 @@ static int32_t *make_doc_ids(int64_t batch, int64_t seq, doc_layout layout)
     return doc;
 }
 
+/* check_rel_l2 on a [B, T, H, D] tensor (H, D = 1 for lse's [B, H, T] read as rows); when it fails,
+ * also where: the first non-finite element and the relative error by row % 64 / 8 and by 8-column
+ * chunk, which points at a wrong fragment, tile or swizzle in one run on the GPU. */
+static int check_bthd(const char *what, const float *got, const float *ref, int64_t B, int64_t T,
+                      int64_t H, int64_t D, double tol)
+{
+    int64_t n = B * T * H * D;
+    /* A reference at rounding-noise level (dq and dk at T = 1 are exactly zero in exact arithmetic:
+     * P = 1, so dS = P (dP - rowsum(dO O)) = 0) has no meaningful relative error: there, as
+     * allclose's atol does, the error is measured against a floor of 1e-4 per element (the
+     * gradients of every other case are thousands of times larger). */
+    double ref_sq = 0, diff_sq = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ref_sq += (double)ref[i] * ref[i];
+        diff_sq += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+    }
+    if (n > 0 && sqrt(ref_sq / (double)n) < 1e-4 && isfinite(diff_sq)) {
+        double err = sqrt(diff_sq / (double)n) / 1e-4;
+        printf("%s %s: reference at noise level (rms %.3g): rms error / 1e-4 = %.3g (tolerance %g)\n",
+               err <= tol ? "ok  " : "FAIL", what, sqrt(ref_sq / (double)n), err, tol);
+        return err <= tol;
+    }
+    if (check_rel_l2(what, got, ref, n, tol)) return 1;
+    double row_diff[8] = {0}, row_norm[8] = {0}, col_diff[16] = {0}, col_norm[16] = {0};
+    int64_t first_bad = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t d = i % D, t = (i / (D * H)) % T;
+        if (!isfinite(got[i])) {
+            if (first_bad < 0) first_bad = i;
+            continue;
+        }
+        double e = ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]), r = (double)ref[i] * ref[i];
+        row_diff[t % 64 / 8] += e, row_norm[t % 64 / 8] += r;
+        col_diff[d / 8 % 16] += e, col_norm[d / 8 % 16] += r;
+    }
+    if (first_bad >= 0)
+        printf("  %s: first non-finite at b=%lld t=%lld h=%lld d=%lld\n", what,
+               (long long)(first_bad / (T * H * D)), (long long)(first_bad / (H * D) % T),
+               (long long)(first_bad / D % H), (long long)(first_bad % D));
+    printf("  %s: rel error by row %% 64 / 8:", what);
+    for (int i = 0; i < 8; i++) printf(" %.2g", row_norm[i] > 0 ? sqrt(row_diff[i] / row_norm[i]) : 0.0);
+    printf("\n  %s: rel error by column / 8:", what);
+    for (int i = 0; i < 16 && i < D / 8 + (D < 8); i++)
+        printf(" %.2g", col_norm[i] > 0 ? sqrt(col_diff[i] / col_norm[i]) : 0.0);
+    printf("\n");
+    return 0;
+}
+
+/* The kernels under test, forward and backward: each runs explicitly (not through ZT_FLASH_KERNEL),
+ * every backward on every forward's output. The wgmma kernels run where zt_cuda_flash_kernel_resolve
+ * allows them (an sm_90a build on a compute capability 9.0 GPU); elsewhere main says so once, and on
+ * such a GPU with such a build they must run. */
+static const zt_cuda_flash_kernel k_kernels[] = {ZT_CUDA_FLASH_MMA, ZT_CUDA_FLASH_WGMMA};
+static int g_kernel_runs[2];
+
 static void test_shape(zt_cuda_ctx *ctx, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
                        doc_layout layout)
 {
-    char label[160], name[224];
+    char label[160], name[256];
     static const char *const layouts[] = {"no documents", "packed documents", "scattered doc ids"};
     snprintf(label, sizeof label, "B=%lld T=%lld H=%lld Hkv=%lld D=%lld, %s", (long long)B,
              (long long)T, (long long)H, (long long)Hkv, (long long)D, layouts[layout]);
@@ -57,45 +114,90 @@ static void test_shape(zt_cuda_ctx *ctx, int64_t B, int64_t T, int64_t H, int64_
     float *d_lse = device_alloc(nl * 4);
     int32_t *d_doc = doc ? device_i32(doc, B * T) : NULL;
 
-    snprintf(name, sizeof name, "flash forward %s", label);
-    ZT_CHECK(check_ok(name, zt_cuda_flash_attention_forward(ctx, 0, &gs, d_q, d_k, d_v, d_doc, d_o, d_lse)));
-    float *g_o = download_bf16(d_o, nq), *g_lse = download_f32(d_lse, nl);
-    snprintf(name, sizeof name, "  o (bf16)");
-    ZT_CHECK(check_rel_l2(name, g_o, o, nq, TOL_BF16_CHAIN));
-    snprintf(name, sizeof name, "  lse (fp32)");
-    ZT_CHECK(check_rel_l2(name, g_lse, lse, nl, 1e-4));
+    for (int ki = 0; ki < 2; ki++) {
+        if (!g_kernel_runs[ki]) continue; /* main reported why, once */
+        zt_cuda_flash_kernel kern = k_kernels[ki];
+        const char *kname = zt_cuda_flash_kernel_name(kern);
+        /* poisoned outputs: a row the kernel forgets to write fails the comparison */
+        device_poison(d_o, nq * 2);
+        device_poison(d_lse, nl * 4);
+        snprintf(name, sizeof name, "flash forward (%s) %s", kname, label);
+        ZT_CHECK(check_ok(name, zt_cuda_flash_attention_forward_kernel(ctx, 0, &gs, kern, d_q, d_k, d_v,
+                                                                       d_doc, d_o, d_lse)));
+        float *g_o = download_bf16(d_o, nq), *g_lse = download_f32(d_lse, nl);
+        ZT_CHECK(check_bthd("  o (bf16)", g_o, o, B, T, H, D, TOL_BF16_CHAIN));
+        ZT_CHECK(check_bthd("  lse (fp32)", g_lse, lse, B * H, T, 1, 1, 1e-4));
 
-    snprintf(name, sizeof name, "flash backward %s", label);
-    ZT_CHECK(check_ok(name, zt_cuda_flash_attention_backward(ctx, 0, &gs, d_q, d_k, d_v, d_doc, d_o,
-                                                             d_lse, d_dout, d_dq, d_dk, d_dv)));
-    float *g_dq = download_bf16(d_dq, nq), *g_dk = download_bf16(d_dk, nkv);
-    float *g_dv = download_bf16(d_dv, nkv);
-    ZT_CHECK(check_rel_l2("  dq (bf16)", g_dq, dq, nq, TOL_BF16_CHAIN));
-    ZT_CHECK(check_rel_l2("  dk (bf16)", g_dk, dk, nkv, TOL_BF16_CHAIN));
-    ZT_CHECK(check_rel_l2("  dv (bf16)", g_dv, dv, nkv, TOL_BF16_CHAIN));
+        /* each backward kernel on this forward's o and lse */
+        for (int kj = 0; kj < 2; kj++) {
+            if (!g_kernel_runs[kj]) continue;
+            zt_cuda_flash_kernel bkern = k_kernels[kj];
+            device_poison(d_dq, nq * 2);
+            device_poison(d_dk, nkv * 2);
+            device_poison(d_dv, nkv * 2);
+            snprintf(name, sizeof name, "flash backward (%s) after the %s forward, %s",
+                     zt_cuda_flash_kernel_name(bkern), kname, label);
+            ZT_CHECK(check_ok(name, zt_cuda_flash_attention_backward_kernel(ctx, 0, &gs, bkern, d_q, d_k, d_v,
+                                                                            d_doc, d_o, d_lse, d_dout, d_dq,
+                                                                            d_dk, d_dv)));
+            float *g_dq = download_bf16(d_dq, nq), *g_dk = download_bf16(d_dk, nkv);
+            float *g_dv = download_bf16(d_dv, nkv);
+            ZT_CHECK(check_bthd("  dq (bf16)", g_dq, dq, B, T, H, D, TOL_BF16_CHAIN));
+            ZT_CHECK(check_bthd("  dk (bf16)", g_dk, dk, B, T, Hkv, D, TOL_BF16_CHAIN));
+            ZT_CHECK(check_bthd("  dv (bf16)", g_dv, dv, B, T, Hkv, D, TOL_BF16_CHAIN));
 
-    /* dK and dV are summed in registers in a fixed order (only dQ uses atomics): a second run
-     * must give the same bits, which a race would not */
-    device_poison(d_dk, nkv * 2);
-    device_poison(d_dv, nkv * 2);
-    ZT_CHECK(check_ok(name, zt_cuda_flash_attention_backward(ctx, 0, &gs, d_q, d_k, d_v, d_doc, d_o,
-                                                             d_lse, d_dout, d_dq, d_dk, d_dv)));
-    float *g_dk2 = download_bf16(d_dk, nkv), *g_dv2 = download_bf16(d_dv, nkv);
-    ZT_CHECK(check_identical("  dk is deterministic", g_dk, g_dk2, nkv));
-    ZT_CHECK(check_identical("  dv is deterministic", g_dv, g_dv2, nkv));
-    free(g_dk2), free(g_dv2);
+            /* dK and dV are summed in registers in a fixed order (only dQ uses atomics): a second
+             * run must give the same bits, which a race would not */
+            device_poison(d_dk, nkv * 2);
+            device_poison(d_dv, nkv * 2);
+            ZT_CHECK(check_ok(name, zt_cuda_flash_attention_backward_kernel(ctx, 0, &gs, bkern, d_q, d_k, d_v,
+                                                                            d_doc, d_o, d_lse, d_dout, d_dq,
+                                                                            d_dk, d_dv)));
+            float *g_dk2 = download_bf16(d_dk, nkv), *g_dv2 = download_bf16(d_dv, nkv);
+            ZT_CHECK(check_identical("  dk is deterministic", g_dk, g_dk2, nkv));
+            ZT_CHECK(check_identical("  dv is deterministic", g_dv, g_dv2, nkv));
+            free(g_dq), free(g_dk), free(g_dv), free(g_dk2), free(g_dv2);
+        }
 
-    /* the forward has no atomics: a second run must give the same bits (a race would not) */
-    device_poison(d_o, nq * 2);
-    ZT_CHECK(check_ok(name, zt_cuda_flash_attention_forward(ctx, 0, &gs, d_q, d_k, d_v, d_doc, d_o, d_lse)));
-    float *g_o2 = download_bf16(d_o, nq);
-    ZT_CHECK(check_identical("  forward is deterministic", g_o, g_o2, nq));
+        /* the forward has no atomics: a second run must give the same bits (a race would not) */
+        device_poison(d_o, nq * 2);
+        ZT_CHECK(check_ok(name, zt_cuda_flash_attention_forward_kernel(ctx, 0, &gs, kern, d_q, d_k, d_v,
+                                                                       d_doc, d_o, d_lse)));
+        float *g_o2 = download_bf16(d_o, nq);
+        ZT_CHECK(check_identical("  forward is deterministic", g_o, g_o2, nq));
+        free(g_o), free(g_lse), free(g_o2);
+    }
 
     free(q), free(k), free(v), free(dout), free(doc), free(o), free(lse), free(dq), free(dk), free(dv);
-    free(g_o), free(g_lse), free(g_dq), free(g_dk), free(g_dv), free(g_o2);
     device_free(d_q), device_free(d_k), device_free(d_v), device_free(d_dout), device_free(d_o);
     device_free(d_dq), device_free(d_dk), device_free(d_dv), device_free(d_lse);
     if (d_doc) device_free(d_doc);
+}
+
+/* Which kernels run here; on a compute capability 9.0 GPU with an sm_90a build, both must. */
+static void choose_kernels(zt_cuda_ctx *ctx)
+{
+    zt_cuda_attention_shape s = {.batch = 1, .seq = 64, .heads = 1, .kv_heads = 1, .head_dim = 128,
+                                 .scale = 0.1f};
+    zt_cuda_flash_kernel got;
+    g_kernel_runs[0] = 1;
+    ZT_CHECK(check_ok("mma kernel resolves", zt_cuda_flash_kernel_resolve(ctx, &s, ZT_CUDA_FLASH_MMA, &got)));
+    ZT_CHECK(got == ZT_CUDA_FLASH_MMA);
+    struct cudaDeviceProp prop;
+    ZT_CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+    int hopper = prop.major == 9 && prop.minor == 0;
+    zt_status st = zt_cuda_flash_kernel_resolve(ctx, &s, ZT_CUDA_FLASH_WGMMA, &got);
+    g_kernel_runs[1] = st == ZT_OK;
+    if (hopper && zt_cuda_flash_wgmma_built()) {
+        ZT_CHECK(check_ok("wgmma kernel resolves on this compute capability 9.0 GPU", st));
+        ZT_CHECK(check_ok("auto resolves", zt_cuda_flash_kernel_resolve(ctx, &s, ZT_CUDA_FLASH_AUTO, &got)));
+        ZT_CHECK(got == ZT_CUDA_FLASH_WGMMA);
+    } else {
+        ZT_CHECK(check_fails("wgmma kernel where it cannot run", st, ZT_ERR_UNSUPPORTED, "wgmma kernel"));
+        printf("NOTE: the wgmma kernel is not tested here (%s GPU %d.%d, sm_90a code %s): only the mma "
+               "kernel runs\n", prop.name, prop.major, prop.minor,
+               zt_cuda_flash_wgmma_built() ? "built" : "not built");
+    }
 }
 
 static void test_errors(zt_cuda_ctx *ctx)
@@ -117,6 +219,25 @@ static void test_errors(zt_cuda_ctx *ctx)
                          zt_cuda_flash_attention_backward(tiny, 0, &s, p, p, p, NULL, p, p, p, p, p, p),
                          ZT_ERR_BUFFER_TOO_SMALL, "flash attention backward needs"));
     zt_cuda_ctx_destroy(tiny);
+
+    zt_cuda_flash_kernel kern;
+    ZT_CHECK(check_fails("ZT_FLASH_KERNEL=fast", zt_cuda_flash_kernel_parse("fast", &kern),
+                         ZT_ERR_INVALID_ARG, "not a flash attention kernel"));
+    ZT_CHECK(check_ok("ZT_FLASH_KERNEL=wgmma", zt_cuda_flash_kernel_parse("wgmma", &kern)));
+    ZT_CHECK(kern == ZT_CUDA_FLASH_WGMMA);
+    ZT_CHECK(check_ok("ZT_FLASH_KERNEL unset", zt_cuda_flash_kernel_parse(NULL, &kern)));
+    ZT_CHECK(kern == ZT_CUDA_FLASH_AUTO);
+    /* the environment reaches the forward: a bad value fails it, with the variable named */
+    setenv("ZT_FLASH_KERNEL", "fast", 1);
+    ZT_CHECK(check_fails("forward under ZT_FLASH_KERNEL=fast",
+                         zt_cuda_flash_attention_forward(ctx, 0, &s, p, p, p, NULL, p, p),
+                         ZT_ERR_INVALID_ARG, "ZT_FLASH_KERNEL=fast"));
+    unsetenv("ZT_FLASH_KERNEL");
+    setenv("ZT_FLASH_BACKWARD_KERNEL", "slow", 1);
+    ZT_CHECK(check_fails("backward under ZT_FLASH_BACKWARD_KERNEL=slow",
+                         zt_cuda_flash_attention_backward(ctx, 0, &s, p, p, p, NULL, p, p, p, p, p, p),
+                         ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_KERNEL=slow"));
+    unsetenv("ZT_FLASH_BACKWARD_KERNEL");
     device_free(p);
 }
 
@@ -124,6 +245,7 @@ int main(void)
 {
     cuda_test_init("test_cuda_attention");
     zt_cuda_ctx *ctx = cuda_test_ctx(0);
+    choose_kernels(ctx);
     test_shape(ctx, 2, 200, 4, 4, 64, NO_DOCS);      /* partial tiles */
     test_shape(ctx, 1, 300, 8, 2, 128, NO_DOCS);     /* grouped-query heads */
     test_shape(ctx, 2, 384, 4, 1, 128, PACKED_DOCS); /* multi-query, packed documents */
@@ -131,6 +253,9 @@ int main(void)
     test_shape(ctx, 1, 1024, 4, 2, 128, PACKED_DOCS); /* many tiles skipped by the document mask */
     test_shape(ctx, 3, 64, 2, 1, 128, NO_DOCS);       /* one tile */
     test_shape(ctx, 2, 520, 6, 3, 64, PACKED_DOCS);   /* grouped-query heads with documents */
+    test_shape(ctx, 1, 1, 2, 1, 128, NO_DOCS);        /* one token */
+    test_shape(ctx, 2, 777, 4, 2, 64, NO_DOCS);       /* hd 64, many tiles, odd length */
+    test_shape(ctx, 1, 1500, 2, 1, 128, SCATTERED_DOCS); /* many pipelined tiles, arbitrary ids */
     test_errors(ctx);
     zt_cuda_ctx_destroy(ctx);
     return zt_test_result();

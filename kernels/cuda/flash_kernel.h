@@ -1,0 +1,64 @@
+/* Which flash attention kernels run: the mma.sync kernels (flash_forward.cu, flash_backward.cu, sm_80
+ * and newer) or the Hopper wgmma kernels (flash_*_sm90.cu, sm_90a builds on compute capability 9.0).
+ * zt_cuda_flash_attention_forward and _backward take the choice from the environment:
+ * ZT_FLASH_KERNEL=auto|mma|wgmma for both (unset = auto: wgmma where it can run, else mma), and
+ * ZT_FLASH_BACKWARD_KERNEL, when set, for the backward alone. Either forward's o and lse feed either
+ * backward. Tests and benchmarks name the kernels explicitly (the _kernel functions). */
+#ifndef ZT_KERNELS_CUDA_FLASH_KERNEL_H
+#define ZT_KERNELS_CUDA_FLASH_KERNEL_H
+
+#include "cuda/kernels_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum zt_cuda_flash_kernel {
+    ZT_CUDA_FLASH_AUTO = 0,
+    ZT_CUDA_FLASH_MMA = 1,   /* mma.sync.m16n8k16, sm_80+ */
+    ZT_CUDA_FLASH_WGMMA = 2, /* wgmma + 128B-swizzled shared memory, sm_90a */
+} zt_cuda_flash_kernel;
+
+const char *zt_cuda_flash_kernel_name(zt_cuda_flash_kernel k);
+/* 1 where this build holds the sm_90a (wgmma) kernels: 90 was among CMAKE_CUDA_ARCHITECTURES. */
+int zt_cuda_flash_wgmma_built(void);
+/* "auto", "mma" or "wgmma"; NULL or "" is auto. ZT_ERR_INVALID_ARG (message recorded) otherwise. */
+zt_status zt_cuda_flash_kernel_parse(const char *text, zt_cuda_flash_kernel *out);
+/* The choice of the ZT_FLASH_KERNEL environment variable (the forward's; the backward's unless
+ * ZT_FLASH_BACKWARD_KERNEL is set). */
+zt_status zt_cuda_flash_kernel_from_env(zt_cuda_flash_kernel *out);
+zt_status zt_cuda_flash_backward_kernel_from_env(zt_cuda_flash_kernel *out);
+/* The kernel `want` runs as on ctx's GPU for shape s: auto becomes wgmma or mma; wgmma where it
+ * cannot run (no sm_90a code in this build, or not a compute capability 9.0 GPU) is
+ * ZT_ERR_UNSUPPORTED with the reason recorded. */
+zt_status zt_cuda_flash_kernel_resolve(zt_cuda_ctx *ctx, const zt_cuda_attention_shape *s,
+                                       zt_cuda_flash_kernel want, zt_cuda_flash_kernel *got);
+/* zt_cuda_flash_attention_forward on a named kernel (auto resolves as above). */
+zt_status zt_cuda_flash_attention_forward_kernel(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                                 const zt_cuda_attention_shape *s,
+                                                 zt_cuda_flash_kernel kernel, const uint16_t *q,
+                                                 const uint16_t *k, const uint16_t *v,
+                                                 const int32_t *doc_ids, uint16_t *o, float *lse);
+/* zt_cuda_flash_attention_backward on a named kernel. */
+zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                                  const zt_cuda_attention_shape *s,
+                                                  zt_cuda_flash_kernel kernel, const uint16_t *q,
+                                                  const uint16_t *k, const uint16_t *v,
+                                                  const int32_t *doc_ids, const uint16_t *o,
+                                                  const float *lse, const uint16_t *dout, uint16_t *dq,
+                                                  uint16_t *dk, uint16_t *dv);
+
+#ifdef __cplusplus
+}
+
+/* Internal, between flash_forward.cu and flash_forward_sm90.cu. */
+struct flash_params;
+zt_status zt_flash_forward_wgmma(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params *p,
+                                 int head_dim);
+/* The backward's main kernel only (flash_backward.cu runs delta before and the dQ conversion after);
+ * launch = 0 only checks and raises its shared-memory limit, enqueueing nothing. */
+zt_status zt_flash_backward_wgmma(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params *p,
+                                  int head_dim, int launch);
+#endif
+
+#endif

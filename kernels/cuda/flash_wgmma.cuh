@@ -1,0 +1,143 @@
+/* Hopper (sm_90a) building blocks of the wgmma flash attention kernels: warpgroup MMA wrappers,
+ * shared-memory matrix descriptors, the 128-byte swizzled tile layout they read, and the fences.
+ * Include only from files compiled for sm_90a (kernels/CMakeLists.txt builds flash_*_sm90.cu so).
+ *
+ * Tile layout (the "128B swizzle" of the wgmma descriptors): a [ROWS][L] bf16 tile is stored as L/64
+ * column blocks, each [ROWS][64] (rows of 128 bytes), block j at element offset j * ROWS * 64. In a
+ * block, 16-byte chunk c of row r sits at chunk position c ^ (r % 8): the hardware applies the same
+ * XOR to address bits 4-6 from bits 7-9, so every block must start 1024-byte aligned.
+ *
+ * Descriptors (PTX ISA "Matrix Descriptor Format"): bits 0-13 start address >> 4, 16-29 leading
+ * byte offset >> 4, 32-45 stride byte offset >> 4, 62-63 swizzle mode (1 = 128B).
+ *   K-major operand (Q and K for S = Q K^T; the reduction dim is contiguous): SBO = 1024 (one group
+ *   of 8 rows), LBO unused (1). A k16 step inside a 64-wide block adds 32 bytes to the start.
+ *   MN-major operand (V for O += P V, stored [keys][D] with D contiguous; transposed B): LBO = the
+ *   byte distance between 64-column blocks, SBO = 1024 (8 keys); a k16 step adds 16 rows = 2048 B.
+ *
+ * Accumulator fragment of m64nNk16 (fp32): warp w of the warpgroup holds rows 16w..16w+15; lane
+ * 4g + t holds, per 8-column chunk j, d[j][0..1] = (row g, cols 8j+2t, +1), d[j][2..3] = (row g+8,
+ * same cols): per warp exactly the mma.m16n8k16 C layout of flash_common.cuh. The register A operand
+ * has the mma.m16n8k16 A layout per warp, so P goes from S's accumulators to the PV product by
+ * packing pairs to bf16, as in the mma.sync kernels.
+ */
+#ifndef ZT_KERNELS_CUDA_FLASH_WGMMA_CUH
+#define ZT_KERNELS_CUDA_FLASH_WGMMA_CUH
+
+#include <stdint.h>
+#include "cuda/flash_common.cuh"
+
+/* Element offset of (row, col) in a swizzled [ROWS][L] tile (layout above). */
+template <int ROWS>
+__device__ __forceinline__ int sw128_offset(int row, int col)
+{
+    return (col >> 6) * ROWS * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
+/* Copies rows [row0, row0 + ROWS) of a [T, ...] tensor (D elements per row, `stride` elements between
+ * rows) into a swizzled tile with cp.async; rows at or past T are zero-filled (finite: P * V must not
+ * meet NaN garbage). */
+template <int ROWS, int D, int THREADS>
+__device__ __forceinline__ void sw128_load_async(bf16 *tile, const bf16 *base, int64_t stride, int row0,
+                                                 int T, int tid)
+{
+    constexpr int CHUNKS_PER_ROW = D / 8;
+#pragma unroll
+    for (int c = tid; c < ROWS * CHUNKS_PER_ROW; c += THREADS) {
+        int r = c / CHUNKS_PER_ROW, chunk = c % CHUNKS_PER_ROW;
+        int inside = row0 + r < T;
+        const bf16 *src = inside ? base + (int64_t)(row0 + r) * stride + chunk * 8 : base;
+        cp_async_16(tile + sw128_offset<ROWS>(r, chunk * 8), src, inside ? 16 : 0);
+    }
+}
+
+__device__ __forceinline__ uint64_t wgmma_desc(const void *smem, uint32_t lbo_bytes, uint32_t sbo_bytes)
+{
+    uint64_t addr = shared_address(smem);
+    return ((addr & 0x3FFFFull) >> 4) | ((uint64_t)((lbo_bytes >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+/* Orders this warpgroup's register writes (accumulators, A fragments) before the next wgmma. */
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+}
+/* Makes this thread's generic-proxy shared-memory writes (cp.async, st.shared) visible to the async
+ * proxy that wgmma reads shared memory through; follow with a barrier. */
+__device__ __forceinline__ void fence_proxy_async_shared()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* The compiler sees a wgmma's accumulators as written when the asm statement issues; this empty asm,
+ * placed after wgmma_wait, keeps every later read of them after the wait. */
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[N][4])
+{
+#pragma unroll
+    for (int j = 0; j < N; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+/* d[64/8][4] += A (shared, K-major) * B (shared, K-major), one m64n64k16 step. */
+__device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b)
+{
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(desc_a), "l"(desc_b));
+}
+
+/* d[64/8][4] += A (registers, the mma.m16n8k16 A fragment per warp) * B (shared, MN-major),
+ * one m64n64k16 step. */
+__device__ __forceinline__ void wgmma_rs_m64n64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b)
+{
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+/* d[128/8][4] += A (shared, K-major) * B (shared, K-major), one m64n128k16 step. */
+__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b)
+{
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(desc_a), "l"(desc_b));
+}
+
+/* d[128/8][4] += A (registers, the mma.m16n8k16 A fragment per warp) * B (shared, MN-major),
+ * one m64n128k16 step. */
+__device__ __forceinline__ void wgmma_rs_m64n128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b)
+{
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+/* d[64/8][4] += A (shared, MN-major: stored [k][m]) * B (shared, MN-major: stored [k][n]), one
+ * m64n64k16 step (both operands transposed). */
+__device__ __forceinline__ void wgmma_ss_m64n64_tt(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b)
+{
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, 1, 1, 1, 1, 1;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(desc_a), "l"(desc_b));
+}
+
+#endif
