@@ -14,10 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "log.h"
 
 #ifndef ZT_INSTALL_PLUGINS_D
 #error "ZT_INSTALL_PLUGINS_D must be defined (framework/CMakeLists.txt)"
@@ -1052,10 +1055,131 @@ static zt_status check_named_against_config(const zt_plugin_set *set, const zt_c
     return ZT_OK;
 }
 
+/* How many CUDA GPUs this process could use (0: none, `why` says why), asked in a short-lived
+ * child: initializing CUDA in this process before zt-run forks its plugin probes (--check) would
+ * leave the driver unusable in those children. A child that does not answer within a minute (a
+ * wedged driver) is killed and counts as no GPU. */
+static int usable_gpus(char *why, size_t cap)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(why, cap, "cannot look for a GPU (pipe: %s)", strerror(errno));
+        return 0;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, cap, "cannot look for a GPU (fork: %s)", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        zt_error e;
+        int n = 0;
+        char msg[ZT_ERROR_MSG_MAX + 32];
+        int len = zt_runtime_cuda_devices(&n, &e) == ZT_OK ? snprintf(msg, sizeof msg, "%d ", n)
+                                                            : snprintf(msg, sizeof msg, "0 %s", e.msg);
+        if (len > (int)sizeof msg - 1) len = (int)sizeof msg - 1;
+        ssize_t done = write(fds[1], msg, (size_t)len);
+        _exit(done == len ? 0 : 1);
+    }
+    close(fds[1]);
+    char buf[ZT_ERROR_MSG_MAX + 32];
+    size_t got = 0;
+    int timed_out = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+        int ready = poll(&pfd, 1, 60 * 1000);
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready == 0) {
+            timed_out = 1;
+            kill(pid, SIGKILL);
+            break;
+        }
+        ssize_t r = read(fds[0], buf + got, sizeof buf - 1 - got);
+        if (r > 0 && (got += (size_t)r) < sizeof buf - 1) continue;
+        if (r < 0 && errno == EINTR) continue;
+        break;
+    }
+    close(fds[0]);
+    buf[got] = '\0';
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (timed_out) {
+        snprintf(why, cap, "looking for a GPU (the CUDA driver, in a child process) did not answer within 60 s; "
+                 "check the driver with nvidia-smi, or set device = cpu");
+        return 0;
+    }
+    char *rest = NULL;
+    long n = strtol(buf, &rest, 10);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || rest == buf) {
+        snprintf(why, cap, "looking for a GPU crashed or failed (in a child process)%s%.1000s", got ? ": " : "",
+                 got ? buf : "");
+        return 0;
+    }
+    snprintf(why, cap, "%.2000s", n > 0 ? "" : (*rest == ' ' ? rest + 1 : rest));
+    return n > 0 ? (int)n : 0;
+}
+
+/* The default attention (docs/gpu.md): flash where training computes on a GPU, naive elsewhere.
+ * device = auto decides here what run_device (main.c) decides for the run: flash when every plugin
+ * resolved so far can run on CUDA, flash is installed and a GPU is usable. The choice and the reason
+ * are logged, since they decide the run's speed. */
+static void default_attention(const zt_registry *reg, const zt_plugin_set *so_far, unsigned needed_kinds,
+                              const zt_config *cfg, char *name, size_t cap, char *source, size_t source_cap)
+{
+    const char *device = "cpu";
+    if (!cfg || zt_config_get_string(cfg, "device", &device) != ZT_OK) device = "cpu"; /* as run_device */
+    int flash_installed = 0;
+    for (int i = 0; i < zt_registry_count(reg); i++) {
+        const zt_plugin_desc *d = zt_registry_at(reg, i);
+        if (!strcmp(d->name, "flash") && d->kind == ZT_KIND_ATTENTION) flash_installed = 1;
+    }
+    const char *cpu_only = NULL;
+    for (int k = 1; k <= ZT_KIND_COUNT && !cpu_only; k++) {
+        const zt_loaded_plugin *lp = &so_far->by_kind[k];
+        if (k != ZT_KIND_TOKENIZER && lp->plugin && !(lp->plugin->caps & ZT_CAP_CUDA)) cpu_only = lp->desc.name;
+    }
+    snprintf(name, cap, "naive");
+    if (!(needed_kinds & (1u << ZT_KIND_OPTIMIZER))) {
+        snprintf(source, source_cap, "the default attention of runs that do not train (naive: on the CPU, with a "
+                 "KV cache)");
+    } else if (!strcmp(device, "cuda")) {
+        if (flash_installed) snprintf(name, cap, "flash");
+        snprintf(source, source_cap, "the default attention of GPU runs (device = cuda)%s",
+                 flash_installed ? "" : "; flash is not installed, so the unfused naive reference");
+    } else if (!strcmp(device, "auto")) {
+        char why[2200], detail[2048];
+        int gpus = 0;
+        if (cpu_only)
+            snprintf(why, sizeof why, "plugin '%.64s' runs on the CPU only, so the run computes on the CPU", cpu_only);
+        else if (!flash_installed)
+            snprintf(why, sizeof why, "the flash plugin is not installed");
+        else if ((gpus = usable_gpus(detail, sizeof detail)) > 0)
+            snprintf(name, cap, "flash");
+        else
+            snprintf(why, sizeof why, "no usable GPU: %.2040s", detail);
+        if (gpus > 0)
+            snprintf(source, source_cap, "the default attention of device = auto: %d usable GPU%s and flash installed",
+                     gpus, gpus == 1 ? "" : "s");
+        else
+            snprintf(source, source_cap, "the default attention of device = auto: %.2200s", why);
+    } else {
+        snprintf(source, source_cap, "the default attention on the CPU (device = %.64s)", device);
+    }
+    if (needed_kinds & (1u << ZT_KIND_OPTIMIZER)) /* training; generation always takes naive */
+        zt_log(ZT_LOG_INFO, "attention: %s ('%s')", source, name);
+}
+
 /* The documented default of a kind (docs/plugins.md). `source` says where it came from, for
- * messages. Returns ZT_OK with name filled, ZT_ERR_NOT_FOUND when the kind has no default. */
-static zt_status default_plugin(int kind, const zt_config *cfg, char *name, size_t cap, char *source,
-                                size_t source_cap, zt_error *err)
+ * messages. so_far: the plugins resolved before this kind (attention's default depends on them).
+ * Returns ZT_OK with name filled, ZT_ERR_NOT_FOUND when the kind has no default. */
+static zt_status default_plugin(int kind, const zt_registry *reg, const zt_plugin_set *so_far, unsigned needed_kinds,
+                                const zt_config *cfg, char *name, size_t cap, char *source, size_t source_cap,
+                                zt_error *err)
 {
     int64_t stage = 0;
     int r;
@@ -1069,8 +1193,7 @@ static zt_status default_plugin(int kind, const zt_config *cfg, char *name, size
         snprintf(source, source_cap, "the default model");
         return ZT_OK;
     case ZT_KIND_ATTENTION:
-        snprintf(name, cap, "naive");
-        snprintf(source, source_cap, "the default attention");
+        default_attention(reg, so_far, needed_kinds, cfg, name, cap, source, source_cap);
         return ZT_OK;
     case ZT_KIND_OPTIMIZER:
         r = config_optimizer_name(cfg, name, cap, err);
@@ -1134,8 +1257,8 @@ zt_status zt_plugin_set_resolve(const zt_registry *reg, const char *list, unsign
     /* 2. Defaults for the kinds the program needs and the user did not name. */
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++) {
         if (!(needed_kinds & (1u << k)) || out->by_kind[k].plugin) continue;
-        char name[64], source[128];
-        st = default_plugin(k, cfg, name, sizeof name, source, sizeof source, err);
+        char name[64], source[ZT_ERROR_MSG_MAX / 2];
+        st = default_plugin(k, reg, out, needed_kinds, cfg, name, sizeof name, source, sizeof source, err);
         if (st == ZT_ERR_NOT_FOUND) {
             st = zt_error_set(err, ZT_ERR_NOT_FOUND,
                               "this run needs %s %s plugin%s, and that kind has no default: name one in "

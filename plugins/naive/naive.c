@@ -1,7 +1,12 @@
-/* The naive attention plugin: exact fp32 attention on the CPU, the reference the faster plugins are
- * checked against. Training goes through the kernels' attention (causal, packed-document mask,
- * grouped KV heads read in place); generation attends against a KV cache of contiguous
+/* The naive attention plugin: exact attention, the reference the faster plugins are checked
+ * against. On the CPU, training goes through the kernels' fp32 attention (causal, packed-document
+ * mask, grouped KV heads read in place); generation attends against a KV cache of contiguous
  * per-sequence buffers. docs/model-llama.md describes both.
+ *
+ * Built with CUDA (ZT_PLUGIN_CUDA), a run whose device is cuda trains through the unfused CUDA
+ * algorithm of kernels/cuda/naive_attention.cu: bf16 tensors in and out, fp32 scores [H, T, T] per
+ * batch element in a workspace from the host's pools, the backward recomputing P from the saved
+ * log-sum-exp. The KV cache stays on the CPU (zt-run --generate runs on the CPU only). docs/gpu.md.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -12,19 +17,28 @@
 #include "../attention_args.h"
 #include "cpu/kernels.h"
 #include "zt/zt_plugin.h"
+#ifdef ZT_PLUGIN_CUDA
+#include "../cuda_plugin.h"
+#endif
 
 typedef struct naive_state {
     const zt_host *host;
     zt_cpu_ctx cpu;
+    int32_t on_cuda; /* the run computes on a GPU: bf16 device tensors, the CUDA path */
+#ifdef ZT_PLUGIN_CUDA
+    zt_cuda_naive_attention *gpu; /* cuBLAS handle, created by the first CUDA call */
+#endif
 } naive_state;
 
 #define SAVED_MAGIC 0x5653414Eu /* "NASV" */
 
-/* What forward keeps for backward: the log-sum-exp of every query row, [B, H, T]. */
+/* What forward keeps for backward: the log-sum-exp of every query row, [B, H, T]: in lse[] on the
+ * CPU, in device memory (device_lse) on CUDA runs. */
 typedef struct naive_saved {
     uint32_t magic;
     int32_t heads;
     int64_t batch, seq;
+    float *device_lse;
     float lse[];
 } naive_saved;
 
@@ -54,18 +68,27 @@ static zt_status fail(const naive_state *s, zt_status st, const char *op, const 
     return st;
 }
 
-/* A contiguous fp32 CPU tensor [d0, d1, d2, d3]. */
+/* A contiguous fp32 CPU tensor [d0, d1, d2, d3]; on CUDA runs a bf16 device tensor. */
 static zt_status check_tensor(const naive_state *s, const char *op, const char *name, const zt_tensor *t,
                               int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {
     const int64_t want[4] = {d0, d1, d2, d3};
     if (!t->data) return fail(s, ZT_ERR_INVALID_ARG, op, "%s has no data (NULL)", name);
-    if (t->dtype != ZT_F32)
+    if (s->on_cuda) {
+        if (t->dtype != ZT_BF16)
+            return fail(s, ZT_ERR_UNSUPPORTED, op,
+                        "%s has dtype %d; on a GPU naive attention computes on bf16 tensors (ZT_BF16) only", name,
+                        (int)t->dtype);
+        if (t->device_type != ZT_DEVICE_CUDA)
+            return fail(s, ZT_ERR_UNSUPPORTED, op,
+                        "%s is in host memory, but this run computes on a GPU: pass CUDA device memory", name);
+    } else if (t->dtype != ZT_F32)
         return fail(s, ZT_ERR_UNSUPPORTED, op,
                     "%s has dtype %d; naive attention computes in fp32 only (ZT_F32, the CPU path); use a CUDA "
                     "attention plugin for bf16/fp16", name, (int)t->dtype);
-    if (t->device_type != ZT_DEVICE_CPU)
-        return fail(s, ZT_ERR_UNSUPPORTED, op, "%s is in device memory; naive attention runs on the CPU only", name);
+    else if (t->device_type != ZT_DEVICE_CPU)
+        return fail(s, ZT_ERR_UNSUPPORTED, op,
+                    "%s is in device memory, but this run computes on the CPU: pass host memory", name);
     char why[512];
     if (!zt_attention_shape_ok(t, name, want, why, sizeof why)) return fail(s, ZT_ERR_INVALID_ARG, op, "%s", why);
     return ZT_OK;
@@ -113,6 +136,87 @@ static zt_attention_shape kernel_shape(const zt_attn_args *a)
     return shape;
 }
 
+/* ---- training on CUDA ---------------------------------------------------------------------------- */
+
+#ifdef ZT_PLUGIN_CUDA
+static zt_cuda_attention_shape cuda_shape(const zt_attn_args *a)
+{
+    zt_cuda_attention_shape shape = {a->batch->batch, a->batch->seq_len, a->n_heads, a->n_kv_heads, a->head_dim,
+                                     a->scale};
+    return shape;
+}
+
+static zt_status cuda_handle(naive_state *s)
+{
+    if (s->gpu) return ZT_OK;
+    zt_status st = zt_cuda_naive_attention_create(s->host->device->device_index, &s->gpu);
+    if (st != ZT_OK) return zt_plugin_cuda_failed(s->host, st, "naive attention: creating its cuBLAS handle");
+    return ZT_OK;
+}
+
+/* The scores workspace is per call (pool workspace): [H, T, T] fp32 for one batch element at a
+ * time plus fp32 copies of q, k, v and out. What outlives the call is the lse (pool activations). */
+static zt_status cuda_forward(naive_state *s, const zt_attn_args *a, void **saved)
+{
+    const zt_host *h = s->host;
+    zt_cuda_attention_shape shape = cuda_shape(a);
+    zt_status st = cuda_handle(s);
+    if (st != ZT_OK) return st;
+    uint64_t ws_bytes = zt_cuda_naive_attention_forward_workspace_bytes(&shape);
+    uint64_t lse_bytes = (uint64_t)(shape.batch * shape.heads * shape.seq) * sizeof(float);
+    void *ws = h->alloc(h->ctx, ZT_POOL_WORKSPACE, ZT_MEM_DEVICE, ws_bytes, 0,
+                        "naive attention fp32 scores [heads, T, T] and fp32 inputs");
+    if (!ws) return ZT_ERR_OUT_OF_MEMORY;
+    float *lse = h->alloc(h->ctx, saved ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, ZT_MEM_DEVICE, lse_bytes, 0,
+                          "naive attention log-sum-exp rows");
+    naive_saved *rec = lse && saved ? h->alloc(h->ctx, ZT_POOL_ACTIVATIONS, ZT_MEM_HOST, sizeof *rec, 0,
+                                               "naive attention saved header")
+                                    : NULL;
+    if (!lse || (saved && !rec)) st = ZT_ERR_OUT_OF_MEMORY; /* host->alloc described it */
+    if (st == ZT_OK) {
+        st = zt_cuda_naive_attention_forward(s->gpu, zt_plugin_stream(h), &shape, a->q.data, a->k.data, a->v.data,
+                                             a->batch->doc_ids, a->out.data, lse, ws, ws_bytes);
+        if (st != ZT_OK) zt_plugin_cuda_failed(h, st, "naive attention forward");
+    }
+    h->free(h->ctx, ws); /* stream-ordered: the kernels enqueued above still see it */
+    if (st != ZT_OK || !saved) {
+        h->free(h->ctx, lse);
+        h->free(h->ctx, rec);
+        return st;
+    }
+    *rec = (naive_saved){.magic = SAVED_MAGIC, .heads = a->n_heads, .batch = shape.batch, .seq = shape.seq,
+                         .device_lse = lse};
+    *saved = rec;
+    return ZT_OK;
+}
+
+static zt_status cuda_backward(naive_state *s, const zt_attn_args *a, const naive_saved *rec)
+{
+    const zt_host *h = s->host;
+    zt_cuda_attention_shape shape = cuda_shape(a);
+    zt_status st = cuda_handle(s);
+    if (st != ZT_OK) return st;
+    uint64_t ws_bytes = zt_cuda_naive_attention_backward_workspace_bytes(&shape);
+    void *ws = h->alloc(h->ctx, ZT_POOL_WORKSPACE, ZT_MEM_DEVICE, ws_bytes, 0,
+                        "naive attention backward: fp32 P and dP [heads, T, T], fp32 inputs and gradients");
+    if (!ws) return ZT_ERR_OUT_OF_MEMORY;
+    st = zt_cuda_naive_attention_backward(s->gpu, zt_plugin_stream(h), &shape, a->q.data, a->k.data, a->v.data,
+                                          a->batch->doc_ids, a->out.data, rec->device_lse, a->dout.data, a->dq.data,
+                                          a->dk.data, a->dv.data, ws, ws_bytes);
+    if (st != ZT_OK) zt_plugin_cuda_failed(h, st, "naive attention backward");
+    h->free(h->ctx, ws);
+    return st;
+}
+#endif
+
+/* Frees a saved record and, on CUDA runs, its device lse. */
+static void free_saved(naive_state *s, naive_saved *rec)
+{
+    rec->magic = 0;
+    s->host->free(s->host->ctx, rec->device_lse);
+    s->host->free(s->host->ctx, rec);
+}
+
 /* ---- training ---------------------------------------------------------------------------------- */
 
 static zt_status naive_forward(void *state, const zt_attn_args *a, void **saved)
@@ -120,6 +224,9 @@ static zt_status naive_forward(void *state, const zt_attn_args *a, void **saved)
     naive_state *s = state;
     zt_status st = check_training_args(s, "forward", a);
     if (st != ZT_OK) return st;
+#ifdef ZT_PLUGIN_CUDA
+    if (s->on_cuda) return cuda_forward(s, a, saved);
+#endif
     zt_attention_shape shape = kernel_shape(a);
     uint64_t rows = (uint64_t)(shape.batch * shape.heads * shape.seq);
     /* Without a backward the log-sum-exp is scratch; with one it is the saved record. */
@@ -128,6 +235,7 @@ static zt_status naive_forward(void *state, const zt_attn_args *a, void **saved)
                                       "attention log-sum-exp rows");
     if (!rec) return ZT_ERR_OUT_OF_MEMORY;
     rec->magic = SAVED_MAGIC;
+    rec->device_lse = NULL;
     rec->heads = a->n_heads;
     rec->batch = shape.batch;
     rec->seq = shape.seq;
@@ -158,15 +266,16 @@ static zt_status naive_backward(void *state, const zt_attn_args *a, void *saved)
             (st = check_tensor(s, "backward", "dk", &a->dk, B, T, Hkv, D)) == ZT_OK)
             st = check_tensor(s, "backward", "dv", &a->dv, B, T, Hkv, D);
     }
+#ifdef ZT_PLUGIN_CUDA
+    if (st == ZT_OK && s->on_cuda) st = cuda_backward(s, a, rec);
+    else
+#endif
     if (st == ZT_OK) {
         zt_attention_shape shape = kernel_shape(a);
         zt_cpu_attention_backward(&s->cpu, &shape, a->q.data, a->k.data, a->v.data, a->batch->doc_ids,
                                   a->out.data, rec->lse, a->dout.data, a->dq.data, a->dk.data, a->dv.data);
     }
-    if (rec && rec->magic == SAVED_MAGIC) {
-        rec->magic = 0;
-        s->host->free(s->host->ctx, rec);
-    }
+    if (rec && rec->magic == SAVED_MAGIC) free_saved(s, rec);
     return st;
 }
 
@@ -176,8 +285,7 @@ static void naive_release(void *state, void *saved)
     naive_state *s = state;
     naive_saved *rec = saved;
     if (!rec || rec->magic != SAVED_MAGIC) return;
-    rec->magic = 0;
-    s->host->free(s->host->ctx, rec);
+    free_saved(s, rec);
 }
 
 /* ---- KV cache ---------------------------------------------------------------------------------- */
@@ -188,6 +296,10 @@ static zt_status naive_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
     if (!d || !out || d->struct_size < sizeof(zt_kv_cache_desc))
         return fail(s, ZT_ERR_INVALID_ARG, "kv_create", "the descriptor or the output pointer is NULL");
     *out = NULL;
+    if (s->on_cuda)
+        return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
+                    "naive attention keeps its KV cache on the CPU only, and this run computes on a GPU; "
+                    "generate on the CPU (device = cpu; zt-run --generate runs on the CPU only for now)");
     if (d->dtype != ZT_F32)
         return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
                     "cache dtype %d asked for; naive attention caches fp32 (ZT_F32) only", (int)d->dtype);
@@ -393,17 +505,22 @@ static zt_status naive_probe(const zt_host *host)
 static zt_status naive_init(const zt_host *host, void **state)
 {
     *state = NULL;
+    int on_cuda = host->device && host->device->device_type == ZT_DEVICE_CUDA;
+#ifndef ZT_PLUGIN_CUDA
     if (host->device && host->device->device_type != ZT_DEVICE_CPU) {
         host->error(host->ctx, ZT_ERR_UNSUPPORTED,
-                    "naive attention runs on the CPU only (fp32); on a GPU use a CUDA attention plugin");
+                    "this naive attention was built without CUDA and runs on the CPU only (fp32); rebuild zt with "
+                    "the CUDA toolkit, or use the flash plugin, on a GPU");
         return ZT_ERR_UNSUPPORTED;
     }
+#endif
     naive_state *s = calloc(1, sizeof *s);
     if (!s) {
         host->error(host->ctx, ZT_ERR_OUT_OF_MEMORY, "cannot allocate the naive attention state");
         return ZT_ERR_OUT_OF_MEMORY;
     }
     s->host = host;
+    s->on_cuda = on_cuda;
     s->cpu.parallel_for = host->parallel_for;
     s->cpu.pool = host->ctx;
     *state = s;
@@ -412,6 +529,10 @@ static zt_status naive_init(const zt_host *host, void **state)
 
 static void naive_fini(void *state)
 {
+#ifdef ZT_PLUGIN_CUDA
+    naive_state *s = state;
+    if (s) zt_cuda_naive_attention_destroy(s->gpu);
+#endif
     free(state);
 }
 
@@ -435,8 +556,13 @@ static const zt_plugin k_plugin = {
     .kind = ZT_KIND_ATTENTION,
     .name = "naive",
     .version = "1.0.0",
-    .description = "exact fp32 causal attention on the CPU (packed documents, GQA, KV cache): the reference",
-    .caps = ZT_CAP_CPU | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE,
+    .description = "exact causal attention, the reference: fp32 on the CPU (packed documents, GQA, KV cache), "
+                   "unfused bf16-in fp32-scores on CUDA where built with it (training only)",
+    .caps = ZT_CAP_CPU | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE
+#ifdef ZT_PLUGIN_CUDA
+            | ZT_CAP_CUDA | ZT_CAP_BF16
+#endif
+    ,
     .probe = naive_probe,
     .init = naive_init,
     .fini = naive_fini,
