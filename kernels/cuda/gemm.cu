@@ -88,6 +88,13 @@ void zt_cuda_release_gemm_plans(zt_cuda_ctx *ctx)
     for (int i = 0; i < ZT_GEMM_PLAN_CACHE; i++) release_plan(&ctx->plans[i]);
 }
 
+/* Plans made by this copy of the library (each plugin links its own): a steady training step makes
+ * none, so a count that grows step after step means the cache thrashes (more than
+ * ZT_GEMM_PLAN_CACHE shapes in rotation) and every GEMM pays a heuristic query on the host. */
+static unsigned long long plans_made;
+
+uint64_t zt_cuda_gemm_plans_made(void) { return __atomic_load_n(&plans_made, __ATOMIC_RELAXED); }
+
 /* The cached plan for this problem, made on first use. */
 static zt_status find_plan(zt_cuda_ctx *ctx, const int64_t key[12], int trans_a, int trans_b,
                            int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
@@ -108,13 +115,16 @@ static zt_status find_plan(zt_cuda_ctx *ctx, const int64_t key[12], int trans_a,
         return st;
     }
     memcpy(p->key, key, sizeof p->key);
+    __atomic_fetch_add(&plans_made, 1ull, __ATOMIC_RELAXED);
     *out = p;
     return ZT_OK;
 }
 
-zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
-                       int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
-                       int64_t ldb, void *C, int32_t c_dtype, int64_t ldc, int accumulate)
+/* D = op(A) op(B) (+ C when accumulate); C_in NULL means C = D (in place). */
+static zt_status gemm_impl(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
+                           int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
+                           int64_t ldb, const void *C_in, void *C, int32_t c_dtype, int64_t ldc,
+                           int accumulate)
 {
     if (M < 0 || N < 0 || K < 0)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG, "GEMM: negative size M=%lld N=%lld K=%lld",
@@ -133,6 +143,15 @@ zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int t
     if (M == 0 || N == 0) return ZT_OK;
     size_t c_size = c_dtype == ZT_F32 ? 4 : 2;
     if (K == 0) { /* cuBLASLt rejects k = 0; the product is zero */
+        if (accumulate && C_in && C_in != C) {
+            cudaError_t e = cudaMemcpy2DAsync(C, (size_t)ldc * c_size, C_in, (size_t)ldc * c_size,
+                                              (size_t)N * c_size, (size_t)M,
+                                              cudaMemcpyDeviceToDevice, stream);
+            if (e != cudaSuccess)
+                return zt_cuda_fail(ZT_ERR_DEVICE, "GEMM with K = 0: cudaMemcpy2DAsync failed: %s",
+                                    cudaGetErrorString(e));
+            return ZT_OK;
+        }
         if (accumulate) return ZT_OK;
         cudaError_t e = cudaMemset2DAsync(C, (size_t)ldc * c_size, 0, (size_t)N * c_size,
                                           (size_t)M, stream);
@@ -141,7 +160,11 @@ zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int t
                                 cudaGetErrorString(e));
         return ZT_OK;
     }
-    int align[3] = {pointer_alignment(A), pointer_alignment(B), pointer_alignment(C)};
+    if (!C_in) C_in = C;
+    /* C and D share one layout: the plan must suit the less aligned of the two */
+    int align_cd = pointer_alignment(C) < pointer_alignment(C_in) ? pointer_alignment(C)
+                                                                   : pointer_alignment(C_in);
+    int align[3] = {pointer_alignment(A), pointer_alignment(B), align_cd};
     int64_t key[12] = {trans_a, trans_b, M, N, K, lda, ldb, ldc, c_dtype, accumulate != 0,
                        align[0] | align[1] << 10 | (int64_t)align[2] << 20, 0};
     cudaDataType_t c_type = c_dtype == ZT_F32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -149,11 +172,29 @@ zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int t
     zt_status st = find_plan(ctx, key, trans_a, trans_b, M, N, K, lda, ldb, ldc, c_type, align, &plan);
     if (st != ZT_OK) return st;
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasStatus_t s = cublasLtMatmul(ctx->lt, plan->op, &alpha, B, plan->a, A, plan->b, &beta, C,
+    cublasStatus_t s = cublasLtMatmul(ctx->lt, plan->op, &alpha, B, plan->a, A, plan->b, &beta, C_in,
                                       plan->c, C, plan->c, &plan->algo, ctx->lt_workspace,
                                       ctx->lt_workspace_bytes, stream);
     if (s != CUBLAS_STATUS_SUCCESS) return lt_fail("cublasLtMatmul", s, M, N, K);
     return ZT_OK;
+}
+
+zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
+                       int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
+                       int64_t ldb, void *C, int32_t c_dtype, int64_t ldc, int accumulate)
+{
+    return gemm_impl(ctx, stream, trans_a, trans_b, M, N, K, A, lda, B, ldb, NULL, C, c_dtype, ldc,
+                     accumulate);
+}
+
+/* The residual add as the GEMM's beta = 1 epilogue: no separate add kernel, one rounding. */
+zt_status zt_cuda_linear_forward_residual(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M,
+                                          int64_t N, int64_t K, const uint16_t *x,
+                                          const uint16_t *w, const uint16_t *residual, uint16_t *y)
+{
+    if (!residual)
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG, "linear forward with residual: residual is NULL");
+    return gemm_impl(ctx, stream, 0, 1, M, N, K, x, K, w, K, residual, y, ZT_BF16, N, 1);
 }
 
 zt_status zt_cuda_linear_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M, int64_t N,

@@ -88,3 +88,90 @@ zt_status zt_cuda_swiglu_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t
         n, (const bf16 *)gate, (const bf16 *)up, (const bf16 *)dh, (bf16 *)dgate, (bf16 *)dup);
     return zt_cuda_check_launch("SwiGLU backward");
 }
+
+/* ---- row-strided forms: gate and up as column blocks of one [rows, 2F] GEMM output ------------ */
+
+/* Vectors of 8 along each row; cols % 8 == 0 and 8-element row strides (checked on the host). */
+__global__ void swiglu_forward_rows_kernel(int64_t rows, int64_t cols, const bf16 *gate,
+                                           const bf16 *up, int64_t ld_in, bf16 *h, int64_t ld_h)
+{
+    int64_t per_row = cols / 8, n = rows * per_row;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < n; v += stride) {
+        int64_t r = v / per_row, c = (v % per_row) * 8;
+        float g[8], u[8], out[8];
+        zt_load8(gate + r * ld_in + c, g);
+        zt_load8(up + r * ld_in + c, u);
+#pragma unroll
+        for (int i = 0; i < 8; i++) out[i] = g[i] * sigmoid(g[i]) * u[i];
+        zt_store8(h + r * ld_h + c, out);
+    }
+}
+
+__global__ void swiglu_backward_rows_kernel(int64_t rows, int64_t cols, const bf16 *gate,
+                                            const bf16 *up, int64_t ld_in, const bf16 *dh,
+                                            int64_t ld_dh, bf16 *dgate, bf16 *dup, int64_t ld_out)
+{
+    int64_t per_row = cols / 8, n = rows * per_row;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < n; v += stride) {
+        int64_t r = v / per_row, c = (v % per_row) * 8;
+        float g[8], u[8], d[8], dg[8], du[8];
+        zt_load8(gate + r * ld_in + c, g);
+        zt_load8(up + r * ld_in + c, u);
+        zt_load8(dh + r * ld_dh + c, d);
+#pragma unroll
+        for (int i = 0; i < 8; i++) swiglu_grad(g[i], u[i], d[i], &dg[i], &du[i]);
+        zt_store8(dgate + r * ld_out + c, dg);
+        zt_store8(dup + r * ld_out + c, du);
+    }
+}
+
+static zt_status check_rows(const char *what, int64_t rows, int64_t cols, const int64_t *lds,
+                            int n_lds)
+{
+    if (rows < 0 || cols < 0 || cols % 8 != 0)
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                            "%s: rows %lld and cols %lld must not be negative and cols a multiple "
+                            "of 8 (16-byte accesses)",
+                            what, (long long)rows, (long long)cols);
+    for (int i = 0; i < n_lds; i++)
+        if (lds[i] < cols || lds[i] % 8 != 0)
+            return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                                "%s: row stride %lld (argument %d) must be at least cols %lld and a "
+                                "multiple of 8",
+                                what, (long long)lds[i], i + 1, (long long)cols);
+    return ZT_OK;
+}
+
+zt_status zt_cuda_swiglu_forward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows,
+                                      int64_t cols, const uint16_t *gate, const uint16_t *up,
+                                      int64_t ld_in, uint16_t *h, int64_t ld_h)
+{
+    const char *what = "SwiGLU forward (row-strided)";
+    const void *ptrs[] = {gate, up, h};
+    const int64_t lds[] = {ld_in, ld_h};
+    zt_status st = check_rows(what, rows, cols, lds, 2);
+    if (st == ZT_OK) st = check_aligned(what, ptrs, 3);
+    if (st != ZT_OK || rows == 0 || cols == 0) return st;
+    swiglu_forward_rows_kernel<<<zt_grid_for(rows * (cols / 8), 256, ctx), 256, 0, stream>>>(
+        rows, cols, (const bf16 *)gate, (const bf16 *)up, ld_in, (bf16 *)h, ld_h);
+    return zt_cuda_check_launch(what);
+}
+
+zt_status zt_cuda_swiglu_backward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows,
+                                       int64_t cols, const uint16_t *gate, const uint16_t *up,
+                                       int64_t ld_in, const uint16_t *dh, int64_t ld_dh,
+                                       uint16_t *dgate, uint16_t *dup, int64_t ld_out)
+{
+    const char *what = "SwiGLU backward (row-strided)";
+    const void *ptrs[] = {gate, up, dh, dgate, dup};
+    const int64_t lds[] = {ld_in, ld_dh, ld_out};
+    zt_status st = check_rows(what, rows, cols, lds, 3);
+    if (st == ZT_OK) st = check_aligned(what, ptrs, 5);
+    if (st != ZT_OK || rows == 0 || cols == 0) return st;
+    swiglu_backward_rows_kernel<<<zt_grid_for(rows * (cols / 8), 256, ctx), 256, 0, stream>>>(
+        rows, cols, (const bf16 *)gate, (const bf16 *)up, ld_in, (const bf16 *)dh, ld_dh,
+        (bf16 *)dgate, (bf16 *)dup, ld_out);
+    return zt_cuda_check_launch(what);
+}

@@ -15,11 +15,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../cuda_plugin.h"
 #include "llama.h"
 
 #define GPU_SAVED_MAGIC 0x4741535Au /* "ZSAG" */
+
+typedef struct gpu_prof gpu_prof;
 
 /* The plugin's device state (llama.h: llama_state.gpu). */
 struct llama_gpu {
@@ -27,6 +30,8 @@ struct llama_gpu {
     float *inv_freq; /* [head_dim / 2] on the device */
     double *loss;    /* the LM head's loss share, on the device */
     float *discard;  /* [hidden]: the dW of a frozen norm, which the RMSNorm kernel always accumulates */
+    int fuse;        /* one GEMM for q|k|v and for gate|up where the weights are adjacent (ZT_CUDA_FUSE) */
+    gpu_prof *prof;  /* ZT_CUDA_PROFILE=1: per-op GPU times; NULL otherwise */
 };
 
 /* What a training forward leaves in *zt_unit_call.saved: a host header and, unless it only marks a
@@ -41,7 +46,8 @@ typedef struct gpu_record {
     void *acts; /* device */
 } gpu_record;
 
-/* Device arrays of one layer, as in layers.c (bf16 unless marked). */
+/* Device arrays of one layer, as in layers.c (bf16 unless marked). gate and up are the two column
+ * blocks of one [tokens, 2 F] array (row stride 2 F), the output of one gate|up GEMM. */
 typedef struct gpu_layer_acts {
     uint16_t *norm1, *q, *k, *v, *attn, *resid, *norm2, *gate, *up;
     float *rstd1, *rstd2; /* fp32 */
@@ -52,8 +58,9 @@ typedef struct gpu_head_acts {
     float *rstd;
 } gpu_head_acts;
 
+/* qkv: the stacked [tokens, q|k|v] gradient of the three projections (row stride Q + 2 KV). */
 typedef struct gpu_layer_grads {
-    uint16_t *act, *norm, *resid, *attn, *q, *k, *v;
+    uint16_t *act, *norm, *resid, *attn, *q, *k, *v, *qkv;
 } gpu_layer_grads;
 
 typedef struct gpu_run {
@@ -61,10 +68,25 @@ typedef struct gpu_run {
     const zt_unit_call *c;
     cudaStream_t stream;
     int64_t tokens;
+    gpu_prof *prof; /* set while the profile records; NULL otherwise (the only cost when off) */
     char name[40];
 } gpu_run;
 
 /* ---- memory ---------------------------------------------------------------------------------- */
+
+/* While the profile records: the host clock before a host->alloc / free, and its accounting after
+ * (0 and nothing otherwise). Defined with the profile below. */
+static double prof_alloc_clock(const llama_state *s);
+static void prof_alloc_done(const llama_state *s, double t0);
+
+/* host->free, timed while the profile records (cudaFreeAsync underneath for device memory). */
+static void gpu_free(llama_state *s, void *ptr)
+{
+    if (!ptr) return;
+    double t0 = prof_alloc_clock(s);
+    s->host->free(s->host->ctx, ptr);
+    prof_alloc_done(s, t0);
+}
 
 /* Consecutive arrays in one device block, each at a 256-byte boundary (the GEMMs' and the vector
  * kernels' alignment); base NULL only counts. */
@@ -92,8 +114,8 @@ static void carve_layer(const llama_config *c, int64_t N, byte_carver *cv, gpu_l
     a->resid = carve(cv, N * H, 2);
     a->norm2 = carve(cv, N * H, 2);
     a->rstd2 = carve(cv, N, 4);
-    a->gate = carve(cv, N * F, 2);
-    a->up = carve(cv, N * F, 2);
+    a->gate = carve(cv, N * 2 * F, 2);
+    a->up = a->gate ? a->gate + F : NULL;
 }
 
 static void carve_head(const llama_config *c, int64_t N, byte_carver *cv, gpu_head_acts *a)
@@ -112,6 +134,7 @@ static void carve_layer_grads(const llama_config *c, int64_t N, byte_carver *cv,
     d->q = carve(cv, N * Q, 2);
     d->k = carve(cv, N * KV, 2);
     d->v = carve(cv, N * KV, 2);
+    d->qkv = carve(cv, N * (Q + 2 * KV), 2);
 }
 
 static void *device_alloc(const gpu_run *r, int32_t pool, uint64_t bytes, const char *what)
@@ -119,7 +142,10 @@ static void *device_alloc(const gpu_run *r, int32_t pool, uint64_t bytes, const 
     char tag[64];
     snprintf(tag, sizeof tag, "%s %s", r->name, what);
     const zt_host *h = r->s->host;
-    return h->alloc(h->ctx, pool, ZT_MEM_DEVICE, bytes ? bytes : 1, 0, tag);
+    double t0 = prof_alloc_clock(r->s);
+    void *p = h->alloc(h->ctx, pool, ZT_MEM_DEVICE, bytes ? bytes : 1, 0, tag);
+    prof_alloc_done(r->s, t0);
+    return p;
 }
 
 static gpu_record *record_new(const gpu_run *r, int32_t pool, int marker, const char *what)
@@ -127,7 +153,9 @@ static gpu_record *record_new(const gpu_run *r, int32_t pool, int marker, const 
     const zt_host *h = r->s->host;
     char tag[64];
     snprintf(tag, sizeof tag, "%s %s (header)", r->name, what);
+    double t0 = prof_alloc_clock(r->s);
     gpu_record *rec = h->alloc(h->ctx, pool, ZT_MEM_HOST, sizeof *rec, 0, tag);
+    prof_alloc_done(r->s, t0);
     if (!rec) return NULL;
     memset(rec, 0, sizeof *rec);
     rec->magic = GPU_SAVED_MAGIC;
@@ -143,7 +171,7 @@ static gpu_record *record_new(const gpu_run *r, int32_t pool, int marker, const 
     else carve_layer(&r->s->cfg, r->tokens, &cv, &la);
     rec->acts = device_alloc(r, pool, cv.used, what);
     if (!rec->acts) {
-        h->free(h->ctx, rec);
+        gpu_free(r->s, rec);
         return NULL;
     }
     return rec;
@@ -154,9 +182,9 @@ void llama_cuda_saved_free(llama_state *s, void *saved)
     gpu_record *rec = saved;
     if (!rec) return;
     if (rec->attention_saved) rec->attention->ops->release(rec->attention->state, rec->attention_saved);
-    s->host->free(s->host->ctx, rec->acts);
+    gpu_free(s, rec->acts);
     rec->magic = 0;
-    s->host->free(s->host->ctx, rec);
+    gpu_free(s, rec);
 }
 
 /* ---- helpers --------------------------------------------------------------------------------- */
@@ -178,13 +206,349 @@ static zt_status step_failed(const gpu_run *r, zt_status st, const char *step)
     return zt_plugin_cuda_failed(r->s->host, st, what);
 }
 
+/* ---- profile (ZT_CUDA_PROFILE=1) ------------------------------------------------------------ */
+
+/* CUDA events around every op of the units (named by its step, summed over layers), for a window of
+ * training micro-batches after a few warm-up ones; the table is printed to stderr when the plugin
+ * finishes. The window runs from one training embedding forward to the one `window` micro-batches
+ * later, so the GPU time outside the model (the optimizer, the zero plugin, batch copies, waits) is
+ * the gap between the end of one embedding backward and the next forward, and whatever no op
+ * covers (host launch gaps) is the rest. Events are only created while the window records: off, the
+ * cost is one NULL test per op. */
+enum { PROF_MAX_OPS = 96 };
+#define PROF_OUTSIDE "outside the model (optimizer, zero, batch copies)"
+
+typedef struct prof_mark {
+    const char *name;
+    cudaEvent_t begin, end;
+    double host_ms; /* wall clock of the host in the op's launch calls */
+} prof_mark;
+
+struct gpu_prof {
+    int64_t warmup, window; /* training micro-batches */
+    int64_t micro;          /* training micro-batches begun */
+    int state;              /* 0 warming up, 1 recording, 2 resolved */
+    prof_mark *marks;
+    int64_t n_marks, cap;
+    cudaEvent_t window_begin, window_end, model_end; /* model_end: pending, or NULL */
+    int64_t recorded_micro;
+    double window_ms;
+    /* host wall clock (ms, CLOCK_MONOTONIC): when window_begin was recorded, when the last event
+     * was, and the time blocked reading the loss inside the window */
+    double host_begin, host_last, host_window_ms, loss_wait_ms;
+    double unit_ms;               /* inside the plugin's unit calls (forward / backward entry to return) */
+    int64_t unit_calls;
+    double last_return;           /* host clock when the last unit call returned */
+    double between_ms;            /* between unit calls of one forward + backward (trainer, zero hooks) */
+    double alloc_ms, alloc_max_ms; /* host->alloc / free (cudaMallocAsync / cudaFreeAsync underneath) */
+    int64_t alloc_calls;
+    uint64_t plans_begin, plans_made; /* cuBLASLt plans made by this plugin: at the window's start, in it */
+    int n_ops;
+    const char *op_name[PROF_MAX_OPS];
+    int64_t op_calls[PROF_MAX_OPS];
+    double op_ms[PROF_MAX_OPS];
+    double op_host_ms[PROF_MAX_OPS], op_host_max_ms[PROF_MAX_OPS];
+};
+
+static double prof_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int prof_recording(const llama_state *s)
+{
+    return s->gpu && s->gpu->prof && s->gpu->prof->state == 1;
+}
+
+static double prof_alloc_clock(const llama_state *s)
+{
+    return prof_recording(s) ? prof_now_ms() : 0;
+}
+
+static void prof_alloc_done(const llama_state *s, double t0)
+{
+    if (t0 == 0 || !prof_recording(s)) return;
+    gpu_prof *p = s->gpu->prof;
+    double ms = prof_now_ms() - t0;
+    p->alloc_ms += ms;
+    p->alloc_calls++;
+    if (ms > p->alloc_max_ms) p->alloc_max_ms = ms;
+}
+
+static zt_status prof_cuda_failed(const llama_state *s, cudaError_t e, const char *what)
+{
+    s->host->error(s->host->ctx, ZT_ERR_DEVICE,
+                   "llama: ZT_CUDA_PROFILE: %s failed: %s (%s); unset ZT_CUDA_PROFILE to train without the profile",
+                   what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return ZT_ERR_DEVICE;
+}
+
+static zt_status prof_event(const llama_state *s, cudaStream_t stream, cudaEvent_t *ev)
+{
+    if (s->gpu->prof) s->gpu->prof->host_last = prof_now_ms();
+    cudaError_t e = cudaEventCreate(ev);
+    if (e != cudaSuccess) {
+        *ev = NULL;
+        return prof_cuda_failed(s, e, "cudaEventCreate");
+    }
+    e = cudaEventRecord(*ev, stream);
+    return e == cudaSuccess ? ZT_OK : prof_cuda_failed(s, e, "cudaEventRecord");
+}
+
+static zt_status prof_begin_named(const llama_state *s, gpu_prof *p, cudaStream_t stream, const char *name)
+{
+    if (p->n_marks == p->cap) {
+        int64_t cap = p->cap ? 2 * p->cap : 4096;
+        prof_mark *m = realloc(p->marks, (size_t)cap * sizeof *m);
+        if (!m) {
+            s->host->error(s->host->ctx, ZT_ERR_OUT_OF_MEMORY, "llama: ZT_CUDA_PROFILE: out of host memory for %lld "
+                           "event records; profile fewer micro-batches (ZT_CUDA_PROFILE_STEPS)", (long long)cap);
+            return ZT_ERR_OUT_OF_MEMORY;
+        }
+        p->marks = m;
+        p->cap = cap;
+    }
+    prof_mark *m = &p->marks[p->n_marks++];
+    m->name = name;
+    m->end = NULL;
+    m->host_ms = 0;
+    return prof_event(s, stream, &m->begin);
+}
+
+static zt_status prof_begin(const gpu_run *r, const char *name)
+{
+    return prof_begin_named(r->s, r->prof, r->stream, name);
+}
+
+/* The host time of the op begun last (ops do not nest). */
+static void prof_host_time(const gpu_run *r, double host_t0)
+{
+    r->prof->marks[r->prof->n_marks - 1].host_ms = prof_now_ms() - host_t0;
+}
+
+static zt_status prof_end(const gpu_run *r)
+{
+    return prof_event(r->s, r->stream, &r->prof->marks[r->prof->n_marks - 1].end);
+}
+
+static void prof_destroy_events(gpu_prof *p)
+{
+    for (int64_t i = 0; i < p->n_marks; i++) {
+        if (p->marks[i].begin) cudaEventDestroy(p->marks[i].begin);
+        if (p->marks[i].end) cudaEventDestroy(p->marks[i].end);
+    }
+    p->n_marks = 0;
+    cudaEvent_t *evs[] = {&p->window_begin, &p->window_end, &p->model_end};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
+        if (*evs[i]) cudaEventDestroy(*evs[i]);
+        *evs[i] = NULL;
+    }
+}
+
+/* Waits for the window's last event (`end`: window_end, or an event of the last op) and sums the
+ * op times by name. */
+static zt_status prof_resolve(const llama_state *s, gpu_prof *p, cudaEvent_t end)
+{
+    cudaError_t e = cudaEventSynchronize(end);
+    float ms = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, p->window_begin, end);
+    p->window_ms = ms;
+    p->host_window_ms = p->host_last - p->host_begin;
+    p->plans_made = zt_cuda_gemm_plans_made() - p->plans_begin;
+    for (int64_t i = 0; i < p->n_marks && e == cudaSuccess; i++) {
+        const prof_mark *m = &p->marks[i];
+        if (!m->begin || !m->end) continue; /* an op that failed: the run stops anyway */
+        e = cudaEventElapsedTime(&ms, m->begin, m->end);
+        int k = 0;
+        while (k < p->n_ops && strcmp(p->op_name[k], m->name) != 0) k++;
+        if (k == PROF_MAX_OPS) k = PROF_MAX_OPS - 1; /* cannot happen with the plugin's fixed step names */
+        if (k == p->n_ops) {
+            p->op_name[k] = m->name;
+            p->n_ops++;
+        }
+        p->op_calls[k]++;
+        p->op_ms[k] += ms;
+        p->op_host_ms[k] += m->host_ms;
+        if (m->host_ms > p->op_host_max_ms[k]) p->op_host_max_ms[k] = m->host_ms;
+    }
+    prof_destroy_events(p);
+    p->state = 2;
+    return e == cudaSuccess ? ZT_OK : prof_cuda_failed(s, e, "reading the event times");
+}
+
+/* Called by every embedding forward: a training one starts a micro-batch, which may open or close
+ * the window. */
+static zt_status prof_micro_begin(llama_state *s, cudaStream_t stream, int train)
+{
+    gpu_prof *p = s->gpu->prof;
+    if (!p || p->state == 2 || !train) return ZT_OK;
+    p->micro++;
+    zt_status st = ZT_OK;
+    if (p->state == 1 && p->model_end) { /* the gap since the last embedding backward */
+        st = prof_begin_named(s, p, stream, PROF_OUTSIDE);
+        if (st == ZT_OK) {
+            prof_mark *m = &p->marks[p->n_marks - 1];
+            cudaEventDestroy(m->begin);
+            m->begin = p->model_end;
+            p->model_end = NULL;
+            st = prof_event(s, stream, &m->end);
+        }
+    }
+    if (st != ZT_OK) return st;
+    if (p->state == 0 && p->micro == p->warmup + 1) {
+        p->state = 1;
+        st = prof_event(s, stream, &p->window_begin);
+        p->host_begin = p->host_last;
+        p->plans_begin = zt_cuda_gemm_plans_made();
+        return st;
+    }
+    if (p->state == 1 && p->micro == p->warmup + p->window + 1) {
+        p->recorded_micro = p->window;
+        st = prof_event(s, stream, &p->window_end);
+        return st == ZT_OK ? prof_resolve(s, p, p->window_end) : st;
+    }
+    return ZT_OK;
+}
+
+static void prof_finish(llama_state *s)
+{
+    gpu_prof *p = s->gpu->prof;
+    int cut_short = p->state == 1;
+    if (cut_short) {
+        /* The run ended inside the window: it closes at the end of the last timed op (the stream
+         * may be gone by now), so the last step's optimizer is not in it. */
+        p->recorded_micro = p->micro - p->warmup;
+        cudaEvent_t end = p->model_end ? p->model_end : p->n_marks ? p->marks[p->n_marks - 1].end : NULL;
+        if (!end) end = p->window_begin;
+        if (prof_resolve(s, p, end) != ZT_OK) return;
+    }
+    if (p->state == 0) {
+        fprintf(stderr, "ZT_CUDA_PROFILE: nothing recorded: the run had %lld training micro-batches, not more than "
+                "the %lld warm-up ones (set ZT_CUDA_PROFILE_WARMUP lower or train longer)\n",
+                (long long)p->micro, (long long)p->warmup);
+        return;
+    }
+    int order[PROF_MAX_OPS];
+    double sum = 0;
+    for (int k = 0; k < p->n_ops; k++) {
+        order[k] = k;
+        sum += p->op_ms[k];
+    }
+    for (int i = 1; i < p->n_ops; i++) /* by total time, largest first */
+        for (int j = i; j > 0 && p->op_ms[order[j]] > p->op_ms[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    double per = p->recorded_micro > 0 ? (double)p->recorded_micro : 1.0;
+    double total = p->window_ms > 0 ? p->window_ms : 1.0;
+    fprintf(stderr, "\nZT_CUDA_PROFILE: llama GPU time by op over %lld training micro-batches (after %lld warm-up), "
+            "%.3f ms per micro-batch (CUDA events on the compute stream)\n",
+            (long long)p->recorded_micro, (long long)p->warmup, p->window_ms / per);
+    if (cut_short)
+        fprintf(stderr, "(the run ended inside the window: it closes at the last timed op, so the last step's "
+                "optimizer is not in it; train longer than ZT_CUDA_PROFILE_WARMUP + ZT_CUDA_PROFILE_STEPS)\n");
+    /* host ms/mb: wall clock of the op's launch calls per micro-batch; host max ms: the slowest single
+     * call (a stall: a sync, the memory pool growing). An op whose GPU time is below its host time
+     * cannot keep the stream fed by itself. */
+    fprintf(stderr, "%-56s %8s %12s %14s %7s %11s %12s\n", "op", "calls", "total ms", "ms/micro-batch", "%",
+            "host ms/mb", "host max ms");
+    double host_ops = 0;
+    for (int i = 0; i < p->n_ops; i++) {
+        int k = order[i];
+        host_ops += p->op_host_ms[k];
+        fprintf(stderr, "%-56s %8lld %12.3f %14.3f %6.1f%% %11.3f %12.3f\n", p->op_name[k], (long long)p->op_calls[k],
+                p->op_ms[k], p->op_ms[k] / per, 100.0 * p->op_ms[k] / total, p->op_host_ms[k] / per,
+                p->op_host_max_ms[k]);
+    }
+    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "(no op timed: gaps between ops, GPU idle)", "",
+            p->window_ms - sum, (p->window_ms - sum) / per, 100.0 * (p->window_ms - sum) / total);
+    /* The host's side of the same window. Host busy (wall minus the loss wait) near the GPU window:
+     * the host cannot keep the stream fed and the gaps are its overhead. Far below: the gaps come from
+     * waits that drain the queue (the loss here, the gradient norm in "elsewhere"). */
+    double other = p->unit_ms - host_ops - p->alloc_ms - p->loss_wait_ms;
+    char label[96];
+    fprintf(stderr, "%-56s %8lld %12.3f %14.3f %6.1f%%\n", "host: in llama's unit calls, of which:",
+            (long long)p->unit_calls, p->unit_ms, p->unit_ms / per, 100.0 * p->unit_ms / total);
+    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "  issuing the timed ops (attention plugin included)", "",
+            host_ops, host_ops / per, 100.0 * host_ops / total);
+    snprintf(label, sizeof label, "  host->alloc / free (max %.3f ms per call)", p->alloc_max_ms);
+    fprintf(stderr, "%-56s %8lld %12.3f %14.3f %6.1f%%\n", label, (long long)p->alloc_calls, p->alloc_ms,
+            p->alloc_ms / per, 100.0 * p->alloc_ms / total);
+    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "  blocked reading the loss (one sync per micro-batch)", "",
+            p->loss_wait_ms, p->loss_wait_ms / per, 100.0 * p->loss_wait_ms / total);
+    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "  the rest (events, bookkeeping)", "", other,
+            other / per, 100.0 * other / total);
+    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "host: between llama's calls (trainer, zero hooks)", "",
+            p->between_ms, p->between_ms / per, 100.0 * p->between_ms / total);
+    double outside = p->host_window_ms - p->unit_ms - p->between_ms;
+    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "host: step ends (zero step, its norm sync, next batch)", "",
+            outside, outside / per, 100.0 * outside / total);
+    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "host: wall clock of the window", "", p->host_window_ms,
+            p->host_window_ms / per, 100.0 * p->host_window_ms / total);
+    /* a heuristic query each on the host; 0 once every shape was seen (the cache holds 64) */
+    fprintf(stderr, "%-56s %8llu\n", "cuBLASLt plans made in the window (0 expected)",
+            (unsigned long long)p->plans_made);
+    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n\n", "window", "", p->window_ms, p->window_ms / per, 100.0);
+}
+
+/* Reads ZT_CUDA_PROFILE, ZT_CUDA_PROFILE_WARMUP, ZT_CUDA_PROFILE_STEPS and ZT_CUDA_FUSE. */
+static int env_int(const zt_host *h, const char *name, int64_t fallback, int64_t lo, int64_t hi, int64_t *out)
+{
+    const char *v = getenv(name);
+    *out = fallback;
+    if (!v || !*v) return 1;
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (*end || x < lo || x > hi) {
+        h->error(h->ctx, ZT_ERR_INVALID_ARG, "llama: environment variable %s=\"%s\" is not an integer in [%lld, %lld]; "
+                 "fix or unset it", name, v, (long long)lo, (long long)hi);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+static zt_status read_env(llama_state *s)
+{
+    const zt_host *h = s->host;
+    int64_t profile, fuse, warmup, window;
+    if (!env_int(h, "ZT_CUDA_PROFILE", 0, 0, 1, &profile) || !env_int(h, "ZT_CUDA_FUSE", 1, 0, 1, &fuse) ||
+        !env_int(h, "ZT_CUDA_PROFILE_WARMUP", 2, 0, 1000000, &warmup) ||
+        !env_int(h, "ZT_CUDA_PROFILE_STEPS", 5, 1, 10000, &window))
+        return ZT_ERR_INVALID_ARG;
+    s->gpu->fuse = (int)fuse;
+    if (!fuse)
+        h->log(h->ctx, ZT_LOG_INFO, "llama: ZT_CUDA_FUSE=0: separate q, k, v and gate, up GEMMs");
+    if (!profile) return ZT_OK;
+    s->gpu->prof = calloc(1, sizeof *s->gpu->prof);
+    if (!s->gpu->prof) {
+        h->error(h->ctx, ZT_ERR_OUT_OF_MEMORY, "llama: cannot allocate the ZT_CUDA_PROFILE state");
+        return ZT_ERR_OUT_OF_MEMORY;
+    }
+    s->gpu->prof->warmup = warmup;
+    s->gpu->prof->window = window;
+    h->log(h->ctx, ZT_LOG_INFO, "llama: ZT_CUDA_PROFILE=1: timing every op on the GPU for %lld training "
+           "micro-batches after %lld warm-up ones; the table goes to stderr at the end of the run",
+           (long long)window, (long long)warmup);
+    return ZT_OK;
+}
+
+/* A kernel call; while the profile records, timed under the step's name, on the GPU (events) and
+ * on the host (wall clock of the call alone, not of the events). */
 #define CUDA_STEP(call, step)                                           \
     do {                                                                \
+        if (r->prof && (st = prof_begin(r, step)) != ZT_OK) goto done;  \
+        double host_t0_ = r->prof ? prof_now_ms() : 0;                  \
         zt_status cuda_st_ = (call);                                    \
         if (cuda_st_ != ZT_OK) {                                        \
             st = step_failed(r, cuda_st_, step);                        \
             goto done;                                                  \
         }                                                               \
+        if (r->prof) prof_host_time(r, host_t0_);                       \
+        if (r->prof && (st = prof_end(r)) != ZT_OK) goto done;          \
     } while (0)
 
 /* The scratch the kernel context needs for this batch: RMSNorm and embedding backward, and the LM
@@ -211,6 +575,7 @@ static zt_status gpu_run_init(gpu_run *r, llama_state *s, const zt_unit_call *c)
     r->c = c;
     r->stream = zt_plugin_stream(s->host);
     r->tokens = (int64_t)c->batch->batch * c->batch->seq_len;
+    r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
     llama_unit_name(s, c->unit, r->name, sizeof r->name);
     return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(&s->cfg, r->tokens), &s->gpu->ctx);
 }
@@ -266,11 +631,13 @@ static zt_status attention_failed(const gpu_run *r, zt_status st, const char *op
 
 /* ---- embedding ------------------------------------------------------------------------------- */
 
-zt_status llama_cuda_embedding_forward(llama_state *s, const zt_unit_call *c)
+static zt_status embedding_forward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
     zt_status st = gpu_run_init(r, s, c);
+    if (st == ZT_OK) st = prof_micro_begin(s, r->stream, (c->flags & ZT_UNIT_TRAIN) != 0);
     if (st != ZT_OK) return st;
+    r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
     /* Out-of-range ids are recorded on the device and reported when the LM head reads the loss. */
     CUDA_STEP(zt_cuda_embedding_forward(s->gpu->ctx, r->stream, r->tokens, s->cfg.vocab, s->cfg.hidden,
                                         c->batch->tokens, param(r, EMBED_TABLE), c->x_out.data),
@@ -279,20 +646,77 @@ done:
     return st;
 }
 
-zt_status llama_cuda_embedding_backward(llama_state *s, const zt_unit_call *c)
+static zt_status embedding_backward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
     zt_status st = gpu_run_init(r, s, c);
     float *g = grad(r, EMBED_TABLE);
+    if (st == ZT_OK && r->prof) { /* the model's backward ends here; what follows is outside the model */
+        gpu_prof *p = r->prof;
+        if (p->model_end) cudaEventDestroy(p->model_end);
+        p->model_end = NULL;
+        if (!g) st = prof_event(s, r->stream, &p->model_end);
+    }
     if (st != ZT_OK || !g) return st; /* a frozen embedding has nothing to propagate */
     CUDA_STEP(zt_cuda_embedding_backward(s->gpu->ctx, r->stream, r->tokens, s->cfg.vocab, s->cfg.hidden,
                                          c->batch->tokens, c->dx_out.data, g),
               "embedding backward");
+    if (r->prof) st = prof_event(s, r->stream, &r->prof->model_end);
 done:
     return st;
 }
 
 /* ---- transformer layer ----------------------------------------------------------------------- */
+
+/* The flat layout places a unit's parameters contiguously in declaration order (q, k, v, o, gate,
+ * up, down: params.c), so q, k, v stacked are one [Q + 2 KV, H] matrix and gate, up one [2 F, H].
+ * Checked on the pointers at every call, so another layout (or ZT_CUDA_FUSE=0) takes the separate
+ * GEMMs instead; checkpoints and HF files are unchanged either way. */
+static int qkv_weights_adjacent(const gpu_run *r)
+{
+    const llama_config *c = &r->s->cfg;
+    int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    return r->s->gpu->fuse && param(r, LAYER_K) == param(r, LAYER_Q) + Q * H &&
+           param(r, LAYER_V) == param(r, LAYER_K) + KV * H;
+}
+
+static int gate_up_weights_adjacent(const gpu_run *r)
+{
+    const llama_config *c = &r->s->cfg;
+    return r->s->gpu->fuse && param(r, LAYER_UP) == param(r, LAYER_GATE) + c->intermediate * c->hidden;
+}
+
+/* Gradients: both (all three) trainable and adjacent, so one dW GEMM accumulates into them. */
+static int grads_adjacent(const gpu_run *r, int first, int n, const int64_t *rows)
+{
+    if (!r->s->gpu->fuse) return 0;
+    for (int i = 0; i < n; i++) {
+        if (!grad(r, first + i)) return 0;
+        if (i > 0 && grad(r, first + i) != grad(r, first + i - 1) + rows[i - 1] * r->s->cfg.hidden) return 0;
+    }
+    return 1;
+}
+
+/* y[M, N] (row stride ldy) = x[M, K] w[N, K]^T: one projection into a column block of a stacked output. */
+static zt_status proj_forward(const gpu_run *r, int64_t M, int64_t N, int64_t K, const uint16_t *x,
+                              const uint16_t *w, uint16_t *y, int64_t ldy)
+{
+    return zt_cuda_gemm(r->s->gpu->ctx, r->stream, 0, 1, M, N, K, x, K, w, K, y, ZT_BF16, ldy, 0);
+}
+
+/* dx[M, K] (+)= dy[M, N] (row stride lddy) w[N, K]. */
+static zt_status proj_backward_input(const gpu_run *r, int64_t M, int64_t N, int64_t K, const uint16_t *dy,
+                                     int64_t lddy, const uint16_t *w, uint16_t *dx, int accumulate)
+{
+    return zt_cuda_gemm(r->s->gpu->ctx, r->stream, 0, 0, M, K, N, dy, lddy, w, K, dx, ZT_BF16, K, accumulate);
+}
+
+/* dw[N, K] += dy[M, N]^T (row stride lddy) x[M, K], fp32. */
+static zt_status proj_backward_weight(const gpu_run *r, int64_t M, int64_t N, int64_t K, const uint16_t *dy,
+                                      int64_t lddy, const uint16_t *x, float *dw)
+{
+    return zt_cuda_gemm(r->s->gpu->ctx, r->stream, 1, 0, N, K, M, dy, lddy, x, K, dw, ZT_F32, K, 1);
+}
 
 static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_layer_acts *a, uint16_t *out,
                                void **attention_saved)
@@ -305,49 +729,78 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
     int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
     float eps = (float)cfg->rms_norm_eps;
+    int64_t QKV = Q + 2 * KV;
     const int32_t *positions = c->batch->positions;
     zt_status st = ZT_OK;
-    uint16_t *act = NULL;
+    uint16_t *act = NULL, *qkv = NULL;
 
     CUDA_STEP(zt_cuda_rmsnorm_forward(ctx, stream, N, H, eps, x, param(r, LAYER_INPUT_NORM), a->norm1, a->rstd1),
               "input_layernorm forward");
-    CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, Q, H, a->norm1, param(r, LAYER_Q), a->q), "q_proj forward");
-    CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, KV, H, a->norm1, param(r, LAYER_K), a->k), "k_proj forward");
-    CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, KV, H, a->norm1, param(r, LAYER_V), a->v), "v_proj forward");
-    CUDA_STEP(zt_cuda_rope_forward(ctx, stream, N, cfg->heads, D, positions, s->gpu->inv_freq, a->q, a->q),
-              "rope forward (q)");
-    CUDA_STEP(zt_cuda_rope_forward(ctx, stream, N, cfg->kv_heads, D, positions, s->gpu->inv_freq, a->k, a->k),
-              "rope forward (k)");
+    /* q|k|v in one [N, Q + 2 KV] array: one GEMM where the three weights are adjacent, else three
+     * GEMMs into its column blocks; then rope writes the contiguous q, k, v attention takes. */
+    if (!(qkv = device_alloc(r, ZT_POOL_WORKSPACE, (uint64_t)(N * QKV) * 2, "q|k|v projection output"))) {
+        st = ZT_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    if (qkv_weights_adjacent(r)) {
+        CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, QKV, H, a->norm1, param(r, LAYER_Q), qkv),
+                  "q|k|v_proj forward (one GEMM)");
+    } else {
+        CUDA_STEP(proj_forward(r, N, Q, H, a->norm1, param(r, LAYER_Q), qkv, QKV), "q_proj forward");
+        CUDA_STEP(proj_forward(r, N, KV, H, a->norm1, param(r, LAYER_K), qkv + Q, QKV), "k_proj forward");
+        CUDA_STEP(proj_forward(r, N, KV, H, a->norm1, param(r, LAYER_V), qkv + Q + KV, QKV), "v_proj forward");
+    }
+    CUDA_STEP(zt_cuda_rope_qkv_forward(ctx, stream, N, cfg->heads, cfg->kv_heads, D, positions, s->gpu->inv_freq, qkv,
+                                       a->q, a->k, a->v),
+              "rope forward (q, k; v copied)");
+    gpu_free(s, qkv); /* stream-ordered: the pool reuses it after the rope kernel */
+    qkv = NULL;
 
     const zt_attention_binding *att = c->attention;
     zt_attn_args args = attention_args(r, a);
+    if (r->prof && (st = prof_begin(r, "attention forward (plugin)")) != ZT_OK) goto done;
+    double host_t0 = r->prof ? prof_now_ms() : 0;
     st = att->ops->forward(att->state, &args, attention_saved);
-    if (st != ZT_OK) return attention_failed(r, st, "forward");
+    if (st != ZT_OK) {
+        st = attention_failed(r, st, "forward");
+        goto done;
+    }
+    if (r->prof) prof_host_time(r, host_t0);
+    if (r->prof && (st = prof_end(r)) != ZT_OK) goto done;
 
-    CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, H, Q, a->attn, param(r, LAYER_O), a->resid), "o_proj forward");
-    CUDA_STEP(zt_cuda_add_bf16(ctx, stream, N * H, x, a->resid), "residual add");
+    /* the residual add is the GEMMs' epilogue (beta = 1 with C = the residual) */
+    CUDA_STEP(zt_cuda_linear_forward_residual(ctx, stream, N, H, Q, a->attn, param(r, LAYER_O), x, a->resid),
+              "o_proj forward + residual");
     CUDA_STEP(zt_cuda_rmsnorm_forward(ctx, stream, N, H, eps, a->resid, param(r, LAYER_POST_NORM), a->norm2, a->rstd2),
               "post_attention_layernorm forward");
-    CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, F, H, a->norm2, param(r, LAYER_GATE), a->gate),
-              "gate_proj forward");
-    CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, F, H, a->norm2, param(r, LAYER_UP), a->up), "up_proj forward");
-    if (!out) return ZT_OK;
+    /* gate|up in one [N, 2 F] array (row stride 2 F), one GEMM where the two weights are adjacent. */
+    if (gate_up_weights_adjacent(r)) {
+        CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, 2 * F, H, a->norm2, param(r, LAYER_GATE), a->gate),
+                  "gate|up_proj forward (one GEMM)");
+    } else {
+        CUDA_STEP(proj_forward(r, N, F, H, a->norm2, param(r, LAYER_GATE), a->gate, 2 * F), "gate_proj forward");
+        CUDA_STEP(proj_forward(r, N, F, H, a->norm2, param(r, LAYER_UP), a->up, 2 * F), "up_proj forward");
+    }
+    if (!out) goto done;
 
-    act = device_alloc(r, ZT_POOL_WORKSPACE, (uint64_t)(N * F) * 2, "SwiGLU output");
-    if (!act) return ZT_ERR_OUT_OF_MEMORY;
-    CUDA_STEP(zt_cuda_swiglu_forward(ctx, stream, N * F, a->gate, a->up, act), "SwiGLU forward");
+    if (!(act = device_alloc(r, ZT_POOL_WORKSPACE, (uint64_t)(N * F) * 2, "SwiGLU output"))) {
+        st = ZT_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    CUDA_STEP(zt_cuda_swiglu_forward_rows(ctx, stream, N, F, a->gate, a->up, 2 * F, act, F), "SwiGLU forward");
     /* out is written last, after every read of x: the host may pass one buffer as both. */
-    CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, H, F, act, param(r, LAYER_DOWN), out), "down_proj forward");
-    CUDA_STEP(zt_cuda_add_bf16(ctx, stream, N * H, a->resid, out), "residual add");
+    CUDA_STEP(zt_cuda_linear_forward_residual(ctx, stream, N, H, F, act, param(r, LAYER_DOWN), a->resid, out),
+              "down_proj forward + residual");
 done:
-    s->host->free(s->host->ctx, act);
+    gpu_free(s, act);
+    gpu_free(s, qkv);
     return st;
 }
 
 static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_head_acts *a, float *loss_out,
                               void *logits_out, int32_t logits_dtype);
 
-zt_status llama_cuda_layer_forward(llama_state *s, const zt_unit_call *c)
+static zt_status layer_forward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
     zt_status st = gpu_run_init(r, s, c);
@@ -419,14 +872,7 @@ static zt_status materialize(const gpu_run *r, gpu_record *rec, gpu_record **fre
     return ZT_OK;
 }
 
-/* dx[M,K] += dy[M,N] w[N,K] (several projections read the same input), rounded to bf16 once. */
-static zt_status linear_backward_input_add(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M, int64_t N,
-                                           int64_t K, const uint16_t *dy, const uint16_t *w, uint16_t *dx)
-{
-    return zt_cuda_gemm(ctx, stream, 0, 0, M, K, N, dy, N, w, K, dx, ZT_BF16, K, 1);
-}
-
-zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c)
+static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
     gpu_record *saved = NULL, *fresh = NULL;
@@ -438,7 +884,7 @@ zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c)
     zt_cuda_ctx *ctx = s->gpu->ctx;
     cudaStream_t stream = r->stream;
     int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
-    int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
+    int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D, QKV = Q + 2 * KV;
     st = materialize(r, saved, &fresh);
     if (st != ZT_OK) goto done;
     gpu_record *rec = fresh ? fresh : saved;
@@ -458,25 +904,38 @@ zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c)
     float *g;
     float *discard = s->gpu->discard;
 
-    /* MLP: out = h + down(act), act = silu(gate) * up */
-    CUDA_STEP(zt_cuda_swiglu_forward(ctx, stream, N * F, a.gate, a.up, d.act), "SwiGLU recompute");
+    /* MLP: out = h + down(act), act = silu(gate) * up; gate|up is one [N, 2 F] array (row stride 2 F) */
+    CUDA_STEP(zt_cuda_swiglu_forward_rows(ctx, stream, N, F, a.gate, a.up, 2 * F, d.act, F), "SwiGLU recompute");
     if ((g = grad(r, LAYER_DOWN)))
         CUDA_STEP(zt_cuda_linear_backward_weight(ctx, stream, N, H, F, dy, d.act, g), "down_proj weight gradient");
     CUDA_STEP(zt_cuda_linear_backward_input(ctx, stream, N, H, F, dy, param(r, LAYER_DOWN), d.act),
               "down_proj backward");
-    CUDA_STEP(zt_cuda_swiglu_backward(ctx, stream, N * F, a.gate, a.up, d.act, a.gate, a.up), "SwiGLU backward");
-    if ((g = grad(r, LAYER_GATE)))
-        CUDA_STEP(zt_cuda_linear_backward_weight(ctx, stream, N, F, H, a.gate, a.norm2, g), "gate_proj weight gradient");
-    if ((g = grad(r, LAYER_UP)))
-        CUDA_STEP(zt_cuda_linear_backward_weight(ctx, stream, N, F, H, a.up, a.norm2, g), "up_proj weight gradient");
-    CUDA_STEP(zt_cuda_linear_backward_input(ctx, stream, N, F, H, a.gate, param(r, LAYER_GATE), d.norm),
-              "gate_proj backward");
-    CUDA_STEP(linear_backward_input_add(ctx, stream, N, F, H, a.up, param(r, LAYER_UP), d.norm), "up_proj backward");
+    /* dgate|dup overwrite gate|up in place: one [N, 2 F] gradient for one dW and one dX GEMM */
+    CUDA_STEP(zt_cuda_swiglu_backward_rows(ctx, stream, N, F, a.gate, a.up, 2 * F, d.act, F, a.gate, a.up, 2 * F),
+              "SwiGLU backward");
+    const int64_t gu_rows[2] = {F, F};
+    if (grads_adjacent(r, LAYER_GATE, 2, gu_rows)) {
+        CUDA_STEP(proj_backward_weight(r, N, 2 * F, H, a.gate, 2 * F, a.norm2, grad(r, LAYER_GATE)),
+                  "gate|up_proj weight gradient (one GEMM)");
+    } else {
+        if ((g = grad(r, LAYER_GATE)))
+            CUDA_STEP(proj_backward_weight(r, N, F, H, a.gate, 2 * F, a.norm2, g), "gate_proj weight gradient");
+        if ((g = grad(r, LAYER_UP)))
+            CUDA_STEP(proj_backward_weight(r, N, F, H, a.up, 2 * F, a.norm2, g), "up_proj weight gradient");
+    }
+    if (gate_up_weights_adjacent(r)) {
+        CUDA_STEP(proj_backward_input(r, N, 2 * F, H, a.gate, 2 * F, param(r, LAYER_GATE), d.norm, 0),
+                  "gate|up_proj backward (one GEMM)");
+    } else {
+        CUDA_STEP(proj_backward_input(r, N, F, H, a.gate, 2 * F, param(r, LAYER_GATE), d.norm, 0),
+                  "gate_proj backward");
+        CUDA_STEP(proj_backward_input(r, N, F, H, a.up, 2 * F, param(r, LAYER_UP), d.norm, 1), "up_proj backward");
+    }
+    /* the residual branch's gradient dy is added inside the norm's backward (one rounding, no add) */
     g = grad(r, LAYER_POST_NORM);
-    CUDA_STEP(zt_cuda_rmsnorm_backward(ctx, stream, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm,
-                                       d.resid, g ? g : discard),
-              "post_attention_layernorm backward");
-    CUDA_STEP(zt_cuda_add_bf16(ctx, stream, N * H, dy, d.resid), "residual gradient");
+    CUDA_STEP(zt_cuda_rmsnorm_backward_add(ctx, stream, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm,
+                                           dy, d.resid, g ? g : discard),
+              "post_attention_layernorm backward + residual");
 
     /* attention: h = x + o_proj(attention(rope(q), rope(k), v)) */
     if ((g = grad(r, LAYER_O)))
@@ -488,6 +947,8 @@ zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c)
     args.dq = attention_view(r, d.q, cfg->heads);
     args.dk = attention_view(r, d.k, cfg->kv_heads);
     args.dv = attention_view(r, d.v, cfg->kv_heads);
+    if (r->prof && (st = prof_begin(r, "attention backward (plugin)")) != ZT_OK) goto done;
+    double host_t0 = r->prof ? prof_now_ms() : 0;
     void *attention_saved = rec->attention_saved;
     rec->attention_saved = NULL; /* the attention backward frees it */
     st = c->attention->ops->backward(c->attention->state, &args, attention_saved);
@@ -495,28 +956,40 @@ zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c)
         st = attention_failed(r, st, "backward");
         goto done;
     }
-    CUDA_STEP(zt_cuda_rope_backward(ctx, stream, N, cfg->heads, D, c->batch->positions, s->gpu->inv_freq, d.q, d.q),
-              "rope backward (q)");
-    CUDA_STEP(zt_cuda_rope_backward(ctx, stream, N, cfg->kv_heads, D, c->batch->positions, s->gpu->inv_freq, d.k,
-                                    d.k),
-              "rope backward (k)");
-    if ((g = grad(r, LAYER_Q)))
-        CUDA_STEP(zt_cuda_linear_backward_weight(ctx, stream, N, Q, H, d.q, a.norm1, g), "q_proj weight gradient");
-    if ((g = grad(r, LAYER_K)))
-        CUDA_STEP(zt_cuda_linear_backward_weight(ctx, stream, N, KV, H, d.k, a.norm1, g), "k_proj weight gradient");
-    if ((g = grad(r, LAYER_V)))
-        CUDA_STEP(zt_cuda_linear_backward_weight(ctx, stream, N, KV, H, d.v, a.norm1, g), "v_proj weight gradient");
-    CUDA_STEP(zt_cuda_linear_backward_input(ctx, stream, N, Q, H, d.q, param(r, LAYER_Q), d.norm), "q_proj backward");
-    CUDA_STEP(linear_backward_input_add(ctx, stream, N, KV, H, d.k, param(r, LAYER_K), d.norm), "k_proj backward");
-    CUDA_STEP(linear_backward_input_add(ctx, stream, N, KV, H, d.v, param(r, LAYER_V), d.norm), "v_proj backward");
+    if (r->prof) prof_host_time(r, host_t0);
+    if (r->prof && (st = prof_end(r)) != ZT_OK) goto done;
+    /* rope's transpose gathers dq, dk, dv into one stacked [N, Q + 2 KV] gradient */
+    CUDA_STEP(zt_cuda_rope_qkv_backward(ctx, stream, N, cfg->heads, cfg->kv_heads, D, c->batch->positions,
+                                        s->gpu->inv_freq, d.q, d.k, d.v, d.qkv),
+              "rope backward (q, k; v copied)");
+    const int64_t qkv_rows[3] = {Q, KV, KV};
+    if (grads_adjacent(r, LAYER_Q, 3, qkv_rows)) {
+        CUDA_STEP(proj_backward_weight(r, N, QKV, H, d.qkv, QKV, a.norm1, grad(r, LAYER_Q)),
+                  "q|k|v_proj weight gradient (one GEMM)");
+    } else {
+        if ((g = grad(r, LAYER_Q)))
+            CUDA_STEP(proj_backward_weight(r, N, Q, H, d.qkv, QKV, a.norm1, g), "q_proj weight gradient");
+        if ((g = grad(r, LAYER_K)))
+            CUDA_STEP(proj_backward_weight(r, N, KV, H, d.qkv + Q, QKV, a.norm1, g), "k_proj weight gradient");
+        if ((g = grad(r, LAYER_V)))
+            CUDA_STEP(proj_backward_weight(r, N, KV, H, d.qkv + Q + KV, QKV, a.norm1, g), "v_proj weight gradient");
+    }
+    if (qkv_weights_adjacent(r)) {
+        CUDA_STEP(proj_backward_input(r, N, QKV, H, d.qkv, QKV, param(r, LAYER_Q), d.norm, 0),
+                  "q|k|v_proj backward (one GEMM)");
+    } else {
+        CUDA_STEP(proj_backward_input(r, N, Q, H, d.qkv, QKV, param(r, LAYER_Q), d.norm, 0), "q_proj backward");
+        CUDA_STEP(proj_backward_input(r, N, KV, H, d.qkv + Q, QKV, param(r, LAYER_K), d.norm, 1), "k_proj backward");
+        CUDA_STEP(proj_backward_input(r, N, KV, H, d.qkv + Q + KV, QKV, param(r, LAYER_V), d.norm, 1),
+                  "v_proj backward");
+    }
     /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
     g = grad(r, LAYER_INPUT_NORM);
-    CUDA_STEP(zt_cuda_rmsnorm_backward(ctx, stream, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1, d.norm,
-                                       c->dx_in.data, g ? g : discard),
-              "input_layernorm backward");
-    CUDA_STEP(zt_cuda_add_bf16(ctx, stream, N * H, d.resid, c->dx_in.data), "residual gradient");
+    CUDA_STEP(zt_cuda_rmsnorm_backward_add(ctx, stream, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1,
+                                           d.norm, d.resid, c->dx_in.data, g ? g : discard),
+              "input_layernorm backward + residual");
 done:
-    s->host->free(s->host->ctx, work);
+    gpu_free(s, work);
     llama_cuda_saved_free(s, fresh);
     llama_cuda_saved_free(s, saved);
     *c->saved = NULL;
@@ -551,7 +1024,7 @@ static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_hea
     CUDA_STEP(zt_cuda_lm_head_loss(ctx, r->stream, N, H, V, a->norm, param(r, HEAD_LM), c->batch->targets,
                                    (double)c->batch->n_loss_tokens_global, 1.0f, row_loss, s->gpu->loss, NULL, NULL),
               "LM head loss");
-    double loss = 0;
+    double loss = 0, wait_t0 = r->prof ? prof_now_ms() : 0;
     cudaError_t e = cudaMemcpyAsync(&loss, s->gpu->loss, sizeof loss, cudaMemcpyDeviceToHost, r->stream);
     if (e != cudaSuccess) {
         s->host->error(s->host->ctx, ZT_ERR_DEVICE, "%s: reading the loss from the GPU failed: %s", r->name,
@@ -559,14 +1032,19 @@ static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_hea
         st = ZT_ERR_DEVICE;
         goto done;
     }
-    CUDA_STEP(zt_cuda_check_indices(ctx, r->stream), "checking token ids and targets");
+    /* Not CUDA_STEP: the wait is host time (the forward draining), not an op on the GPU. */
+    if ((st = zt_cuda_check_indices(ctx, r->stream)) != ZT_OK) {
+        st = step_failed(r, st, "checking token ids and targets");
+        goto done;
+    }
+    if (r->prof) r->prof->loss_wait_ms += prof_now_ms() - wait_t0;
     *loss_out = (float)loss;
 done:
-    s->host->free(s->host->ctx, row_loss);
+    gpu_free(s, row_loss);
     return st;
 }
 
-zt_status llama_cuda_head_forward(llama_state *s, const zt_unit_call *c)
+static zt_status head_forward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
     zt_status st = gpu_run_init(r, s, c);
@@ -592,7 +1070,7 @@ zt_status llama_cuda_head_forward(llama_state *s, const zt_unit_call *c)
     return st;
 }
 
-zt_status llama_cuda_head_backward(llama_state *s, const zt_unit_call *c)
+static zt_status head_backward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
     gpu_record *saved = NULL, *fresh = NULL;
@@ -628,11 +1106,66 @@ zt_status llama_cuda_head_backward(llama_state *s, const zt_unit_call *c)
                                        c->dx_in.data, g ? g : s->gpu->discard),
               "final norm backward");
 done:
-    s->host->free(s->host->ctx, work);
+    gpu_free(s, work);
     llama_cuda_saved_free(s, fresh);
     llama_cuda_saved_free(s, saved);
     *c->saved = NULL;
     return st;
+}
+
+/* ---- entry points ---------------------------------------------------------------------------- */
+
+/* A unit call; while the profile records, its host wall clock (entry to return) is summed, so the
+ * table can split the host's time into this plugin and everything else (other plugins, the trainer,
+ * their waits). */
+static zt_status unit_call_timed(llama_state *s, const zt_unit_call *c,
+                                 zt_status (*fn)(llama_state *, const zt_unit_call *))
+{
+    if (!s->gpu->prof) return fn(s, c);
+    double t0 = prof_now_ms();
+    gpu_prof *p = s->gpu->prof;
+    /* the host's time since the last call; from an embedding backward to the next training forward it
+     * is the step's end (optimizer, norm, next batch), which the table shows as the remainder */
+    if (p->state == 1 && p->last_return > p->host_begin && fn != embedding_forward_impl)
+        p->between_ms += t0 - p->last_return;
+    zt_status st = fn(s, c);
+    double t1 = prof_now_ms();
+    if (p->state == 1) { /* the call that opened the window counts from the window's start */
+        p->unit_ms += t1 - (t0 > p->host_begin ? t0 : p->host_begin);
+        p->unit_calls++;
+    }
+    p->last_return = t1;
+    return st;
+}
+
+zt_status llama_cuda_embedding_forward(llama_state *s, const zt_unit_call *c)
+{
+    return unit_call_timed(s, c, embedding_forward_impl);
+}
+
+zt_status llama_cuda_embedding_backward(llama_state *s, const zt_unit_call *c)
+{
+    return unit_call_timed(s, c, embedding_backward_impl);
+}
+
+zt_status llama_cuda_layer_forward(llama_state *s, const zt_unit_call *c)
+{
+    return unit_call_timed(s, c, layer_forward_impl);
+}
+
+zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c)
+{
+    return unit_call_timed(s, c, layer_backward_impl);
+}
+
+zt_status llama_cuda_head_forward(llama_state *s, const zt_unit_call *c)
+{
+    return unit_call_timed(s, c, head_forward_impl);
+}
+
+zt_status llama_cuda_head_backward(llama_state *s, const zt_unit_call *c)
+{
+    return unit_call_timed(s, c, head_backward_impl);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------- */
@@ -689,6 +1222,7 @@ zt_status llama_cuda_init(llama_state *s)
     s->gpu->discard = h->alloc(h->ctx, ZT_POOL_OTHER, ZT_MEM_DEVICE, (uint64_t)s->cfg.hidden * sizeof(float), 0,
                                "llama frozen-norm gradient");
     if (!s->gpu->inv_freq || !s->gpu->loss || !s->gpu->discard) return ZT_ERR_OUT_OF_MEMORY;
+    if ((st = read_env(s)) != ZT_OK) return st;
     e = cudaMemcpyAsync(s->gpu->inv_freq, s->inv_freq, half * sizeof(float), cudaMemcpyHostToDevice,
                         zt_plugin_stream(h));
     if (e == cudaSuccess) e = cudaStreamSynchronize(zt_plugin_stream(h)); /* s->inv_freq is pageable */
@@ -704,6 +1238,12 @@ void llama_cuda_fini(llama_state *s)
 {
     if (!s->gpu) return;
     const zt_host *h = s->host;
+    if (s->gpu->prof) {
+        prof_finish(s);
+        prof_destroy_events(s->gpu->prof);
+        free(s->gpu->prof->marks);
+        free(s->gpu->prof);
+    }
     h->free(h->ctx, s->gpu->inv_freq);
     h->free(h->ctx, s->gpu->loss);
     h->free(h->ctx, s->gpu->discard);

@@ -58,6 +58,31 @@ static zt_status rmsnorm_bwd(const bench_args *a)
 {
     return zt_cuda_rmsnorm_backward(a->ctx, 0, TOKENS, DIM, a->a, a->b, a->d, a->e, a->c, a->f);
 }
+static zt_status rmsnorm_bwd_add(const bench_args *a)
+{
+    return zt_cuda_rmsnorm_backward_add(a->ctx, 0, TOKENS, DIM, a->a, a->b, a->d, a->e, a->c, a->c, a->f);
+}
+
+enum { KV_HEADS = 8 }; /* the rope q|k|v shape: GQA as LLaMA 3 8B */
+
+static zt_status rope_qkv_fwd(const bench_args *a)
+{
+    return zt_cuda_rope_qkv_forward(a->ctx, 0, TOKENS, HEADS, KV_HEADS, HEAD_DIM, a->positions, a->inv_freq, a->b,
+                                    a->c, a->d, a->e);
+}
+
+static zt_status rope_qkv_bwd(const bench_args *a)
+{
+    return zt_cuda_rope_qkv_backward(a->ctx, 0, TOKENS, HEADS, KV_HEADS, HEAD_DIM, a->positions, a->inv_freq, a->c,
+                                     a->d, a->e, a->b);
+}
+
+static zt_status swiglu_rows_fwd(const bench_args *a)
+{
+    return zt_cuda_swiglu_forward_rows(a->ctx, 0, TOKENS, FFN, a->a, (const uint16_t *)a->a + FFN, 2 * FFN, a->d,
+                                       FFN);
+}
+
 static zt_status swiglu_fwd(const bench_args *a)
 {
     return zt_cuda_swiglu_forward(a->ctx, 0, (int64_t)TOKENS * FFN, a->a, a->b, a->c);
@@ -124,6 +149,7 @@ int main(void)
     a.d = device_alloc(T * 4), a.e = device_bf16(x, T * DIM), a.f = device_alloc(DIM * 4);
     report("rmsnorm forward", median_ms(rmsnorm_fwd, &a), 2.0 * T * DIM * 2, 0);
     report("rmsnorm backward", median_ms(rmsnorm_bwd, &a), 3.0 * T * DIM * 2, 0);
+    report("rmsnorm backward + residual (in place)", median_ms(rmsnorm_bwd_add, &a), 4.0 * T * DIM * 2, 0);
     device_free(a.a), device_free(a.b), device_free(a.c), device_free(a.d), device_free(a.e);
     device_free(a.f);
 
@@ -131,6 +157,13 @@ int main(void)
     a.d = device_alloc(T * FFN * 2), a.e = device_alloc(T * FFN * 2);
     report("swiglu forward", median_ms(swiglu_fwd, &a), 3.0 * T * FFN * 2, 0);
     report("swiglu backward", median_ms(swiglu_bwd, &a), 5.0 * T * FFN * 2, 0);
+    device_free(a.a);
+    {
+        float *gu = random_bf16_values(T * FFN * 2, 1.0f); /* [T, 2 FFN] gate|up */
+        a.a = device_bf16(gu, T * FFN * 2);
+        free(gu);
+    }
+    report("swiglu forward (row-strided gate|up)", median_ms(swiglu_rows_fwd, &a), 3.0 * T * FFN * 2, 0);
     device_free(a.a), device_free(a.b), device_free(a.c), device_free(a.d), device_free(a.e);
 
     int32_t *ids = malloc(sizeof(int32_t) * T);
@@ -145,6 +178,18 @@ int main(void)
     a.a = device_bf16(x, T * HEADS * HEAD_DIM);
     report("rope forward (in place)", median_ms(rope_fwd, &a), 2.0 * T * HEADS * HEAD_DIM * 2, 0);
     device_free(a.a);
+    {
+        int64_t Q = HEADS * HEAD_DIM, KV = KV_HEADS * HEAD_DIM;
+        float *qkv = random_bf16_values(T * (Q + 2 * KV), 1.0f);
+        a.b = device_bf16(qkv, T * (Q + 2 * KV));
+        a.c = device_bf16(qkv, T * Q), a.d = device_bf16(qkv, T * KV), a.e = device_bf16(qkv, T * KV);
+        free(qkv);
+        report("rope q|k|v forward (32 + 8 + 8 heads, stacked -> contiguous)", median_ms(rope_qkv_fwd, &a),
+               2.0 * T * (Q + 2 * KV) * 2, 0);
+        report("rope q|k|v backward (contiguous -> stacked)", median_ms(rope_qkv_bwd, &a), 2.0 * T * (Q + 2 * KV) * 2,
+               0);
+        device_free(a.b), device_free(a.c), device_free(a.d), device_free(a.e);
+    }
 
     float *table = random_bf16_values((int64_t)VOCAB * DIM, 1.0f);
     a.a = device_bf16(table, (int64_t)VOCAB * DIM), a.b = device_bf16(x, T * DIM);
