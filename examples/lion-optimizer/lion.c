@@ -141,10 +141,11 @@ static zt_status lion_step(void *opaque, const zt_optim_hparams *h, float *param
         host->error(host->ctx, ZT_ERR_INVALID_ARG, "lion step: unknown device_type %d", (int)device_type);
         return ZT_ERR_INVALID_ARG;
     }
-    if (!h || h->struct_size < sizeof(zt_optim_hparams)) {
+    /* the v1.0 size, not sizeof: a zero plugin built against ABI 1.0 passes 40 bytes (docs/plugins.md) */
+    if (!h || h->struct_size < ZT_OPTIM_HPARAMS_SIZE_1_0) {
         host->error(host->ctx, ZT_ERR_INVALID_ARG,
                     "lion step: hparams is NULL or its struct_size %u is below the v1 size %u",
-                    h ? (unsigned)h->struct_size : 0u, (unsigned)sizeof(zt_optim_hparams));
+                    h ? (unsigned)h->struct_size : 0u, (unsigned)ZT_OPTIM_HPARAMS_SIZE_1_0);
         return ZT_ERR_INVALID_ARG;
     }
     if (n == 0) return ZT_OK;

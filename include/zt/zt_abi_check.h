@@ -1,7 +1,8 @@
 /* zt plugin ABI v1: the frozen layout. Every v1 struct's size and key field offsets, as built on
  * LP64 platforms (x86-64 and aarch64 Linux). A failing assert here means an ABI break: v1 structs may
- * only grow at their end, in a new minor version, and the sizes below then stay as the v1.0 minimum
- * the host accepts (struct_size >= these). Do not edit these numbers to make a build pass.
+ * only grow at their end, in a new minor version: the v1.0 size then stays checked as the offset of
+ * the first appended field (and as the _SIZE_1_0 constants the readers compare struct_size with),
+ * and the size check follows the newest minor. Do not edit these numbers to make a build pass.
  */
 #ifndef ZT_ABI_CHECK_H
 #define ZT_ABI_CHECK_H
@@ -84,8 +85,11 @@ ZT_ABI_OFFSET(zt_unit_call, loss, 528);
 ZT_ABI_OFFSET(zt_unit_call, kv_seq_ids, 552);
 ZT_ABI_SIZE(zt_model_ops, 40);
 ZT_ABI_OFFSET(zt_model_ops, release, 32);
-ZT_ABI_SIZE(zt_optim_hparams, 40);
+/* 1.1 appended compute_copy: the v1.0 prefix (40 bytes) is unchanged, the field starts where it ended */
+ZT_ABI_SIZE(zt_optim_hparams, 48);
 ZT_ABI_OFFSET(zt_optim_hparams, grad_scale, 32);
+ZT_ABI_OFFSET(zt_optim_hparams, compute_copy, 40);
+ZT_STATIC_ASSERT(ZT_OPTIM_HPARAMS_SIZE_1_0 == 40 && ZT_OPTIM_HPARAMS_SIZE_1_1 == 48, zt_optim_hparams_sizes);
 ZT_ABI_SIZE(zt_optimizer_ops, 32);
 ZT_ABI_OFFSET(zt_optimizer_ops, step, 24);
 ZT_ABI_SIZE(zt_unit_layout, 24);
@@ -100,9 +104,12 @@ ZT_ABI_OFFSET(zt_mem_estimate, host, 72);
 ZT_ABI_SIZE(zt_estimate_in, 56);
 ZT_ABI_OFFSET(zt_estimate_in, n_parameters, 32);
 ZT_ABI_OFFSET(zt_estimate_in, model, 48);
-ZT_ABI_SIZE(zt_zero_ops, 88);
+/* 1.1 appended begin_step after the v1.0 table (88 bytes) */
+ZT_ABI_SIZE(zt_zero_ops, 96);
 ZT_ABI_OFFSET(zt_zero_ops, setup, 8);
 ZT_ABI_OFFSET(zt_zero_ops, estimate, 80);
+ZT_ABI_OFFSET(zt_zero_ops, begin_step, 88);
+ZT_STATIC_ASSERT(ZT_ZERO_OPS_SIZE_1_0 == 88 && ZT_ZERO_OPS_SIZE_1_1 == 96, zt_zero_ops_sizes);
 ZT_ABI_SIZE(zt_rank_grid, 36);
 ZT_ABI_SIZE(zt_pp_action, 8);
 ZT_ABI_SIZE(zt_parallel_ops, 24);

@@ -28,11 +28,23 @@ typedef struct zt_optim_hparams {
     double lr;
     double weight_decay; /* 0 for no-decay groups */
     double grad_scale;   /* multiply gradients by this first (clipping factor, 1/loss-scale) */
+    /* ABI 1.1 (read only when struct_size >= ZT_OPTIM_HPARAMS_SIZE_1_1): NULL, or a bf16 array over
+     * the same element range as `param`, in the same memory; the optimizer writes
+     * bf16(round-to-nearest-even(updated param)) there in the same pass, so the zero plugin needs no
+     * separate conversion of the master to the model's compute copy. */
+    void *compute_copy;
 } zt_optim_hparams;
+
+/* struct_size of a v1.0 zt_optim_hparams (no compute_copy) and of a 1.1 one. */
+#define ZT_OPTIM_HPARAMS_SIZE_1_0 40u
+#define ZT_OPTIM_HPARAMS_SIZE_1_1 48u
+
+/* zt_optimizer_ops.flags (ABI 1.1; 0 in a v1.0 plugin, whose field was reserved and zero). */
+#define ZT_OPTIM_WRITES_COMPUTE_COPY 1u /* step() honours zt_optim_hparams.compute_copy */
 
 typedef struct zt_optimizer_ops {
     uint32_t struct_size;
-    uint32_t reserved0;
+    uint32_t flags;          /* ZT_OPTIM_* (ABI 1.1; was reserved, zero, in 1.0) */
     /* Number of fp32 state arrays per parameter element (AdamW: 2) and their names (checkpoint keys,
      * e.g. "exp_avg"). The zero plugin allocates them, zero-filled, wherever it keeps the shard. */
     int32_t (*n_state)(void *state);
@@ -149,7 +161,16 @@ typedef struct zt_zero_ops {
     /* Memory this stage would need for `in`, for zt-run --dry-run. May be called with state from
      * init before setup, and must not allocate. */
     zt_status (*estimate)(void *state, const zt_estimate_in *in, zt_mem_estimate *out);
+    /* ABI 1.1 (may be NULL; the host calls it only when struct_size >= ZT_ZERO_OPS_SIZE_1_1): the
+     * coming step's arguments, before its first micro-batch, so a plugin can run the optimizer on
+     * each unit inside the backward (zero_optimization.step_in_backward). step() is still called,
+     * with the same arguments, after the last micro-batch. */
+    zt_status (*begin_step)(void *state, const zt_step_args *a);
 } zt_zero_ops;
+
+/* struct_size of a v1.0 zt_zero_ops (no begin_step) and of a 1.1 one. */
+#define ZT_ZERO_OPS_SIZE_1_0 88u
+#define ZT_ZERO_OPS_SIZE_1_1 96u
 
 /* ---- parallel strategy ----------------------------------------------------------------------- */
 

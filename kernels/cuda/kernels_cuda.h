@@ -72,6 +72,9 @@ zt_status zt_cuda_add_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, con
 zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
                        int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
                        int64_t ldb, void *C, int32_t c_dtype, int64_t ldc, int accumulate);
+/* cuBLASLt plans (descriptors + heuristic query) made so far by this copy of the library: cached
+ * per shape, so a steady training step adds none (ZT_CUDA_PROFILE reports the count). */
+uint64_t zt_cuda_gemm_plans_made(void);
 
 /* The linear layer's three products with HF's [out, in] weights, all contiguous:
  * forward  y[M,N]  = x[M,K] w[N,K]^T          (bf16, overwrites)
@@ -187,6 +190,10 @@ zt_status zt_cuda_global_norm(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n_t
                               const float *const *tensors, const int64_t *sizes, float max_norm,
                               float *norm, float *clip_coef);
 
+/* y[0, n) += x[0, n) in fp32 (the zero plugins add a gradient shard accumulator into this
+ * micro-batch's gradients before reducing them). */
+zt_status zt_cuda_add_f32(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, const float *x, float *y);
+
 /* ---- flash attention (bf16 tensor cores, sm_80+) ---------------------------------------------- */
 
 typedef struct zt_cuda_attention_shape {
@@ -214,6 +221,73 @@ zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream
                                            const int32_t *doc_ids, const uint16_t *o,
                                            const float *lse, const uint16_t *dout, uint16_t *dq,
                                            uint16_t *dk, uint16_t *dv);
+
+/* ---- fused q/k/v and gate/up forms (engineer C; docs/cuda.md) -------------------------------- */
+
+/* Rope on q and k of one stacked [tokens, q|k|v] projection output (row stride (heads + 2 kv_heads)
+ * head_dim): writes q [tokens, heads, D] and k [tokens, kv_heads, D] rotated and v copied, all
+ * contiguous (the attention plugin's layout). The backward is the transpose: the attention's dq, dk,
+ * dv (contiguous) into one stacked dqkv, so dX and dW of the three projections are one GEMM each. */
+zt_status zt_cuda_rope_qkv_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                   int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                   const int32_t *positions, const float *inv_freq,
+                                   const uint16_t *qkv, uint16_t *q, uint16_t *k, uint16_t *v);
+zt_status zt_cuda_rope_qkv_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                    int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                    const int32_t *positions, const float *inv_freq,
+                                    const uint16_t *dq, const uint16_t *dk, const uint16_t *dv,
+                                    uint16_t *dqkv);
+
+/* SwiGLU on row-strided operands: gate and up are [rows, cols] with row stride ld_in (e.g. the two
+ * column blocks of one [rows, 2F] gate|up GEMM output: up = gate + F, ld_in = 2F). cols and every
+ * row stride a multiple of 8, pointers 16-byte aligned. In the backward dgate, dup may alias gate,
+ * up when ld_out == ld_in. */
+zt_status zt_cuda_swiglu_forward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows,
+                                      int64_t cols, const uint16_t *gate, const uint16_t *up,
+                                      int64_t ld_in, uint16_t *h, int64_t ld_h);
+zt_status zt_cuda_swiglu_backward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows,
+                                       int64_t cols, const uint16_t *gate, const uint16_t *up,
+                                       int64_t ld_in, const uint16_t *dh, int64_t ld_dh,
+                                       uint16_t *dgate, uint16_t *dup, int64_t ld_out);
+
+/* ---- naive attention (the unfused reference for flash; any head_dim) ------------------------- */
+
+/* The same function as zt_cuda_flash_attention_forward / _backward, computed the straightforward
+ * way: per batch element fp32 scores [H, T, T] (cuBLAS SGEMM on fp32 copies of the inputs, no
+ * TF32), a masked row softmax, O = P V; the backward recomputes P from lse. Only the inputs and
+ * outputs are bf16. Memory: the caller's workspace (sized by the *_workspace_bytes queries: fp32
+ * copies of q, k, v (and o or the gradients) plus one or two [H, T, T] fp32 score buffers) and
+ * cuBLAS's own small per-stream workspace. The handle owns a cuBLAS handle for one device. */
+typedef struct zt_cuda_naive_attention zt_cuda_naive_attention;
+zt_status zt_cuda_naive_attention_create(int device, zt_cuda_naive_attention **out);
+void zt_cuda_naive_attention_destroy(zt_cuda_naive_attention *na);
+uint64_t zt_cuda_naive_attention_forward_workspace_bytes(const zt_cuda_attention_shape *s);
+uint64_t zt_cuda_naive_attention_backward_workspace_bytes(const zt_cuda_attention_shape *s);
+zt_status zt_cuda_naive_attention_forward(zt_cuda_naive_attention *na, cudaStream_t stream,
+                                          const zt_cuda_attention_shape *s, const uint16_t *q,
+                                          const uint16_t *k, const uint16_t *v,
+                                          const int32_t *doc_ids, uint16_t *o, float *lse,
+                                          void *workspace, uint64_t workspace_bytes);
+zt_status zt_cuda_naive_attention_backward(zt_cuda_naive_attention *na, cudaStream_t stream,
+                                           const zt_cuda_attention_shape *s, const uint16_t *q,
+                                           const uint16_t *k, const uint16_t *v,
+                                           const int32_t *doc_ids, const uint16_t *o,
+                                           const float *lse, const uint16_t *dout, uint16_t *dq,
+                                           uint16_t *dk, uint16_t *dv, void *workspace,
+                                           uint64_t workspace_bytes);
+
+/* y[M,N] = residual[M,N] + x[M,K] w[N,K]^T: the residual add as the GEMM epilogue (cuBLASLt
+ * beta = 1 with C = residual), summed in fp32 and rounded to bf16 once. y may equal residual. */
+zt_status zt_cuda_linear_forward_residual(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M,
+                                          int64_t N, int64_t K, const uint16_t *x,
+                                          const uint16_t *w, const uint16_t *residual, uint16_t *y);
+
+/* RMSNorm backward with the residual branch's gradient added: dx = RMSNorm'(dy) + dres, summed in
+ * fp32 and rounded once (saves the separate add). dx may alias dres; dw as zt_cuda_rmsnorm_backward. */
+zt_status zt_cuda_rmsnorm_backward_add(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows,
+                                       int64_t dim, const uint16_t *x, const uint16_t *w,
+                                       const float *rstd, const uint16_t *dy,
+                                       const uint16_t *dres, uint16_t *dx, float *dw);
 
 #ifdef __cplusplus
 }

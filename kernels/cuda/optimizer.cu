@@ -228,3 +228,22 @@ zt_status zt_cuda_global_norm(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n_t
                                                   max_norm, norm, clip_coef);
     return zt_cuda_check_launch("global gradient norm (final sum)");
 }
+
+/* ---- gradient accumulation ------------------------------------------------------------------- */
+
+__global__ void add_f32_kernel(int64_t n, const float *x, float *y)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+zt_status zt_cuda_add_f32(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, const float *x, float *y)
+{
+    (void)ctx;
+    if (n < 0) return zt_cuda_fail(ZT_ERR_INVALID_ARG, "add_f32: negative size %lld", (long long)n);
+    if (n == 0) return ZT_OK;
+    int64_t blocks = (n + THREADS - 1) / THREADS;
+    if (blocks > 65535) blocks = 65535;
+    add_f32_kernel<<<(unsigned)blocks, THREADS, 0, stream>>>(n, x, y);
+    return zt_cuda_check_launch("fp32 gradient accumulation");
+}

@@ -16,6 +16,8 @@
  *
  * On CUDA runs (built with ZT_PLUGIN_CUDA) the ranges are device memory and the step is the fused
  * multi-tensor kernel of kernels/cuda (the same arithmetic in fp32), enqueued on the stream given.
+ * ABI 1.1: when the caller passes hparams.compute_copy, the updated parameters are also written there
+ * as bf16 (round to nearest even): by the same kernel on CUDA, after the update on the CPU.
  */
 #include <math.h>
 #include <string.h>
@@ -151,11 +153,36 @@ static void scale_range(void *arg, int64_t begin, int64_t end)
     for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale;
 }
 
+/* CPU path of ABI 1.1's compute_copy (offload steps host shards): bf16 with round to nearest even,
+ * NaN kept a quiet NaN, as __float2bfloat16_rn does on the GPU. */
+typedef struct bf16_job {
+    const float *src;
+    uint16_t *dst;
+} bf16_job;
+
+static void bf16_range(void *arg, int64_t begin, int64_t end)
+{
+    const bf16_job *j = arg;
+    for (int64_t i = begin; i < end; i++) {
+        uint32_t bits;
+        memcpy(&bits, &j->src[i], sizeof bits);
+        if ((bits & 0x7fffffffu) > 0x7f800000u) j->dst[i] = (uint16_t)((bits >> 16) | 0x40u);
+        else j->dst[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+}
+
+static void write_compute_copy(const zt_host *host, const float *param, uint16_t *copy, int64_t n)
+{
+    if (!copy || n <= 0) return;
+    bf16_job job = {param, copy};
+    host->parallel_for(host->ctx, n, 1 << 14, bf16_range, &job);
+}
+
 #ifdef ZT_PLUGIN_CUDA
 /* The fused kernel on device ranges. grad_scale reaches it through a device float, copied only when it
  * changes (clipping changes it every step, else it stays 1 and the kernel reads no scale at all). */
 static zt_status adamw_step_cuda(adamw_state *s, const zt_optim_hparams *h, float *param, const float *grad,
-                                 float *const *opt_state, uint64_t n, cudaStream_t stream)
+                                 float *const *opt_state, uint16_t *compute_copy, uint64_t n, cudaStream_t stream)
 {
     const zt_host *host = s->host;
     if (host->device->device_type != ZT_DEVICE_CUDA) {
@@ -186,7 +213,7 @@ static zt_status adamw_step_cuda(adamw_state *s, const zt_optim_hparams *h, floa
         scale = s->cuda_grad_scale;
     }
     zt_cuda_param p = {.master = param, .grad = grad, .exp_avg = opt_state[0], .exp_avg_sq = opt_state[1],
-                       .compute_copy = NULL, .n = (int64_t)n};
+                       .compute_copy = compute_copy, .n = (int64_t)n};
     zt_cuda_adamw_params hp = {h->lr, s->beta1, s->beta2, s->eps, h->weight_decay, h->step};
     st = zt_cuda_adamw_step(s->cuda, stream, 1, &p, &hp, scale);
     return st == ZT_OK ? ZT_OK : zt_plugin_cuda_failed(host, st, "adamw step");
@@ -210,12 +237,14 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
         host->error(host->ctx, ZT_ERR_INVALID_ARG, "adamw step: unknown device_type %d", (int)device_type);
         return ZT_ERR_INVALID_ARG;
     }
-    if (!h || h->struct_size < sizeof(zt_optim_hparams)) {
+    if (!h || h->struct_size < ZT_OPTIM_HPARAMS_SIZE_1_0) {
         host->error(host->ctx, ZT_ERR_INVALID_ARG,
-                    "adamw step: hparams is NULL or its struct_size %u is below the v1 size %u",
-                    h ? (unsigned)h->struct_size : 0u, (unsigned)sizeof(zt_optim_hparams));
+                    "adamw step: hparams is NULL or its struct_size %u is below the v1.0 size %u",
+                    h ? (unsigned)h->struct_size : 0u, (unsigned)ZT_OPTIM_HPARAMS_SIZE_1_0);
         return ZT_ERR_INVALID_ARG;
     }
+    /* ABI 1.1: a caller built against 1.0 has no compute_copy field, so read it only when present. */
+    uint16_t *compute_copy = h->struct_size >= ZT_OPTIM_HPARAMS_SIZE_1_1 ? (uint16_t *)h->compute_copy : NULL;
     if (h->step < 1 || !isfinite(h->lr) || h->lr < 0.0 || !isfinite(h->weight_decay) || h->weight_decay < 0.0 ||
         !isfinite(h->grad_scale)) {
         host->error(host->ctx, ZT_ERR_INVALID_ARG,
@@ -233,7 +262,8 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
     }
 
 #ifdef ZT_PLUGIN_CUDA
-    if (device_type == ZT_DEVICE_CUDA) return adamw_step_cuda(s, h, param, grad, opt_state, n, (cudaStream_t)stream);
+    if (device_type == ZT_DEVICE_CUDA)
+        return adamw_step_cuda(s, h, param, grad, opt_state, compute_copy, n, (cudaStream_t)stream);
 #else
     (void)stream;
 #endif
@@ -241,6 +271,7 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
     zt_adamw_params hp = {h->lr, s->beta1, s->beta2, s->eps, h->weight_decay, h->step};
     if (h->grad_scale == 1.0) {
         zt_cpu_adamw_step(&cpu, (int64_t)n, &hp, param, grad, opt_state[0], opt_state[1]);
+        write_compute_copy(host, param, compute_copy, (int64_t)n);
         return ZT_OK;
     }
     if (!s->scaled_grad) {
@@ -255,11 +286,13 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
         host->parallel_for(host->ctx, len, 1 << 14, scale_range, &job);
         zt_cpu_adamw_step(&cpu, len, &hp, param + at, s->scaled_grad, opt_state[0] + at, opt_state[1] + at);
     }
+    write_compute_copy(host, param, compute_copy, (int64_t)n);
     return ZT_OK;
 }
 
 static const zt_optimizer_ops adamw_ops = {
     .struct_size = sizeof(zt_optimizer_ops),
+    .flags = ZT_OPTIM_WRITES_COMPUTE_COPY,
     .n_state = adamw_n_state,
     .state_name = adamw_state_name,
     .step = adamw_step,
@@ -272,7 +305,7 @@ static const zt_plugin adamw_plugin = {
     .struct_size = sizeof(zt_plugin),
     .kind = ZT_KIND_OPTIMIZER,
     .name = "adamw",
-    .version = "1.0.0",
+    .version = "1.1.0",
 #ifdef ZT_PLUGIN_CUDA
     .description = "AdamW with decoupled weight decay, exactly as torch.optim.AdamW (CPU; fused kernel on CUDA)",
 #else
