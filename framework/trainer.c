@@ -741,6 +741,17 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
 
     double loss = 0;
     uint32_t flags = ZT_UNIT_TRAIN | (t->set.recompute ? ZT_UNIT_RECOMPUTE : 0);
+    zt_step_args a = {.struct_size = sizeof a,
+                      .step = step,
+                      .lr = out->lr,
+                      .weight_decay = t->set.weight_decay,
+                      .max_grad_norm = t->set.clip,
+                      .loss_scale = 1.0};
+    /* ABI 1.1: the zero plugin may step each unit inside the backward (step_in_backward) */
+    if (t->zero->struct_size >= ZT_ZERO_OPS_SIZE_1_1 && t->zero->begin_step) {
+        st = t->zero->begin_step(t->zero_lp->state, &a);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "begin_step %lld", (long long)step);
+    }
     for (int64_t k = 0; k < t->set.accum; k++) {
         zt_batch b = batch_of(t, &t->micro[k], counts[0]);
         float part = 0;
@@ -758,12 +769,6 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     }
     out->loss = loss;
 
-    zt_step_args a = {.struct_size = sizeof a,
-                      .step = step,
-                      .lr = out->lr,
-                      .weight_decay = t->set.weight_decay,
-                      .max_grad_norm = t->set.clip,
-                      .loss_scale = 1.0};
     void *zs = t->zero_lp->state;
     st = t->zero->step(zs, &a, &out->result);
     if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "step %lld", (long long)step);

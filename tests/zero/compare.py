@@ -7,6 +7,10 @@ memory-estimate.json with json + numpy only, so no comparison goes through zt's 
       grad_norm, lr and token counts within rtol 1e-5, and RUN_DIR/hf holds the same tensors (names,
       shapes, none empty) with the same values within the weight tolerance below.
   compare.py identical-run A_DIR B_DIR     bit for bit the same losses, norms and weights
+  compare.py stepped-run A_DIR B_DIR       bit for bit the same losses and weights, norms within 1e-6
+                                           (step_in_backward sums the norm unit by unit: another
+                                           order of the same squares; the update does not read it)
+  compare.py fewer-grads METRICS_A METRICS_B   B's gradient-pool peak is below A's
   compare.py memory ESTIMATE_JSON METRICS  measured peaks by pool within 10% of the chosen row
   compare.py falls METRICS...              model-state memory (params + grads + optimizer) strictly
                                            falls from each run to the next
@@ -114,6 +118,26 @@ def identical_run(a_dir, b_dir):
     print(f"{b_dir}: {n} steps and {m} tensors identical to {a_dir}")
 
 
+def stepped_run(a_dir, b_dir):
+    ref = train_records(f"{a_dir}/metrics.jsonl")
+    run = train_records(f"{b_dir}/metrics.jsonl")
+    if [r["step"] for r in ref] != [r["step"] for r in run] or not ref:
+        fail(f"{b_dir}: steps {[r['step'] for r in run]}, the reference has {[r['step'] for r in ref]}")
+    for a, b in zip(ref, run):
+        for key, rtol in (("loss", 0), ("lr", 0), ("tokens", 0), ("loss_tokens", 0), ("grad_norm", 1e-6)):
+            if not close(a[key], b[key], rtol):
+                fail(f"{b_dir}: step {a['step']} {key} {b[key]!r}, the reference has {a[key]!r} (rtol {rtol})")
+    m, _, _ = same_weights(a_dir, b_dir, True)
+    print(f"{b_dir}: {len(ref)} steps and {m} tensors identical to {a_dir} (norms within 1e-6)")
+
+
+def fewer_grads(a_metrics, b_metrics):
+    a, b = peaks(a_metrics)["grads"], peaks(b_metrics)["grads"]
+    if not b < a:
+        fail(f"{b_metrics}: gradient peak {b} bytes, not below the {a} of {a_metrics}")
+    print(f"{b_metrics}: gradient peak {b} bytes < {a}")
+
+
 def peaks(metrics_path):
     with open(metrics_path) as f:
         last = [json.loads(line) for line in f if '"train"' in line][-1]
@@ -180,7 +204,7 @@ def formula(estimate_path, n, k, d, touched):
 
 
 if __name__ == "__main__":
-    commands = {"same-run": same_run, "identical-run": identical_run, "memory": memory, "falls": falls,
+    commands = {"same-run": same_run, "identical-run": identical_run, "stepped-run": stepped_run, "fewer-grads": fewer_grads, "memory": memory, "falls": falls,
                 "formula": formula}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)

@@ -161,6 +161,44 @@ dry_run() {
     fi
 }
 
+# zero_optimization.step_in_backward: the optimizer steps each unit inside the backward. Exact
+# without clipping and gradient accumulation, so for every stage on 1 and 2 ranks (one micro-batch of
+# the global batch of 8 per rank count) the losses and final weights are bit for bit those of the
+# normal step (the norm, summed unit by unit, within 1e-6); 2 ranks also through small buckets. Then
+# its refusals: true with clipping or accumulation, and the CPU default (auto) keeps it off.
+step_in_backward() {
+    local exact=(--set gradient_clipping=0 --set gradient_accumulation_steps=1)
+    local n ranks
+    for ranks in 1 2; do
+        local mb=$((8 / ranks)) launch=()
+        [ "$ranks" -gt 1 ] && launch=("$mpiexec" -np "$ranks" --oversubscribe --allow-run-as-root)
+        for n in 0 1 2 3; do
+            local dir=$out/ranks$ranks-stage$n extra=()
+            [ "$ranks" -eq 2 ] && extra=("${small_buckets[@]}")
+            local run=("${launch[@]}" "$zt_run" "${common[@]}" --set train_micro_batch_size_per_gpu=$mb "${exact[@]}"
+                       --plugins "zero$n" --set steps=4 "${extra[@]}")
+            expect_ok -- "${run[@]}" --output-dir "$dir-normal" --set zero_optimization.step_in_backward=false \
+                --export "$dir-normal/hf"
+            expect_ok "step_in_backward: the optimizer steps each unit inside the backward" -- "${run[@]}" \
+                --output-dir "$dir-sib" --set zero_optimization.step_in_backward=true --export "$dir-sib/hf"
+            compare stepped-run "$dir-normal" "$dir-sib"
+            # gradients only per unit: stages 0-1 drop the full buffer, stages 2-3 the shard accumulators
+            # of untied units
+            compare fewer-grads "$dir-normal/metrics.jsonl" "$dir-sib/metrics.jsonl"
+        done
+    done
+    expect_fail "zero_optimization.step_in_backward is true" "gradient_clipping 0 (this run: 1)" -- \
+        "$zt_run" "${common[@]}" --plugins zero2 --output-dir "$out/x" --set zero_optimization.step_in_backward=true
+    expect_fail "gradient_accumulation_steps 1 (this run: 2)" -- "$zt_run" "${common[@]}" --plugins zero1 \
+        --set gradient_clipping=0 --set gradient_accumulation_steps=2 --output-dir "$out/x" \
+        --set zero_optimization.step_in_backward=true
+    expect_ok -- "$zt_run" "${common[@]}" --plugins zero0 "${exact[@]}" --output-dir "$out/auto" --set steps=1
+    if grep -qF "step_in_backward: the optimizer steps" <<<"$ZT_OUT"; then
+        echo "FAIL: step_in_backward auto turned itself on for a CPU run"
+        zt_failures=$((zt_failures + 1))
+    fi
+}
+
 # Bad settings: each message says what is wrong and how to fix it; nothing crashes.
 errors() {
     expect_fail "offloading the optimizer needs a sharded optimizer (stage 1, 2 or 3" -- "$zt_run" "${common[@]}" \

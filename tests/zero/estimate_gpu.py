@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""The GPU memory estimate of `zt-run --dry-run`, checked on a machine without a GPU (CI).
+
+  python3 tests/zero/estimate_gpu.py ZT_RUN WORK_DIR
+
+A GPU run's dry run needs no GPU (the estimate is arithmetic), so this runs everywhere: for the 7b
+preset (b8x512, recompute) on 1 and 2 data-parallel ranks under each of zero0..zero3, every row of
+memory-estimate.json (every stage and offload choice) must equal the per-pool formulas of
+docs/zero.md, computed here by hand from the preset's shapes, not by calling the estimator. Then:
+totals fall strictly as the stage rises on 2 ranks; step_in_backward (auto, with gradient_clipping 0)
+keeps one unit's gradients; and the classic scenario (7b, zero2 + optimizer offload, b8x512 without
+recompute, --gpu-mem-limit 24G) is refused up front with the pool that overflows, the estimate and
+zero3 with both offloads as the configuration that fits. The refusal is tested through --dry-run,
+which runs the same check a GPU run makes before allocating (zt_memory_check); without a GPU a real
+run stops earlier, at opening the device.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+GIB = 2.0 ** 30
+# 7b preset (plugins/llama/config.c): hidden, layers, heads, kv heads, MLP, vocab; untied embeddings.
+H, L, HEADS, KV_HEADS, F, V = 4096, 32, 32, 32, 11008, 32000
+HD = H // HEADS
+Q, KV = HEADS * HD, KV_HEADS * HD
+LAYER = H * Q + 2 * H * KV + Q * H + 3 * H * F + 2 * H  # q, k, v, o, gate/up/down, 2 norms
+N = V * H + L * LAYER + H + V * H                       # embedding, layers, final norm, LM head
+U = max(V * H, LAYER, H + V * H)                        # the largest unit a step touches at once
+K = 2                                                   # AdamW: exp_avg, exp_avg_sq
+ROWS = [(0, 0, 0), (1, 0, 0), (1, 1, 0), (2, 0, 0), (2, 1, 0), (3, 0, 0), (3, 1, 0), (3, 0, 1), (3, 1, 1)]
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL: " + msg)
+
+
+def activations(tokens, recompute):
+    """bf16 activations (docs/zero.md): per layer and token the layer's saved tensors, both rms
+    factors and the flash log-sum-exp counted as in the model's fp32 figure halved; the head keeps its
+    normalized input and an fp32 rms factor (no logits: the loss is chunked)."""
+    per_layer = 2.0 * (4 * H + 2 * Q + 2 * KV + 2 * F + 2 + HEADS)
+    head = 2.0 * H + 4
+    if not recompute:
+        return tokens * (L * per_layer + head + 3 * 2.0 * H)
+    return tokens * ((L + 3) * 2.0 * H + max(per_layer - 2.0 * H, head))
+
+
+def workspace(tokens):
+    def r256(x):
+        return math.ceil(x / 256) * 256
+    chunk = tokens
+    while chunk > 1 and r256(chunk * V * 4) + r256(chunk * V * 2) > 512 * 2 ** 20:
+        chunk = (chunk + 1) // 2
+    return (tokens * 2.0 * (F + 2 * H + 3 * Q + 4 * KV) + tokens * HEADS * 4.0 + r256(chunk * V * 4)
+            + r256(chunk * V * 2) + 32 * 2 ** 20)
+
+
+def expected(stage, off_opt, off_param, d, sib=False):
+    """(device pools, host pools) per rank: the brief's GPU model (docs/zero.md, "GPU runs")."""
+    dev = {p: 0.0 for p in ("params", "grads", "optimizer", "activations", "workspace", "comm")}
+    host = dict(dev)
+    states = host if off_opt else dev
+    if stage == 0:
+        dev["params"] = 4 * N + 2 * N
+        dev["grads"] = 4 * (U if sib else N)
+        dev["optimizer"] = 4 * K * N
+    else:
+        if stage == 3:
+            (host if off_param else dev)["params"] += 2 * N / d
+            dev["params"] += 2 * 2 * U           # current and prefetched unit, bf16
+        else:
+            dev["params"] += 2 * N
+        states["params"] += 4 * N / d
+        if off_opt:
+            host["params"] += 2 * 2 * U / d      # two bf16 staging buffers of a unit's shard
+        if stage == 1:
+            dev["grads"] += 4 * (U if sib else N)
+        else:
+            dev["grads"] += 4 * U                # one unit's transient full gradients
+            states["grads"] += 4 * (U if sib else N) / d
+        states["optimizer"] += 4 * K * N / d
+    return dev, host
+
+
+def dry_run(zt_run, out, stage, ranks, extra, ok=True):
+    cmd = [zt_run, "--plugins", f"naive,zero{stage}", "--set", "device=cuda", "--set", "model.preset=7b",
+           "--set", "train_micro_batch_size_per_gpu=8", "--set", "data.seq_len=512", "--output-dir", out,
+           "--dry-run", "--nproc", str(ranks)] + extra
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    text = proc.stdout + proc.stderr
+    if (proc.returncode == 0) != ok:
+        fail(f"{' '.join(cmd)}: exit {proc.returncode}, expected {'0' if ok else 'non-zero'}:\n{text}")
+    return text
+
+
+def check_rows(path, d, tokens, recompute, sib=False, only_stage=None):
+    with open(path) as f:
+        est = json.load(f)
+    if est["device"] != "cuda" or est["dp_size"] != d or est["n_parameters"] != N:
+        fail(f"{path}: device {est['device']}, dp {est['dp_size']}, {est['n_parameters']} parameters; expected "
+             f"cuda, {d}, {N}")
+        return {}
+    act, ws = activations(tokens, recompute), workspace(tokens)
+    totals = {}
+    for row in est["rows"]:
+        key = (row["stage"], int(row["offload_optimizer"] == "cpu"), int(row["offload_param"] == "cpu"))
+        if only_stage is not None and key[0] != only_stage:
+            continue
+        if "problem" in row:
+            fail(f"{path}: row {key} has no estimate: {row['problem']}")
+            continue
+        dev, host = expected(*key, d, sib)
+        dev["activations"], dev["workspace"] = act, ws
+        for side, want in (("device", dev), ("host", host)):
+            for pool, w in want.items():
+                g = row[side][pool]
+                if abs(g - w) > max(2.0, 1e-9 * w):
+                    fail(f"{path}: stage {key[0]} offload opt/param {key[1]}/{key[2]}, {d} rank(s): {side} {pool} "
+                         f"{g:.0f} bytes, expected {w:.0f}")
+        totals[key] = row["device"]["total"]
+    return totals
+
+
+def main():
+    zt_run, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    tokens = 8 * 512
+    for d in (1, 2):
+        stage_totals = {}
+        for stage in range(4):
+            out = os.path.join(work, f"est-d{d}-zero{stage}")
+            text = dry_run(zt_run, out, stage, d, ["--set", "recompute=true"])
+            for want in ("GPU memory per rank", f"* {stage}", "assumed 80.0 GiB card", "Host memory per rank"):
+                if want not in text:
+                    fail(f"dry run zero{stage} on {d} rank(s): '{want}' missing from:\n{text}")
+            totals = check_rows(os.path.join(out, "memory-estimate.json"), d, tokens, True)
+            if len(totals) != len(ROWS):
+                fail(f"{out}: {len(totals)} rows with numbers, expected {len(ROWS)}")
+            stage_totals[stage] = totals.get((stage, 0, 0))
+        print(f"{d} rank(s): GPU totals without offload, stages 0-3: "
+              + ", ".join(f"{(t or 0) / GIB:.2f} GiB" for t in stage_totals.values()))
+        if d == 2:
+            for s in range(1, 4):
+                if not (stage_totals[s] and stage_totals[s - 1] and stage_totals[s] < stage_totals[s - 1]):
+                    fail(f"2 ranks: stage {s} needs {stage_totals[s]} bytes per GPU, not less than stage {s - 1}'s "
+                         f"{stage_totals[s - 1]}")
+
+    # step_in_backward auto: on without clipping, so gradients exist only per unit.
+    out = os.path.join(work, "est-sib")
+    dry_run(zt_run, out, 0, 1, ["--set", "recompute=true", "--set", "gradient_clipping=0"])
+    check_rows(os.path.join(out, "memory-estimate.json"), 1, tokens, True, sib=True, only_stage=0)
+
+    # The classic scenario: refused up front, with the pool, the estimate and a configuration that fits.
+    out = os.path.join(work, "est-24g")
+    text = dry_run(zt_run, out, 2, 1, ["--set", "recompute=false", "--set",
+                                       "zero_optimization.offload_optimizer.device=cpu", "--gpu-mem-limit", "24G"],
+                   ok=False)
+    dev, _ = expected(2, 1, 0, 1)
+    fit, _ = expected(3, 1, 1, 1)
+    act, ws = activations(tokens, False), workspace(tokens)
+    need, fit_need = sum(dev.values()) + act + ws, sum(fit.values()) + act + ws
+    for want in ("out of GPU memory (estimated)", "zero2 with offload_optimizer.device=cpu on 1 data-parallel rank",
+                 f"needs about {need / GIB:.1f} GiB per GPU", "more than the gpu_mem_limit of 24.0 GiB",
+                 "pool 'activations' overflows", "Estimate per GPU: params",
+                 "A configuration that fits: zero3 with offload_param.device=cpu and offload_optimizer.device=cpu: "
+                 f"about {fit_need / GIB:.1f} GiB per GPU",
+                 "run with plugin zero3 (in --plugins, or --set zero_optimization.stage=3) --set "
+                 "zero_optimization.offload_optimizer.device=cpu --set zero_optimization.offload_param.device=cpu"):
+        if want not in text:
+            fail(f"classic 24G scenario: '{want}' missing from:\n{text}")
+    with open(os.path.join(out, "memory-estimate.json")) as f:
+        rows = json.load(f)["rows"]
+    fits = {(r["stage"], r["offload_optimizer"], r["offload_param"]): r.get("fits") for r in rows}
+    if fits.get((2, "cpu", "none")) is not False or fits.get((3, "cpu", "cpu")) is not True:
+        fail(f"classic 24G scenario: fits {fits}, expected zero2+optimizer offload not to fit and zero3 with both "
+             "offloads to fit")
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print("GPU memory estimates match the formulas for 7b on 1 and 2 ranks, every stage and offload choice")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
