@@ -533,6 +533,12 @@ static zt_status run_device(const zt_config *cfg, const zt_plugin_set *set, int 
     }
     if (st == ZT_OK) {
         *device_type = ZT_DEVICE_CUDA;
+        /* naive is the GPU default only where flash is not installed, or when named: say what it costs. */
+        const zt_loaded_plugin *attention = &set->by_kind[ZT_KIND_ATTENTION];
+        if (attention->plugin && !strcmp(attention->desc.name, "naive"))
+            zt_log(ZT_LOG_INFO, "attention 'naive' on the GPU is the unfused reference: fp32 scores [heads, T, T] "
+                   "per sequence (memory quadratic in T) and several times slower than flash; --plugins flash "
+                   "for speed");
         return ZT_OK;
     }
     if (strcmp(want, "cuda") != 0 && !gpu_only) {
@@ -1091,7 +1097,7 @@ done:
  * ranks as it would have (--nproc N, else parallel_config.data_parallel, else the launch's), printed
  * by rank 0 and written to OUTPUT_DIR/memory-estimate.json. */
 static int dry_run(const run_args *a, zt_config *cfg, const zt_registry *reg, const zt_plugin_set *set,
-                   zt_runtime *rt)
+                   zt_runtime *rt, int gpu)
 {
     zt_error err;
     const zt_host *host = set->by_kind[ZT_KIND_ZERO].host;
@@ -1111,10 +1117,45 @@ static int dry_run(const run_args *a, zt_config *cfg, const zt_registry *reg, co
         zt_error_set(&err, ZT_ERR_CONFIG, "output_dir is missing or too long");
         return run_error(&err);
     }
-    zt_dry_run_request req = {cfg, reg, set, rt, (int32_t)dp, path};
-    if (make_dirs(output_dir, &err) != ZT_OK || zt_dry_run(&req, stdout, &err) != ZT_OK) return run_error(&err);
+    zt_dry_run_request req = {cfg, reg, set, rt, (int32_t)dp, path, gpu};
+    if (make_dirs(output_dir, &err) != ZT_OK) return run_error(&err);
+    zt_status st = zt_dry_run(&req, stdout, &err);
+    if (st == ZT_ERR_OUT_OF_MEMORY && err.msg[0]) {
+        /* The table is out; the run as configured would not fit: say so as the run would, and fail. */
+        fprintf(stderr, "zt-run: dry run: the estimate is also in %s\n", path);
+        return run_error(&err);
+    }
+    if (st != ZT_OK) return run_error(&err);
     fprintf(stderr, "zt-run: dry run: nothing was trained; the estimate is also in %s\n", path);
     return ZT_EXIT_OK;
+}
+
+/* Whether a run would compute on GPUs: device cuda, or a plugin that runs only there. */
+static int wants_gpu(const zt_config *cfg, const zt_plugin_set *set)
+{
+    const char *want = "cpu";
+    if (zt_config_get_string(cfg, "device", &want) == ZT_OK && want && !strcmp(want, "cuda")) return 1;
+    return plugin_without(set, ZT_CAP_CPU) != NULL;
+}
+
+/* The plugins a memory estimate initializes. */
+static int estimated_kind(int kind)
+{
+    return kind == ZT_KIND_MODEL || kind == ZT_KIND_OPTIMIZER || kind == ZT_KIND_ZERO;
+}
+
+/* A GPU run's dry run where it cannot run (no GPU here, or a plugin without CUDA): the estimate needs
+ * no device, so the model, optimizer and zero plugins are initialized on a CPU runtime and the
+ * estimator is told the run is a GPU one. `why` (err) is printed as a note. */
+static zt_status cpu_runtime_for_estimate(zt_error *why, int n_threads, const zt_config *cfg, zt_runtime **rt)
+{
+    fprintf(stderr, "zt-run: dry run: note: this GPU run cannot start here (%s); estimating it anyway\n", why->msg);
+    zt_error_clear(why);
+    zt_runtime_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.n_threads = n_threads;
+    opt.device_type = ZT_DEVICE_CPU; /* ranks as launched, so only rank 0 prints */
+    return zt_runtime_create(&opt, cfg, rt, why);
 }
 
 static int do_train(const run_args *a)
@@ -1164,14 +1205,31 @@ static int do_train(const run_args *a)
     if (zt_train_configure(cfg, a->model, !a->dry_run, &err) != ZT_OK) goto fail;
     int64_t threads = 0;
     if (zt_config_get_int(cfg, "threads", &threads) != ZT_OK) threads = 0;
-    if (create_runtime(cfg, &set, (int)threads, 0, &rt, &err) != ZT_OK) goto fail;
+    int estimate_only = 0; /* a dry run estimating a GPU run on a CPU runtime */
+    if (create_runtime(cfg, &set, (int)threads, 0, &rt, &err) != ZT_OK) {
+        if (!a->dry_run || !wants_gpu(cfg, &set)) goto fail;
+        if (cpu_runtime_for_estimate(&err, (int)threads, cfg, &rt) != ZT_OK) goto fail;
+        estimate_only = 1;
+    }
     for (int k = 1; k <= ZT_KIND_COUNT; k++)
-        if (set.by_kind[k].plugin && zt_plugin_probe(&set.by_kind[k], rt, &err) != ZT_OK) goto fail;
+        if (set.by_kind[k].plugin && (!estimate_only || estimated_kind(k)) &&
+            zt_plugin_probe(&set.by_kind[k], rt, &err) != ZT_OK)
+            goto fail;
     for (int k = 1; k <= ZT_KIND_COUNT; k++)
-        if (set.by_kind[k].plugin && zt_plugin_init(&set.by_kind[k], rt, &err) != ZT_OK) goto fail;
+        if (set.by_kind[k].plugin && (!estimate_only || estimated_kind(k)) &&
+            zt_plugin_init(&set.by_kind[k], rt, &err) != ZT_OK)
+            goto fail;
+    int on_gpu = set.by_kind[ZT_KIND_ZERO].host && set.by_kind[ZT_KIND_ZERO].host->device->device_type != ZT_DEVICE_CPU;
     if (a->dry_run) {
-        status = dry_run(a, cfg, reg, &set, rt);
+        status = dry_run(a, cfg, reg, &set, rt, on_gpu || estimate_only);
         goto done;
+    }
+    if (on_gpu) {
+        /* Before anything big is allocated: refuse a run the estimate says cannot fit, and give the
+         * allocator the estimate for its own out-of-memory message. */
+        const zt_host *zh = set.by_kind[ZT_KIND_ZERO].host;
+        zt_dry_run_request check = {cfg, reg, &set, rt, zh->world_size, NULL, 1};
+        if (zt_memory_check(&check, &err) != ZT_OK) goto fail;
     }
     if (!(plugins = plugins_json(&set))) goto oom;
     zt_train_request req = {cfg, &set, rt, plugins, a->resume, a->model, a->export_dir};

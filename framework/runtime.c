@@ -95,6 +95,7 @@ struct zt_runtime {
     mem_counter mem[ZT_POOL_COUNT][WHERE_COUNT];
     uint64_t side_used[SIDE_COUNT];
     uint64_t side_limit[SIDE_COUNT]; /* 0: none */
+    char *memory_note;               /* zt_runtime_set_memory_note: the estimate, for device OOMs */
     alloc_record *records;           /* open addressing, linear probing; capacity a power of 2 */
     size_t records_cap;
     size_t records_used;
@@ -251,6 +252,8 @@ static void describe_out_of_memory(const zt_runtime *rt, int pool, int where, ui
                  format_bytes(pool_use, pool_b), all_use, pools);
     if (side == SIDE_HOST && rt->side_limit[side])
         zt_error_append(err, "; pinned memory counts against the host limit");
+    if (side == SIDE_DEVICE && rt->memory_note)
+        zt_error_append(err, ".\n%s", rt->memory_note);
     if (side == SIDE_DEVICE)
         zt_error_append(err, ".\nTo fit: raise gpu_mem_limit (zt-run --gpu-mem-limit) if it is below the "
                              "GPU's memory, offload optimizer state or parameters to the CPU "
@@ -260,6 +263,15 @@ static void describe_out_of_memory(const zt_runtime *rt, int pool, int where, ui
     else
         zt_error_append(err, ".\nTo fit: raise the host memory limit or free memory on this machine, "
                              "offload less to the CPU, or use a smaller train_micro_batch_size_per_gpu.");
+}
+
+void zt_runtime_set_memory_note(zt_runtime *rt, const char *note)
+{
+    char *copy = note ? strdup(note) : NULL; /* NULL on failure: the message goes without the note */
+    pthread_mutex_lock(&rt->mem_lock);
+    free(rt->memory_note);
+    rt->memory_note = copy;
+    pthread_mutex_unlock(&rt->mem_lock);
 }
 
 static void *mem_alloc(zt_runtime *rt, int pool, int where, uint64_t bytes, uint64_t alignment,
@@ -1185,18 +1197,41 @@ static zt_status comm_timeout_s(const zt_config *cfg, double *out, zt_error *err
     return st;
 }
 
+/* The GPU of a rank of a multi-rank CUDA run: its local rank (the rank when the launcher gave none).
+ * One GPU visible to a rank whose local rank is higher: a launcher that gives each rank its own GPU
+ * through CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1); two ranks on one GPU are refused by NCCL. */
+static zt_status gpu_of_rank(const zt_launch *launch, int *index, zt_error *err)
+{
+    int n_devices = 0;
+    zt_status st = zt_runtime_cuda_devices(&n_devices, err);
+    if (st != ZT_OK) return st;
+    int local = launch->local_rank >= 0 ? launch->local_rank : launch->rank;
+    if (local < n_devices) {
+        *index = local;
+        return ZT_OK;
+    }
+    if (n_devices == 1 && getenv("CUDA_VISIBLE_DEVICES")) {
+        *index = 0;
+        return ZT_OK;
+    }
+    return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                        "rank %d of %d (from %s) is %s %d on its machine, which has %d GPU%s for this process: run "
+                        "at most %d ranks per machine (one per GPU)%s", launch->rank, launch->world_size,
+                        launch->launcher, launch->local_rank >= 0 ? "local rank" : "rank (no local rank given)",
+                        local, n_devices, n_devices == 1 ? "" : "s", n_devices,
+                        launch->local_rank >= 0 ? "" : ", or have the launcher set the local rank (ZT_LOCAL_RANK)");
+}
+
 /* One process: the local backend. A job of several ranks: the backend its launch calls for
  * (launch.c), and log lines that say which rank wrote them. */
-static zt_status create_comm_backend(zt_runtime *rt, const zt_runtime_options *opt, zt_error *err)
+static zt_status create_comm_backend(zt_runtime *rt, const zt_runtime_options *opt, const zt_launch *launch,
+                                     zt_error *err)
 {
-    zt_launch launch = {.world_size = 1};
-    zt_status st = opt->single_process ? ZT_OK : zt_launch_detect(&launch, err);
-    if (st != ZT_OK) return st;
-    if (launch.world_size == 1) return zt_comm_local_create(rt->device, &rt->device_ctx, &rt->comm, err);
+    if (launch->world_size == 1) return zt_comm_local_create(rt->device, &rt->device_ctx, &rt->comm, err);
     double timeout_s = 0;
-    st = comm_timeout_s(rt->cfg, &timeout_s, err);
-    if (st == ZT_OK) st = zt_launch_comm_create(&launch, opt->device_type, timeout_s, &rt->comm, err);
-    if (st == ZT_OK) zt_log_set_rank(launch.rank);
+    zt_status st = comm_timeout_s(rt->cfg, &timeout_s, err);
+    if (st == ZT_OK) st = zt_launch_comm_create(launch, opt->device_type, timeout_s, &rt->comm, err);
+    if (st == ZT_OK) zt_log_set_rank(launch->rank);
     return st;
 }
 
@@ -1231,12 +1266,18 @@ zt_status zt_runtime_create(const zt_runtime_options *opt, const zt_config *cfg,
     pthread_mutex_init(&rt->mem_lock, NULL);
     pthread_mutex_init(&rt->names_lock, NULL);
 
-    st = zt_threadpool_create(opt->n_threads, &rt->threads, err);
-    if (st == ZT_OK) st = device->init(opt->device_index, &rt->device_ctx, err);
+    /* The launch first: a rank of a multi-rank CUDA run computes on the GPU of its local rank. */
+    zt_launch launch = {.rank = 0, .world_size = 1, .local_rank = 0, .launcher = "a single process"};
+    int device_index = opt->device_index;
+    st = opt->single_process ? ZT_OK : zt_launch_detect(&launch, err);
+    if (st == ZT_OK && launch.world_size > 1 && opt->device_type == ZT_DEVICE_CUDA)
+        st = gpu_of_rank(&launch, &device_index, err);
+    if (st == ZT_OK) st = zt_threadpool_create(opt->n_threads, &rt->threads, err);
+    if (st == ZT_OK) st = device->init(device_index, &rt->device_ctx, err);
     if (st == ZT_OK) {
         rt->device = device; /* from here on destroy shuts it down */
         rt->device_ctx.n_threads = zt_threadpool_n_threads(rt->threads);
-        st = create_comm_backend(rt, opt, err);
+        st = create_comm_backend(rt, opt, &launch, err);
     }
     if (st == ZT_OK) st = create_world_group(rt, err);
     if (st != ZT_OK) {
@@ -1267,5 +1308,6 @@ void zt_runtime_destroy(zt_runtime *rt)
     zt_threadpool_destroy(rt->threads);
     pthread_mutex_destroy(&rt->names_lock);
     pthread_mutex_destroy(&rt->mem_lock);
+    free(rt->memory_note);
     free(rt);
 }

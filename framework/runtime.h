@@ -44,6 +44,9 @@ void zt_runtime_mem_stats(zt_runtime *rt, int pool, int where, zt_mem_stats *out
  * step's record reports that step's peak. */
 void zt_runtime_mem_reset_peaks(zt_runtime *rt);
 const char *zt_pool_name(int pool);
+/* A text (the memory estimate of the run, zt_memory_check) that a device allocation's out-of-memory
+ * message ends with; NULL removes it. Copied. */
+void zt_runtime_set_memory_note(zt_runtime *rt, const char *note);
 const char *zt_mem_where_name(int where);
 
 /* Copy between host and device memory of this run, ordered on the device's compute stream (on the
