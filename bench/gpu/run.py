@@ -39,16 +39,17 @@ VOCAB, SEQ = 32000, 512
 class GpuMemoryWatch:
     """The largest rise of the GPU's used memory (nvidia-smi, MiB) while the block runs."""
 
-    def __init__(self):
+    def __init__(self, gpu=0):
+        self.gpu = str(gpu)
         self.base = self.read()
         self.peak = self.base
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.poll, daemon=True)
 
-    @staticmethod
-    def read():
+    def read(self):
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i",
+                                  self.gpu],
                                  capture_output=True, text=True, timeout=10).stdout
             return float(out.split()[0])
         except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
@@ -72,6 +73,22 @@ class GpuMemoryWatch:
         return None if self.base is None else (self.peak - self.base) / 1024.0
 
 
+def gpu_env(gpu):
+    """The environment of a run pinned to one GPU (its nvidia-smi index)."""
+    env = dict(os.environ)
+    env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    return env
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout
+        return len([line for line in out.splitlines() if line.strip()])
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+
+
 def model_flops_per_token(n_params, model, recompute):
     layers, hidden = PRESET_LAYERS_HIDDEN[model]
     return (6 + (2 if recompute else 0)) * n_params + 12 * layers * hidden * SEQ
@@ -85,7 +102,7 @@ def make_data(args, rows):
     return path
 
 
-def run_zt(args, model, log):
+def run_zt(args, model, log, gpu=0):
     batch, recompute = SHAPES[model]
     steps = args.warmup + args.steps
     data = make_data(args, batch * steps)
@@ -98,8 +115,8 @@ def run_zt(args, model, log):
            "--set", "data.shuffle=false", "--set", "checkpoint.final=false", "--set", "log.every=1"]
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
-    with GpuMemoryWatch() as watch:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout)
+    with GpuMemoryWatch(gpu) as watch:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout, env=gpu_env(gpu))
     log.write(proc.stdout + proc.stderr)
     log.flush()
     if proc.returncode != 0:
@@ -119,7 +136,7 @@ def run_zt(args, model, log):
             "loss": timed[-1]["loss"], "params_M": n_params / 1e6}
 
 
-def run_peer(args, model, mode, log):
+def run_peer(args, model, mode, log, gpu=0):
     batch, recompute = SHAPES[model]
     cmd = [sys.executable, args.peer, "train", "--model", model, "--batch", str(batch), "--seq", str(SEQ),
            "--steps", str(args.steps)]
@@ -129,8 +146,8 @@ def run_peer(args, model, mode, log):
         cmd.append("--compile")
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
-    with GpuMemoryWatch() as watch:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout)
+    with GpuMemoryWatch(gpu) as watch:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout, env=gpu_env(gpu))
     log.write(proc.stdout + proc.stderr[-4000:])
     log.flush()
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -180,12 +197,16 @@ def main():
     p.add_argument("--models", default="125m,1b,7b,8b")
     p.add_argument("--peer", default=default_peer, help="torch_llama.py (default: ../shared/peers, .deps/peers)")
     p.add_argument("--peer-modes", default="eager,compile", help="eager, compile, or both; empty: zt only")
+    p.add_argument("--peer-runs", default="",
+                   help="per-model peer modes instead of --peer-modes, e.g. 125m:compile,1b:compile,7b:eager")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--warmup", type=int, default=3, help="zt steps before the timed ones (the peer does 3)")
     p.add_argument("--deadline", type=float, default=1e9, help="skip runs that would start after this many seconds")
     p.add_argument("--run-timeout", type=float, default=600, help="seconds one run may take")
     p.add_argument("--work", default="out/bench-gpu", help="data and run directories")
     p.add_argument("--out", default=None, help="also write the table here (markdown)")
+    p.add_argument("--two-gpus", action="store_true",
+                   help="when two GPUs are present, run zt on GPU 0 and the peer on GPU 1 concurrently")
     args = p.parse_args()
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in SHAPES]
@@ -203,21 +224,49 @@ def main():
     gpu = gpu or "unknown GPU (nvidia-smi did not answer)"
     when = time.strftime("%Y-%m-%d")
     start = time.monotonic()
-    # Model by model, zt and then the peer, so a deadline leaves whole comparisons.
-    plan = [(m, name) for m in models for name in ["zt"] + [f"torch {mode}" for mode in modes]]
+    # Model by model, zt and then the peer, so a deadline leaves whole comparisons. With --two-gpus
+    # (and two GPUs present) zt's runs go to GPU 0 and the peer's to GPU 1 at the same time: each
+    # run still has a whole GPU to itself, and the call takes about half as long.
     results = {m: {} for m in models}
-    with open(os.path.join(args.work, "bench.log"), "w") as log:
+    lock = threading.Lock()
+
+    def run_plan(plan, gpu, log):
         for model, name in plan:
             if time.monotonic() - start > args.deadline:
-                results[model][name] = {"skipped": "skipped: out of time"}
-                continue
-            print(f"== {model} {name}", flush=True)
-            try:
-                r = run_zt(args, model, log) if name == "zt" else run_peer(args, model, name.split()[1], log)
-            except subprocess.TimeoutExpired:
-                r = {"error": f"timed out after {args.run_timeout:.0f} s"}
-            results[model][name] = r
-            print(json.dumps({"model": model, "run": name, **r}), flush=True)
+                r = {"skipped": "skipped: out of time"}
+            else:
+                print(f"== {model} {name} (GPU {gpu})", flush=True)
+                try:
+                    r = (run_zt(args, model, log, gpu) if name == "zt"
+                         else run_peer(args, model, name.split()[1], log, gpu))
+                except subprocess.TimeoutExpired:
+                    r = {"error": f"timed out after {args.run_timeout:.0f} s"}
+            with lock:
+                results[model][name] = r
+                print(json.dumps({"model": model, "run": name, "gpu": gpu, **r}), flush=True)
+
+    zt_plan = [(m, "zt") for m in models]
+    peer_plan = [(m, f"torch {mode}") for m in models for mode in modes]
+    if args.peer_runs:
+        peer_plan = [(m, f"torch {mode}") for m, mode in (item.split(":") for item in args.peer_runs.split(","))
+                     if m in models]
+        modes = sorted({name.split()[1] for _, name in peer_plan})
+    if args.two_gpus and gpu_count() >= 2 and peer_plan:
+        with open(os.path.join(args.work, "bench.log"), "w") as log0, \
+             open(os.path.join(args.work, "bench-peer.log"), "w") as log1:
+            threads = [threading.Thread(target=run_plan, args=(zt_plan, 0, log0)),
+                       threading.Thread(target=run_plan, args=(peer_plan, 1, log1))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    else:
+        plan = [item for m in models for item in [(m, "zt")] + [x for x in peer_plan if x[0] == m]]
+        with open(os.path.join(args.work, "bench.log"), "w") as log:
+            run_plan(plan, 0, log)
+    # Table rows in the same order whichever way they ran.
+    results = {m: {name: results[m][name] for name in ["zt"] + [f"torch {mode}" for mode in modes]
+                   if name in results[m]} for m in models}
     rows = [(m, results[m]) for m in models]
     text = table(rows, gpu, when)
     print(text)
