@@ -1515,7 +1515,16 @@ static void fill_record(trainer *t, const step_outcome *o, int64_t step, double 
     r->has_device = t->host->device->device_type != ZT_DEVICE_CPU;
     for (int p = 0; p < ZT_POOL_COUNT; p++) {
         zt_runtime_mem_stats(t->rt, p, ZT_MEM_HOST, &r->host_mem[p]);
-        if (r->has_device) zt_runtime_mem_stats(t->rt, p, ZT_MEM_DEVICE, &r->device_mem[p]);
+        if (r->has_device) {
+            zt_runtime_mem_stats(t->rt, p, ZT_MEM_DEVICE, &r->device_mem[p]);
+            /* Pinned memory (offload's shards and staging) is host memory too: the host figures are
+             * pageable + pinned (the peak is the sum of the two kinds' peaks: an upper bound). */
+            zt_mem_stats pinned;
+            zt_runtime_mem_stats(t->rt, p, ZT_MEM_PINNED, &pinned);
+            r->host_mem[p].current += pinned.current;
+            r->host_mem[p].peak += pinned.peak;
+            r->host_mem[p].n_allocs += pinned.n_allocs;
+        }
     }
 }
 

@@ -61,7 +61,7 @@ fi
 # unit 0's storage from the last unit), padded rows so both rank counts see the same samples per step.
 # No clipping and no accumulation, so step_in_backward can be exact; the normal runs set it false.
 common=(--data "$data" --set device=cuda --set model.hidden_size=256 --set model.intermediate_size=512
-        --set model.num_hidden_layers=3 --set model.num_attention_heads=4 --set model.num_key_value_heads=2
+        --set model.num_hidden_layers=12 --set model.num_attention_heads=4 --set model.num_key_value_heads=2
         --set model.tie_word_embeddings=true --set data.seq_len=128 --set data.mode=padded --set threads=4
         --set log.every=1 --set optimizer.params.lr=3e-3 --set seed=7 --set steps=6 --set gradient_clipping=0
         --set gradient_accumulation_steps=1 --set checkpoint.final=false)

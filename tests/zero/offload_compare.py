@@ -8,9 +8,11 @@ Tolerances. Both runs compute in bf16 on the GPU from fp32 masters, and both ste
 torch's order of operations, but the offloaded step runs on the CPU kernel and the other on the CUDA
 kernel, whose last bits can differ (division, sqrt, contraction). A master that differs in its last
 bit can round to a different bf16 compute weight, and that difference then feeds every later step.
-Over 8 steps at lr 3e-3 this stays around 1e-4 relative; a wrong gradient copy, a stale or torn
-compute copy, or a skipped unit changes losses by percents and weights by ~lr per step. Limits:
-loss relative 5e-3 per step, weights relative L2 per tensor 2e-3.
+Over 8 steps at lr 3e-3 this was measured on an H200 at up to 3e-3 relative L2 (the tied embedding,
+which every token's gradient touches; 2026-11-30), the same size as 2 GPUs against 1 (tests/zero/
+gpu2.sh, which allows 1e-2); a wrong gradient copy, a stale or torn compute copy, or a skipped unit
+moves each weight by about lr per step against init weights of ~0.02, i.e. tens of percents. Limits:
+loss relative 5e-3 per step, weights relative L2 per tensor 1e-2.
 """
 import sys
 
@@ -20,7 +22,7 @@ from compare import POOLS, fail, read_safetensors, train_records  # noqa: E402
 import numpy as np  # noqa: E402
 
 LOSS_RTOL = 5e-3
-WEIGHT_RTOL = 2e-3
+WEIGHT_RTOL = 1e-2
 
 
 def close(ref_dir, run_dir):
