@@ -86,7 +86,9 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_MODEL] = {"--model", NULL, "DIR", "fine-tune the Hugging Face LLaMA model in DIR (config.json + safetensors)"},
     [OPT_RESUME] = {"--resume", NULL, "DIR|latest", "continue from a checkpoint: its directory, or the newest in checkpoint.dir"},
     [OPT_EXPORT] = {"--export", NULL, "DIR", "after training, write the model to DIR in Hugging Face format"},
-    [OPT_NPROC] = {"--nproc", NULL, "N", "train with N ranks on this machine (CPU ranks through mpirun; docs/distributed.md)"},
+    [OPT_NPROC] = {"--nproc", NULL, "N",
+                   "train with N ranks on this machine (GPU runs: one rank per GPU over NCCL; CPU runs: "
+                   "through mpirun; docs/distributed.md)"},
     [OPT_DRY_RUN] = {"--dry-run", NULL, NULL,
                      "print the memory per rank by pool for this run and every other ZeRO stage and offload choice, "
                      "then exit without training (docs/zero.md)"},

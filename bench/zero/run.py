@@ -107,6 +107,8 @@ def run_zt(args, name, log):
         "--set", "data.shuffle=false", "--set", "checkpoint.final=false", "--set", "log.every=1"]
     if offload:
         cmd += ["--set", "zero_optimization.offload_optimizer.device=cpu"]
+    for assignment in os.environ.get("ZT_BENCH_ZT_SET", "").split():  # extra zt settings, KEY=VALUE
+        cmd += ["--set", assignment]
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
     metrics = os.path.join(out, "metrics.jsonl")
