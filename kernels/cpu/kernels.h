@@ -180,6 +180,9 @@ double zt_cpu_global_l2_norm(const zt_cpu_ctx *ctx, int64_t n_tensors, const flo
 void zt_cpu_scale(const zt_cpu_ctx *ctx, int64_t n, float s, float *x);
 /* y[i] += x[i] (residual branches in the backward). */
 void zt_cpu_add(const zt_cpu_ctx *ctx, int64_t n, const float *x, float *y);
+/* dst[i] = bf16 bits of src[i], rounded to nearest even, NaN kept a quiet NaN: the bits of CUDA's
+ * __float2bfloat16_rn (the bf16 compute copies that CPU offload writes for the GPU). */
+void zt_cpu_to_bf16(const zt_cpu_ctx *ctx, int64_t n, const float *src, uint16_t *dst);
 
 #ifdef __cplusplus
 }

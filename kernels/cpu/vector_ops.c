@@ -1,5 +1,6 @@
 /* Whole-buffer operations: the global gradient norm (for clipping), scaling and adding. */
 #include <math.h>
+#include <string.h>
 #include "cpu/kernels.h"
 #include "cpu/simd.h"
 
@@ -99,4 +100,27 @@ void zt_cpu_add(const zt_cpu_ctx *ctx, int64_t n, const float *x, float *y)
 {
     elementwise_job j = {.x = x, .y = y};
     zt_cpu_parallel_for(ctx, n, 16384, add_range, &j);
+}
+
+typedef struct bf16_job {
+    const float *src;
+    uint16_t *dst;
+} bf16_job;
+
+static void bf16_range(void *arg, int64_t begin, int64_t end)
+{
+    const bf16_job *j = arg;
+    for (int64_t i = begin; i < end; i++) {
+        uint32_t bits;
+        memcpy(&bits, &j->src[i], sizeof bits);
+        if ((bits & 0x7fffffffu) > 0x7f800000u) j->dst[i] = (uint16_t)((bits >> 16) | 0x40u);
+        else j->dst[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+}
+
+void zt_cpu_to_bf16(const zt_cpu_ctx *ctx, int64_t n, const float *src, uint16_t *dst)
+{
+    if (n <= 0) return;
+    bf16_job j = {src, dst};
+    zt_cpu_parallel_for(ctx, n, 16384, bf16_range, &j);
 }

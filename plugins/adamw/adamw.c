@@ -153,29 +153,12 @@ static void scale_range(void *arg, int64_t begin, int64_t end)
     for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale;
 }
 
-/* CPU path of ABI 1.1's compute_copy (offload steps host shards): bf16 with round to nearest even,
- * NaN kept a quiet NaN, as __float2bfloat16_rn does on the GPU. */
-typedef struct bf16_job {
-    const float *src;
-    uint16_t *dst;
-} bf16_job;
-
-static void bf16_range(void *arg, int64_t begin, int64_t end)
-{
-    const bf16_job *j = arg;
-    for (int64_t i = begin; i < end; i++) {
-        uint32_t bits;
-        memcpy(&bits, &j->src[i], sizeof bits);
-        if ((bits & 0x7fffffffu) > 0x7f800000u) j->dst[i] = (uint16_t)((bits >> 16) | 0x40u);
-        else j->dst[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    }
-}
-
 static void write_compute_copy(const zt_host *host, const float *param, uint16_t *copy, int64_t n)
 {
+    /* CPU path of ABI 1.1's compute_copy (offload steps host shards): the GPU's rounding, bit for bit */
     if (!copy || n <= 0) return;
-    bf16_job job = {param, copy};
-    host->parallel_for(host->ctx, n, 1 << 14, bf16_range, &job);
+    zt_cpu_ctx cpu = {.parallel_for = host->parallel_for, .pool = host->ctx};
+    zt_cpu_to_bf16(&cpu, n, param, copy);
 }
 
 #ifdef ZT_PLUGIN_CUDA

@@ -383,29 +383,11 @@ static void *alloc_table(const zero_state *s, uint64_t bytes, const char *what)
     return p;
 }
 
-/* bf16 of fp32 on the CPU, round to nearest even, NaN kept a quiet NaN: the bits of the GPU's
- * __float2bfloat16_rn and of adamw's CPU compute_copy. */
-typedef struct bf16_job {
-    const float *src;
-    uint16_t *dst;
-} bf16_job;
-
-static void bf16_range(void *arg, int64_t begin, int64_t end)
-{
-    const bf16_job *j = arg;
-    for (int64_t i = begin; i < end; i++) {
-        uint32_t bits;
-        memcpy(&bits, &j->src[i], sizeof bits);
-        if ((bits & 0x7fffffffu) > 0x7f800000u) j->dst[i] = (uint16_t)((bits >> 16) | 0x40u);
-        else j->dst[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    }
-}
-
+/* bf16 of fp32 on the CPU, the bits of the GPU's __float2bfloat16_rn and of adamw's CPU compute_copy. */
 static void bf16_host(const zero_state *s, const float *src, uint16_t *dst, int64_t n)
 {
-    if (n <= 0) return;
-    bf16_job job = {src, dst};
-    s->host->parallel_for(s->host->ctx, n, 1 << 14, bf16_range, &job);
+    zt_cpu_ctx cpu = {.parallel_for = s->host->parallel_for, .pool = s->host->ctx};
+    zt_cpu_to_bf16(&cpu, n, src, dst);
 }
 
 /* y += x on the CPU (offload: a downloaded gradient slice into the host shard). */

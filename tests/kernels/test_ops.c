@@ -576,6 +576,60 @@ static void test_add(void)
     ZT_CHECK(memcmp(y, want, sizeof y) == 0);
 }
 
+/* Reference for zt_cpu_to_bf16, by another route than the kernel's bit trick: of the two bf16 values
+ * around x (x's top 16 bits, and the next one up), take the nearer in double arithmetic, the one with
+ * an even last bit on a tie; one past the largest finite value stands for 2^128 (IEEE rounds to
+ * infinity from half an ulp above the largest bf16). */
+static uint16_t bf16_reference(float x)
+{
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    if (isnan(x)) return 0; /* checked apart: any quiet NaN */
+    uint32_t mag = bits & 0x7fffffffu, sign = bits & 0x80000000u;
+    if (mag == 0x7f800000u) return (uint16_t)(bits >> 16);
+    uint32_t lo = mag & 0xffff0000u, hi = lo + 0x10000u;
+    float flo, fhi;
+    memcpy(&flo, &lo, sizeof flo);
+    memcpy(&fhi, &hi, sizeof fhi);
+    double dlo = flo, dhi = hi == 0x7f800000u ? ldexp(1.0, 128) : (double)fhi, dx = fabsf(x);
+    uint32_t pick = dx - dlo < dhi - dx ? lo : dx - dlo > dhi - dx ? hi : ((lo >> 16) & 1u) ? hi : lo;
+    return (uint16_t)((sign | pick) >> 16);
+}
+
+static void test_to_bf16(void)
+{
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *got = malloc(N * sizeof *got);
+    ZT_CHECK(x && got);
+    if (!x || !got) return;
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < N; i++) { /* random bit patterns: every exponent, subnormals, NaNs, infinities */
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t bits = (uint32_t)(state >> 32);
+        memcpy(&x[i], &bits, sizeof bits);
+    }
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu,
+                                0x7f7fffffu, 0x7f7f7fffu, 0x7f7f8000u, 0xff7fffffu, 0x7f800000u, 0xff800000u,
+                                0x7fc00000u, 0x7f800001u, 0x00008000u, 0x00018000u};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[i], &special[i], 4);
+    zt_cpu_to_bf16(threaded_ctx(), N, x, got);
+    int bad = 0;
+    for (int i = 0; i < N && bad < 5; i++) {
+        int ok = isnan(x[i]) ? (got[i] & 0x7f80u) == 0x7f80u && (got[i] & 0x007fu) != 0 && (got[i] & 0x40u)
+                             : got[i] == bf16_reference(x[i]);
+        if (!ok) {
+            uint32_t bits;
+            memcpy(&bits, &x[i], 4);
+            printf("  bf16 of 0x%08x: got 0x%04x, want 0x%04x\n", bits, got[i], bf16_reference(x[i]));
+            bad++;
+        }
+    }
+    ZT_CHECK(bad == 0);
+    free(x);
+    free(got);
+}
+
 int main(void)
 {
     test_rmsnorm();
@@ -596,6 +650,7 @@ int main(void)
     test_global_norm();
     test_exp();
     test_add();
+    test_to_bf16();
     test_contexts_free();
     return zt_test_result();
 }
