@@ -30,8 +30,9 @@ rm -rf "$work/data" "$work/run"
 # A LLaMA of 0.5M parameters: 4 layers, hidden 96, 4 heads, vocabulary 512 (the data set's tokenizer).
 # Rows of 256 tokens hold three samples of about 85 tokens; the loss is taken on the answers only.
 # A high peak learning rate with warm-up and cosine decay learns the tasks within the budget.
+# device=cpu: the same fp32 run, and the same answers, on machines with and without a GPU.
 echo "== zt-run: training for $steps steps (the loss is the cross-entropy of the answer tokens)"
-"$bin/zt-run" --data "$work/data" --output-dir "$work/run" \
+"$bin/zt-run" --data "$work/data" --output-dir "$work/run" --set device=cpu \
     --set model.hidden_size=96 --set model.intermediate_size=256 --set model.num_hidden_layers=4 \
     --set model.num_attention_heads=4 --set model.max_position_embeddings=256 --set model.rms_norm_eps=1e-5 \
     --set data.seq_len=256 --set train_micro_batch_size_per_gpu=8 --set seed=1 \
