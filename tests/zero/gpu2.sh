@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ZeRO stages 0-3 on GPUs: each stage on 2 GPUs (zt-run --nproc 2, NCCL) against the same stage on 1 GPU
 # with the same global batch, plus step_in_backward on 1 and 2 GPUs; losses and final weights compared,
-# and a table of per-rank peak device memory by pool, which must fall as the stage rises.
+# and a table of per-rank peak device memory by pool, which must fall as the stage rises; and a 2-GPU
+# stage-3 checkpoint resumed on 1 GPU under stage 1 against the uninterrupted 1-GPU run (added after
+# the last GPU run of 2026-11-30: not yet run on a GPU).
 #
 #   tests/zero/gpu2.sh BUILD_DIR
 #
@@ -93,6 +95,10 @@ for stage in 0 1 2 3; do
     run "g2-s$stage-sib" 2 "$stage" "${sib_on[@]}"
 done
 run "g1-s0-sib" 1 0 "${sib_on[@]}"
+# Resharding on GPUs: a checkpoint written by 2 GPUs under stage 3 at step 3 of 6, resumed on 1 GPU
+# under stage 1; steps 4-6 and the final weights must be those of the uninterrupted g1-s1.
+run "g2-s3-ckpt" 2 3 "${sib_off[@]}" --set checkpoint.every=3
+run "g1-s1-resumed" 1 1 "${sib_off[@]}" --resume "$out/g2-s3-ckpt/checkpoints/step-000003"
 
 python3 - "$out" <<'EOF' || failures=$((failures + 1))
 import json, struct, sys
@@ -132,6 +138,8 @@ def compare(ref, run):
     except OSError as e:
         bad.append(f"{run}: {e}")
         return
+    if run.endswith("-resumed"):  # a resumed run logs the steps after its checkpoint only
+        a = [r for r in a if r["step"] > 3]
     if [r["step"] for r in a] != [r["step"] for r in b] or not a:
         bad.append(f"{run}: steps {[r['step'] for r in b]}, {ref} has {[r['step'] for r in a]}")
         return
@@ -141,7 +149,7 @@ def compare(ref, run):
         worst = max(worst, rel)
         if not rel <= 2e-2:
             bad.append(f"{run}: step {x['step']} loss {y['loss']} vs {x['loss']} in {ref} (relative {rel:.3g} > 2e-2)")
-    if not b[-1]["loss"] < b[0]["loss"]:
+    if not run.endswith("-resumed") and not b[-1]["loss"] < b[0]["loss"]:
         bad.append(f"{run}: the loss did not fall ({b[0]['loss']} -> {b[-1]['loss']})")
     try:
         wa, wb = weights(ref), weights(run)
@@ -166,6 +174,7 @@ for stage in range(4):
     compare(f"g1-s{stage}", f"g2-s{stage}")
     compare(f"g2-s{stage}", f"g2-s{stage}-sib")
 compare("g1-s0", "g1-s0-sib")
+compare("g1-s1", "g1-s1-resumed")
 
 # Per-rank peak device memory by pool: rank 0's metrics (every rank holds the same shapes).
 pools = ("params", "grads", "optimizer", "activations", "workspace", "comm")
