@@ -243,3 +243,37 @@ int check_fails(const char *what, zt_status st, zt_status want, const char *need
     printf("ok   %s: %s\n", what, msg);
     return 1;
 }
+
+zt_tensor attention_view(void *data, int32_t dtype, int64_t B, int64_t T, int64_t heads, int64_t D)
+{
+    zt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.dtype = dtype;
+    t.device_type = ZT_DEVICE_CUDA;
+    t.ndim = 4;
+    t.shape[0] = B, t.shape[1] = T, t.shape[2] = heads, t.shape[3] = D;
+    t.stride[3] = 1, t.stride[2] = D, t.stride[1] = heads * D, t.stride[0] = T * heads * D;
+    return t;
+}
+
+int32_t *packed_doc_ids(int64_t B, int64_t T)
+{
+    int32_t *doc = malloc(sizeof(int32_t) * (size_t)(B * T));
+    if (!doc) {
+        fprintf(stderr, "out of memory for %lld document ids\n", (long long)(B * T));
+        exit(1);
+    }
+    for (int64_t b = 0; b < B; b++) {
+        int32_t id = 0, left = test_randint(1, 41);
+        int64_t padding_from = b == 0 ? T : T - T / 4;
+        for (int64_t t = 0; t < T; t++) {
+            if (b == 0 && left-- == 0) {
+                id++;
+                left = test_randint(1, 41) - 1;
+            }
+            doc[b * T + t] = t >= padding_from ? -1 : id;
+        }
+    }
+    return doc;
+}

@@ -5,6 +5,7 @@
 #define ZT_TESTS_CUDA_TEST_H
 
 #include <stdint.h>
+#include "zt/zt_types.h"
 #include "cpu/kernels.h"
 #include "cuda/kernels_cuda.h"
 
@@ -28,6 +29,14 @@ float *random_bf16_values(int64_t n, float scale);
 float *random_f32(int64_t n, float scale);
 float *host_f32(int64_t n); /* malloc'd, exits on failure */
 void round_to_bf16(float *x, int64_t n);
+
+/* ---- attention plugin inputs (tests/gpu) ------------------------------------------------------ */
+
+/* A contiguous [B, T, heads, D] view of device memory, the layout the attention plugins take. */
+zt_tensor attention_view(void *data, int32_t dtype, int64_t B, int64_t T, int64_t heads, int64_t D);
+/* malloc'd [B, T] document ids: row 0 holds documents of 1 to 40 tokens back to back; every other row
+ * one document, then padding (-1) over its last quarter. */
+int32_t *packed_doc_ids(int64_t B, int64_t T);
 
 /* ---- device buffers -------------------------------------------------------------------------- */
 

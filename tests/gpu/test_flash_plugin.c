@@ -20,37 +20,6 @@ typedef struct fixture {
     const zt_attention_ops *ops;
 } fixture;
 
-static zt_tensor view(void *data, int32_t dtype, int64_t B, int64_t T, int64_t heads, int64_t D)
-{
-    zt_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dtype;
-    t.device_type = ZT_DEVICE_CUDA;
-    t.ndim = 4;
-    t.shape[0] = B, t.shape[1] = T, t.shape[2] = heads, t.shape[3] = D;
-    t.stride[3] = 1, t.stride[2] = D, t.stride[1] = heads * D, t.stride[0] = T * heads * D;
-    return t;
-}
-
-/* Row 0: documents of 1 to 40 tokens back to back; other rows: one document, then padding (-1). */
-static int32_t *packed_doc_ids(int64_t B, int64_t T)
-{
-    int32_t *doc = malloc(sizeof(int32_t) * (size_t)(B * T));
-    for (int64_t b = 0; b < B; b++) {
-        int32_t id = 0, left = test_randint(1, 41);
-        int64_t padding_from = b == 0 ? T : T - T / 4;
-        for (int64_t t = 0; t < T; t++) {
-            if (b == 0 && left-- == 0) {
-                id++;
-                left = test_randint(1, 41) - 1;
-            }
-            doc[b * T + t] = t >= padding_from ? -1 : id;
-        }
-    }
-    return doc;
-}
-
 static const char *take_error(fixture *f, zt_status *st)
 {
     return zt_runtime_take_error(f->lp.host, st);
@@ -78,10 +47,10 @@ static void check_case(fixture *f, int64_t B, int64_t T, int64_t H, int64_t Hkv,
     zt_batch batch = {.struct_size = sizeof batch, .batch = (int32_t)B, .seq_len = (int32_t)T, .doc_ids = d_doc};
     zt_attn_args a = {.struct_size = sizeof a, .n_heads = (int32_t)H, .n_kv_heads = (int32_t)Hkv,
                       .head_dim = (int32_t)D, .scale = cs.scale, .causal = 1, .batch = &batch};
-    a.q = view(d_q, ZT_BF16, B, T, H, D);
-    a.k = view(d_k, ZT_BF16, B, T, Hkv, D);
-    a.v = view(d_v, ZT_BF16, B, T, Hkv, D);
-    a.out = view(d_o, ZT_BF16, B, T, H, D);
+    a.q = attention_view(d_q, ZT_BF16, B, T, H, D);
+    a.k = attention_view(d_k, ZT_BF16, B, T, Hkv, D);
+    a.v = attention_view(d_v, ZT_BF16, B, T, Hkv, D);
+    a.out = attention_view(d_o, ZT_BF16, B, T, H, D);
     void *saved = NULL;
     zt_status st = f->ops->forward(f->lp.state, &a, &saved);
     ZT_CHECK_INT(st, ZT_OK);
@@ -91,10 +60,10 @@ static void check_case(fixture *f, int64_t B, int64_t T, int64_t H, int64_t Hkv,
     snprintf(what, sizeof what, "%s: out", name);
     ZT_CHECK(check_rel_l2(what, got_o, o, nq, TOL_BF16_CHAIN));
 
-    a.dout = view(d_dout, ZT_BF16, B, T, H, D);
-    a.dq = view(d_dq, ZT_BF16, B, T, H, D);
-    a.dk = view(d_dk, ZT_BF16, B, T, Hkv, D);
-    a.dv = view(d_dv, ZT_BF16, B, T, Hkv, D);
+    a.dout = attention_view(d_dout, ZT_BF16, B, T, H, D);
+    a.dq = attention_view(d_dq, ZT_BF16, B, T, H, D);
+    a.dk = attention_view(d_dk, ZT_BF16, B, T, Hkv, D);
+    a.dv = attention_view(d_dv, ZT_BF16, B, T, Hkv, D);
     st = f->ops->backward(f->lp.state, &a, saved);
     ZT_CHECK_INT(st, ZT_OK);
     if (st != ZT_OK) fprintf(stderr, "%s backward: %s\n", name, take_error(f, &st));
@@ -121,7 +90,7 @@ static void check_errors(fixture *f)
     zt_batch batch = {.struct_size = sizeof batch, .batch = (int32_t)B, .seq_len = (int32_t)T};
     zt_attn_args a = {.struct_size = sizeof a, .n_heads = (int32_t)H, .n_kv_heads = (int32_t)H,
                       .head_dim = (int32_t)D, .scale = 0.25f, .causal = 1, .batch = &batch};
-    a.q = a.k = a.v = a.out = view(buf, ZT_BF16, B, T, H, D);
+    a.q = a.k = a.v = a.out = attention_view(buf, ZT_BF16, B, T, H, D);
     zt_status st;
     void *saved = NULL;
 

@@ -30,37 +30,6 @@ typedef struct fixture {
     const zt_attention_ops *ops, *flash_ops;
 } fixture;
 
-static zt_tensor view(void *data, int32_t dtype, int64_t B, int64_t T, int64_t heads, int64_t D)
-{
-    zt_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dtype;
-    t.device_type = ZT_DEVICE_CUDA;
-    t.ndim = 4;
-    t.shape[0] = B, t.shape[1] = T, t.shape[2] = heads, t.shape[3] = D;
-    t.stride[3] = 1, t.stride[2] = D, t.stride[1] = heads * D, t.stride[0] = T * heads * D;
-    return t;
-}
-
-/* Row 0: documents of 1 to 40 tokens back to back; other rows: one document, then padding (-1). */
-static int32_t *packed_doc_ids(int64_t B, int64_t T)
-{
-    int32_t *doc = malloc(sizeof(int32_t) * (size_t)(B * T));
-    for (int64_t b = 0; b < B; b++) {
-        int32_t id = 0, left = test_randint(1, 41);
-        int64_t padding_from = b == 0 ? T : T - T / 4;
-        for (int64_t t = 0; t < T; t++) {
-            if (b == 0 && left-- == 0) {
-                id++;
-                left = test_randint(1, 41) - 1;
-            }
-            doc[b * T + t] = t >= padding_from ? -1 : id;
-        }
-    }
-    return doc;
-}
-
 static const char *take_error(const zt_loaded_plugin *lp, zt_status *st)
 {
     return zt_runtime_take_error(lp->host, st);
@@ -145,14 +114,14 @@ static void check_case(fixture *f, int64_t B, int64_t T, int64_t H, int64_t Hkv,
     b.batch = (zt_batch){.struct_size = sizeof b.batch, .batch = (int32_t)B, .seq_len = (int32_t)T, .doc_ids = b.doc};
     b.a = (zt_attn_args){.struct_size = sizeof b.a, .n_heads = (int32_t)H, .n_kv_heads = (int32_t)Hkv,
                          .head_dim = (int32_t)D, .scale = scale, .causal = 1, .batch = &b.batch};
-    b.a.q = view(b.q, ZT_BF16, B, T, H, D);
-    b.a.k = view(b.k, ZT_BF16, B, T, Hkv, D);
-    b.a.v = view(b.v, ZT_BF16, B, T, Hkv, D);
-    b.a.out = view(b.o, ZT_BF16, B, T, H, D);
-    b.a.dout = view(b.dout, ZT_BF16, B, T, H, D);
-    b.a.dq = view(b.dq, ZT_BF16, B, T, H, D);
-    b.a.dk = view(b.dk, ZT_BF16, B, T, Hkv, D);
-    b.a.dv = view(b.dv, ZT_BF16, B, T, Hkv, D);
+    b.a.q = attention_view(b.q, ZT_BF16, B, T, H, D);
+    b.a.k = attention_view(b.k, ZT_BF16, B, T, Hkv, D);
+    b.a.v = attention_view(b.v, ZT_BF16, B, T, Hkv, D);
+    b.a.out = attention_view(b.o, ZT_BF16, B, T, H, D);
+    b.a.dout = attention_view(b.dout, ZT_BF16, B, T, H, D);
+    b.a.dq = attention_view(b.dq, ZT_BF16, B, T, H, D);
+    b.a.dk = attention_view(b.dk, ZT_BF16, B, T, Hkv, D);
+    b.a.dv = attention_view(b.dv, ZT_BF16, B, T, Hkv, D);
 
     float *o = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
     if (run_plugin(&f->naive, f->ops, &b, nq, nkv, name, &o, &dq, &dk, &dv)) {
@@ -187,11 +156,11 @@ static void check_memory(fixture *f)
     zt_batch batch = {.struct_size = sizeof batch, .batch = (int32_t)B, .seq_len = (int32_t)T};
     zt_attn_args a = {.struct_size = sizeof a, .n_heads = (int32_t)H, .n_kv_heads = (int32_t)H,
                       .head_dim = (int32_t)D, .scale = 0.2f, .causal = 1, .batch = &batch};
-    a.q = a.k = a.v = a.dout = view(q, ZT_BF16, B, T, H, D);
-    a.out = view(o, ZT_BF16, B, T, H, D);
-    a.dq = view(g, ZT_BF16, B, T, H, D);
-    a.dk = view(g + n, ZT_BF16, B, T, H, D);
-    a.dv = view(g + 2 * n, ZT_BF16, B, T, H, D);
+    a.q = a.k = a.v = a.dout = attention_view(q, ZT_BF16, B, T, H, D);
+    a.out = attention_view(o, ZT_BF16, B, T, H, D);
+    a.dq = attention_view(g, ZT_BF16, B, T, H, D);
+    a.dk = attention_view(g + n, ZT_BF16, B, T, H, D);
+    a.dv = attention_view(g + 2 * n, ZT_BF16, B, T, H, D);
     zt_runtime_mem_reset_peaks(f->rt);
     uint64_t act0 = pool_use(f, ZT_POOL_ACTIVATIONS, 0), ws0 = pool_use(f, ZT_POOL_WORKSPACE, 0);
     void *saved = NULL;
@@ -221,7 +190,7 @@ static void check_errors(fixture *f)
     zt_batch batch = {.struct_size = sizeof batch, .batch = (int32_t)B, .seq_len = (int32_t)T};
     zt_attn_args a = {.struct_size = sizeof a, .n_heads = (int32_t)H, .n_kv_heads = (int32_t)H,
                       .head_dim = (int32_t)D, .scale = 0.25f, .causal = 1, .batch = &batch};
-    a.q = a.k = a.v = a.out = view(buf, ZT_BF16, B, T, H, D);
+    a.q = a.k = a.v = a.out = attention_view(buf, ZT_BF16, B, T, H, D);
     zt_status st;
     void *saved = NULL;
     const zt_loaded_plugin *lp = &f->naive;
