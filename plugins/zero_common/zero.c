@@ -2032,8 +2032,9 @@ static int estimate_step_in_backward(const zero_state *s, double d)
  *            (stepping in the backward: only the unit's shard 4U/d); state 4kP/d
  *   stage 3: bf16 shard 2P/d + two gathered units 2 x 2U (current and prefetched) + master 4P/d;
  *            gradients as stage 2; state 4kP/d
- * offload_optimizer: master, state and gradient shards in pinned host memory, plus a bf16 staging
- * buffer of one unit's shard on the host, two of them (one uploading while the next is written);
+ * offload_optimizer: master, state and gradient shards in pinned host memory, plus two bf16 upload
+ * staging buffers and two fp32 gradient download buffers of one unit's shard on the host (one in
+ * flight while the other is used);
  * offload_param (stage 3): the bf16 shard in pinned host memory. Buckets (pool comm) as on the CPU. */
 static void estimate_gpu(const zero_state *s, double n, double k, double d, double touched, double comm,
                          zt_mem_estimate *out)
@@ -2053,7 +2054,10 @@ static void estimate_gpu(const zero_state *s, double n, double k, double d, doub
             dev[ZT_POOL_PARAMS] += 2.0 * n;
         }
         states_at[ZT_POOL_PARAMS] += 4.0 * n / d;
-        if (off_opt) host[ZT_POOL_PARAMS] += 2.0 * 2.0 * touched / d; /* bf16 staging */
+        if (off_opt) {
+            host[ZT_POOL_PARAMS] += 2.0 * 2.0 * touched / d; /* two bf16 upload staging buffers */
+            host[ZT_POOL_GRADS] += 2.0 * 4.0 * touched / d;  /* two fp32 gradient download buffers */
+        }
         if (!SHARDED_GRADS) {
             dev[ZT_POOL_GRADS] += 4.0 * (sib ? touched : n);
         } else {

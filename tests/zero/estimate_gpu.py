@@ -76,7 +76,8 @@ def expected(stage, off_opt, off_param, d, sib=False):
             dev["params"] += 2 * N
         states["params"] += 4 * N / d
         if off_opt:
-            host["params"] += 2 * 2 * U / d      # two bf16 staging buffers of a unit's shard
+            host["params"] += 2 * 2 * U / d      # two bf16 upload staging buffers of a unit's shard
+            host["grads"] += 2 * 4 * U / d       # two fp32 gradient download buffers of a unit's shard
         if stage == 1:
             dev["grads"] += 4 * (U if sib else N)
         else:
