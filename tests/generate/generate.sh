@@ -9,7 +9,7 @@ zt_run=$1 zt_prep=$2 src=$3 shared=$4 work=$5 test=$6
 . "$src/tests/lib.sh"
 command -v python3 >/dev/null || skip "python3 is needed to read the reference files"
 
-fixtures=$src/tests/reference/fixtures
+fixtures=${ZT_TEST_FIXTURES:?set by tests/CMakeLists.txt: the fixtures with their HF file names}
 out=$work/$test
 rm -rf "$out"
 mkdir -p "$out"

@@ -13,7 +13,9 @@ Everything is seeded, so a rerun with the same versions reproduces the files.
 Layout (under tests/reference/fixtures/):
   ops/<op>.safetensors, ops/<op>.json   one kernel each: inputs, outputs and gradients from torch
                                         autograd; scalars (eps, scale, ...) in the JSON.
-  <model>/config.json, model.safetensors  a small random LlamaForCausalLM in HF format (fp32);
+  <model>/hf-config.json, hf-model.safetensors  a small random LlamaForCausalLM in HF format (fp32),
+      named config.json and model.safetensors in the build tree's copy the tests read
+      (tests/CMakeLists.txt);
   <model>/expected.safetensors          input_ids, labels, position_ids, logits, "grad.<param>" for
                                         every parameter, "adamw.<param>" after one AdamW step;
   <model>/expected.json                 loss, number of loss tokens, AdamW hyper-parameters, greedy
@@ -334,6 +336,10 @@ def make_model(name, overrides, seed):
         path = os.path.join(out, extra)
         if os.path.exists(path):
             os.remove(path)
+    # Kept under other names in the repository; tests/CMakeLists.txt copies them back to the HF names
+    # into the build tree.
+    for name in ("config.json", "model.safetensors"):
+        os.replace(os.path.join(out, name), os.path.join(out, "hf-" + name))
 
     g = torch.Generator().manual_seed(seed + 100)
     input_ids, labels, position_ids, doc_ids = model_inputs(name, config.vocab_size, g)

@@ -1,5 +1,5 @@
-/* HF fixtures written by transformers (tests/reference/fixtures/<name>/config.json +
- * model.safetensors, produced by the reference generator): zt opens each, reads every tensor, and
+/* HF fixtures written by transformers (tests/reference/fixtures/<name>, copied by tests/CMakeLists.txt
+ * into the build tree's test-fixtures/<name>/ as config.json + model.safetensors): zt opens each, reads every tensor, and
  * exports a copy in the same dtype that is bit-identical tensor by tensor. Skips (77) while no
  * fixture exists. */
 #include "test_util.h"

@@ -146,7 +146,7 @@ fixture() {
 # Bad input: each message says what is wrong and what to do, and the exit status is 1 (2 for usage).
 errors() {
     mkdir -p "$out"
-    local fixture_model=$src/tests/reference/fixtures/llama_mha_tied
+    local fixture_model=${ZT_TEST_FIXTURES:?set by tests/CMakeLists.txt}/llama_mha_tied
     expect_fail "no training data: data.path is not set" -- "$zt_run" "${model[@]}" --output-dir "$out/x"
     expect_fail "trainable_params: the pattern \"layers.9\" matches no parameter" -- \
         "$zt_run" "${common[@]}" --output-dir "$out/x" --set trainable_params=q_proj,layers.9
