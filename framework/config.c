@@ -333,7 +333,7 @@ static const deepspeed_key k_deepspeed_unsupported[] = {
     {"fp16.loss_scale",
      "a static loss scale is not implemented: fp16 loss scaling is dynamic (fp16.initial_scale_power, "
      "fp16.loss_scale_window, fp16.hysteresis, fp16.min_loss_scale)"},
-    {"fp16.consecutive_hysteresis", "consecutive hysteresis is not implemented"},
+    {"fp16.consecutive_hysteresis", "not settable: zt always restores the hysteresis after a good step (true)"},
     {"communication_data_type", "the data type of gradient communication cannot be chosen"},
     {"seq_parallel_communication_data_type", "sequence parallelism is not implemented"},
     {"prescale_gradients", "gradient pre-scaling before the all-reduce is not implemented"},

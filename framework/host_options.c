@@ -35,17 +35,21 @@ static const zt_option k_host_options[] = {
     /* ---- precision (DeepSpeed names) ---- */
     {"bf16.enabled", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
      "Compute in bfloat16 with fp32 master weights on GPUs; ignored on the CPU, which computes in "
-     "fp32."},
+     "fp32. fp16.enabled true takes precedence over this default; both set true is an error."},
     {"fp16.enabled", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
-     "Compute in float16 with dynamic loss scaling (set bf16.enabled to false)."},
+     "GPUs: compute in float16 (IEEE half) with fp32 master weights and dynamic loss scaling; the "
+     "CPU trains in fp32 and ignores it. Not with bf16.enabled set true, nor with flash attention "
+     "(for now: use naive). docs/cuda.md, \"fp16\"."},
     {"fp16.initial_scale_power", ZT_OPT_INT, MIN_MAX, "16", 0, 32, NULL,
      "fp16: the loss scale starts at 2^initial_scale_power."},
     {"fp16.loss_scale_window", ZT_OPT_INT, MIN_ONLY, "1000", 1, 0, NULL,
-     "fp16: steps without overflow before the loss scale is doubled."},
+     "fp16: consecutive steps without overflow after which the loss scale is doubled."},
     {"fp16.hysteresis", ZT_OPT_INT, MIN_ONLY, "2", 1, 0, NULL,
-     "fp16: overflows tolerated before the loss scale is halved."},
+     "fp16: consecutive overflowing steps (skipped) before the loss scale is halved; once halved, "
+     "each further overflow halves it until a step succeeds."},
     {"fp16.min_loss_scale", ZT_OPT_FLOAT, MIN_ONLY | ZT_OPT_MIN_OPEN, "1", 0, 0, NULL,
-     "fp16: the loss scale never drops below this value."},
+     "fp16: the loss scale never drops below this value; 2 x hysteresis overflowing steps in a row "
+     "at it stop training with an error (the scale has collapsed)."},
 
     /* ---- plugins chosen by the config ---- */
     {"zero_optimization.stage", ZT_OPT_INT, MIN_MAX, "0", 0, 3, NULL,

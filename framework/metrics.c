@@ -138,6 +138,7 @@ zt_status zt_metrics_train(zt_metrics *m, const zt_train_record *r, zt_error *er
     write_number(m->file, "grad_norm", r->grad_norm);
     fprintf(m->file, ",\"skipped\":%s,\"tokens\":%lld,\"loss_tokens\":%lld", r->skipped ? "true" : "false",
             (long long)r->tokens, (long long)r->loss_tokens);
+    if (r->loss_scale > 0) write_number(m->file, "loss_scale", r->loss_scale); /* fp16 runs only */
     write_number(m->file, "tokens_per_s", r->step_s > 0 ? (double)r->tokens / r->step_s : 0.0);
     write_number(m->file, "step_s", r->step_s);
     write_number(m->file, "elapsed_s", r->elapsed_s);
@@ -195,7 +196,10 @@ void zt_metrics_format_train(const zt_train_record *r, char *buf, size_t cap)
                  peak_gib(r->host_mem));
     else
         snprintf(mem, sizeof mem, "peak mem %.2f GiB", peak_gib(r->host_mem));
-    snprintf(buf, cap, "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.4g%s | %s tok/s | elapsed %s | eta %s | %s",
+    char scale[48] = "";
+    if (r->loss_scale > 0) snprintf(scale, sizeof scale, " | loss_scale %.6g", r->loss_scale);
+    snprintf(buf, cap, "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.4g%s%s | %s tok/s | elapsed %s | eta %s | %s",
              (long long)r->step, (long long)r->total_steps, r->loss, r->lr, r->grad_norm,
-             r->skipped ? " (non-finite: update skipped)" : "", rate, elapsed, eta, mem);
+             r->skipped ? (r->loss_scale > 0 ? " (overflow: update skipped)" : " (non-finite: update skipped)") : "",
+             scale, rate, elapsed, eta, mem);
 }

@@ -34,6 +34,7 @@ typedef struct zt_train_record {
     int64_t step, total_steps;
     double loss, lr, grad_norm;
     int32_t skipped;              /* the optimizer skipped the update (non-finite gradients) */
+    double loss_scale;            /* fp16: the loss scale the step's backward used; 0 otherwise (not written) */
     int32_t has_device;           /* device_mem is meaningful (GPU run) */
     int64_t tokens, loss_tokens;
     double step_s;                /* this step's wall time */

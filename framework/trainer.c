@@ -20,6 +20,7 @@
 #include "layout.h"
 #include "loader.h"
 #include "log.h"
+#include "loss_scale.h"
 #include "metrics.h"
 #include "schedule.h"
 
@@ -33,6 +34,8 @@ typedef struct train_settings {
     int64_t eval_every, eval_batches, ckpt_every, ckpt_keep, log_every;
     double clip, weight_decay;
     int32_t recompute, shuffle, packed, fp16;
+    int64_t fp16_scale_power, fp16_window, fp16_hysteresis;
+    double fp16_min_scale;
     const char *data_path, *output_dir, *trainable;
     uint32_t no_decay_flags;
     char ckpt_root[4096];
@@ -91,6 +94,23 @@ static zt_status read_settings(const zt_config *cfg, train_settings *s, zt_error
     zt_config_get_bool(cfg, "recompute", &s->recompute);
     zt_config_get_bool(cfg, "data.shuffle", &s->shuffle);
     zt_config_get_bool(cfg, "fp16.enabled", &s->fp16);
+    s->fp16_scale_power = cfg_int(cfg, "fp16.initial_scale_power", 16);
+    s->fp16_window = cfg_int(cfg, "fp16.loss_scale_window", 1000);
+    s->fp16_hysteresis = cfg_int(cfg, "fp16.hysteresis", 2);
+    if (zt_config_get_float(cfg, "fp16.min_loss_scale", &s->fp16_min_scale) != ZT_OK) s->fp16_min_scale = 1;
+    int32_t bf16 = 1;
+    zt_config_get_bool(cfg, "bf16.enabled", &bf16);
+    /* bf16.enabled defaults to true: only an explicit true next to fp16 is a contradiction */
+    if (s->fp16 && bf16 && zt_config_is_set(cfg, "bf16.enabled"))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "fp16.enabled and bf16.enabled are both true; pick one precision: set bf16.enabled to "
+                            "false for fp16 with loss scaling, or fp16.enabled to false for bf16 (recommended on "
+                            "GPUs that have it: no loss scaling needed)");
+    if (s->fp16 && ldexp(1.0, (int)s->fp16_scale_power) < s->fp16_min_scale)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "fp16.min_loss_scale is %g, above the initial loss scale 2^%lld = %g; lower "
+                            "fp16.min_loss_scale or raise fp16.initial_scale_power",
+                            s->fp16_min_scale, (long long)s->fp16_scale_power, ldexp(1.0, (int)s->fp16_scale_power));
 
     s->packed = ZT_LOADER_LAYOUT_MANIFEST;
     const char *mode = NULL;
@@ -317,7 +337,12 @@ typedef struct trainer {
     const zt_loader_info *data_info;
 
     micro_batch *micro;  /* [accum] */
-    /* GPU runs: the units compute on the device, in bf16; the micro-batch being computed is copied
+    /* fp16 on a GPU (fp16.enabled): 16-bit compute in IEEE half with dynamic loss scaling */
+    int fp16;
+    int32_t compute16;   /* GPU runs: ZT_BF16 or ZT_F16 */
+    zt_loss_scaler scaler;
+    int fp16_test_overflow; /* ZT_FP16_TEST_OVERFLOW=1: every backward overflows (the collapse test) */
+    /* GPU runs: the units compute on the device, in bf16 or fp16; the micro-batch being computed is copied
      * into device_micro (its int32 arrays only) and hidden states live in device memory. */
     int on_gpu;
     micro_batch device_micro;
@@ -351,14 +376,14 @@ static zt_status host_failed(trainer *t, zt_status st, zt_error *err, const char
     return zt_error_set(err, st, "%s failed: %s", what, msg[0] ? msg : zt_status_name(st));
 }
 
-/* [B, T, width] in the run's compute dtype (fp32 on the CPU, bf16 on the GPU). */
+/* [B, T, width] in the run's compute dtype (fp32 on the CPU, bf16 or fp16 on the GPU). */
 static zt_tensor hidden_view(const trainer *tr, void *data, const zt_batch *b, int64_t width)
 {
     zt_tensor t;
     memset(&t, 0, sizeof t);
     if (!data) return t;
     t.data = data;
-    t.dtype = tr->on_gpu ? ZT_BF16 : ZT_F32;
+    t.dtype = tr->on_gpu ? tr->compute16 : ZT_F32;
     t.device_type = tr->on_gpu ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     t.device_index = tr->host->device->device_index;
     t.ndim = 3;
@@ -443,13 +468,38 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
     t->on_gpu = t->host->device->device_type == ZT_DEVICE_CUDA;
     int32_t bf16 = 1;
     zt_config_get_bool(t->req->cfg, "bf16.enabled", &bf16);
-    if (t->on_gpu && (t->set.fp16 || !bf16))
+    if (t->on_gpu && !t->set.fp16 && !bf16)
         return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "%s, but zt's GPU path computes in bf16 only (fp32 master weights, no loss scaling): "
-                            "set bf16.enabled to true and fp16.enabled to false, or train on the CPU (device = cpu)",
-                            t->set.fp16 ? "fp16.enabled is true" : "bf16.enabled is false");
-    if (t->set.fp16)
+                            "bf16.enabled is false and fp16.enabled is false, but zt's GPU path computes in 16 bits "
+                            "(fp32 master weights): set bf16.enabled to true, or fp16.enabled to true (with dynamic "
+                            "loss scaling), or train on the CPU in fp32 (device = cpu)");
+    /* Flash attention has bf16 kernels only for now. The one place that refuses fp16 with it: remove
+     * this check once kernels/cuda/flash_* have fp16 instantiations. */
+    if (t->on_gpu && t->set.fp16 && !strcmp(t->attention_lp->desc.name, "flash"))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "fp16.enabled is true, but flash attention runs in bf16 only for now; with fp16.enabled "
+                            "use --plugins naive (or bf16: bf16.enabled true, fp16.enabled false)");
+    /* a model plugin older than ABI 1.2 never reads zt_unit_call.loss_scale: its gradients would arrive
+     * unscaled and then be divided by the scale */
+    if (t->on_gpu && t->set.fp16 && t->model_lp->plugin->abi_minor < 2)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "fp16.enabled is true, but model plugin '%s' was built against zt ABI %u.%u, before "
+                            "fp16 loss scaling (1.2): rebuild it against this SDK, or train in bf16 (fp16.enabled "
+                            "false)", t->model_lp->desc.name, (unsigned)t->model_lp->plugin->abi_major,
+                            (unsigned)t->model_lp->plugin->abi_minor);
+    if (t->set.fp16 && !t->on_gpu)
         zt_log(ZT_LOG_WARN, "fp16.enabled is ignored on the CPU, which trains in fp32");
+    t->fp16 = t->on_gpu && t->set.fp16;
+    t->compute16 = t->fp16 ? ZT_F16 : ZT_BF16;
+    if (t->fp16) {
+        zt_loss_scaler_init(&t->scaler, t->set.fp16_scale_power, t->set.fp16_window, t->set.fp16_hysteresis,
+                            t->set.fp16_min_scale);
+        const char *hook = getenv("ZT_FP16_TEST_OVERFLOW");
+        t->fp16_test_overflow = hook && !strcmp(hook, "1");
+        zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with dynamic loss scaling from %g (window %lld, hysteresis %lld, "
+               "min %g)%s", t->scaler.scale, (long long)t->set.fp16_window, (long long)t->set.fp16_hysteresis,
+               t->set.fp16_min_scale, t->fp16_test_overflow ? "; ZT_FP16_TEST_OVERFLOW=1: every backward overflows" : "");
+    }
     return ZT_OK;
 }
 
@@ -617,6 +667,9 @@ static zt_unit_call unit_call(trainer *t, int32_t u, uint32_t flags, const zt_ba
     int64_t width = t->info->hidden_size;
     if (u > 0) c.x_in = hidden_view(t, t->hidden[u - 1], b, width);
     if (u + 1 < t->info->n_units) c.x_out = hidden_view(t, t->hidden[u], b, width);
+    /* ABI 1.2: the last unit's backward multiplies the loss gradient by it (fp16 loss scaling); the test
+     * hook makes it infinite, so every gradient overflows exactly as a real overflow does */
+    c.loss_scale = !t->fp16 ? 1.0 : t->fp16_test_overflow ? INFINITY : t->scaler.scale;
     return c;
 }
 
@@ -705,9 +758,44 @@ static void copy_micro(micro_batch *dst, const zt_loader_batch *src)
 typedef struct step_outcome {
     double loss;      /* mean over the global batch's loss tokens; NAN when it has none */
     double lr;
+    double loss_scale; /* fp16: the scale this step's backward used; 0 otherwise */
     zt_step_result result;
     int64_t tokens, loss_tokens; /* global */
 } step_outcome;
+
+/* fp16: the loss scaler learns whether the step overflowed. The zero plugin decided the skip from the
+ * global gradient norm, which it reads on the host anyway (clipping and the skip test need it: one
+ * 8-byte device-to-host copy per step, already there in bf16 runs), and which is the same on every rank
+ * (all-reduced), so every rank skips, halves and doubles in step without another collective. */
+static zt_status fp16_after_step(trainer *t, int64_t step, step_outcome *out, zt_error *err)
+{
+    double used = t->scaler.scale;
+    uint32_t f = zt_loss_scaler_update(&t->scaler, out->result.skipped);
+    if (f & ZT_LOSS_SCALE_COLLAPSED)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "fp16: gradients overflow even at the minimum loss scale %g at step %lld (%lld overflowing "
+                            "steps in a row at fp16.min_loss_scale, %lld skipped in all), so training cannot "
+                            "continue. The model itself produces inf/nan in fp16 (activations or gradients "
+                            "beyond 65504), not the scaled loss: likely the learning rate is too high (the weights "
+                            "diverged: lower optimizer.params.lr, or clip with gradient_clipping) or the model's "
+                            "values do not fit fp16. Fixes: lower the learning rate, or train in bf16 (bf16.enabled "
+                            "true, fp16.enabled false: no loss scaling needed); lower fp16.min_loss_scale (below 1) if the "
+                            "gradients are merely too large for fp16; raise fp16.min_loss_scale only if small "
+                            "gradients underflow at the scale it reached (a higher minimum never cures an overflow)",
+                            used, (long long)step, (long long)zt_loss_scaler_collapse_after(&t->scaler),
+                            (long long)t->scaler.skipped_total);
+    if (f & ZT_LOSS_SCALE_SKIPPED)
+        zt_log(ZT_LOG_INFO, "step %lld: fp16 gradients overflowed at loss scale %g (norm %g): the update was skipped "
+               "(%lld skipped so far)%s", (long long)step, used, out->result.grad_norm,
+               (long long)t->scaler.skipped_total,
+               f & ZT_LOSS_SCALE_HALVED ? "" : used > t->scaler.min_scale ? "; the scale holds (hysteresis)" : "");
+    if (f & ZT_LOSS_SCALE_HALVED)
+        zt_log(ZT_LOG_INFO, "step %lld: loss scale %g -> %g", (long long)step, used, t->scaler.scale);
+    if (f & ZT_LOSS_SCALE_DOUBLED)
+        zt_log(ZT_LOG_INFO, "step %lld: loss scale %g -> %g (%lld steps without overflow)", (long long)step, used,
+               t->scaler.scale, (long long)t->set.fp16_window);
+    return ZT_OK;
+}
 
 static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_error *err)
 {
@@ -727,7 +815,10 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     if (st != ZT_OK) return host_failed(t, st, err, "counting the global batch's loss tokens (all-reduce over 'dp')");
     out->loss_tokens = counts[0];
     out->tokens = counts[1];
-    out->lr = zt_schedule_lr(&t->schedule, step);
+    /* Skipped fp16 steps advance neither the schedule nor Adam's step counter (DeepSpeed's fp16 optimizer
+     * does not step the optimizer or the lr scheduler on overflow): the optimizer's step is `applied`. */
+    int64_t applied = t->fp16 ? step - t->scaler.skipped_total : step;
+    out->lr = zt_schedule_lr(&t->schedule, applied);
     if (counts[0] == 0) {
         /* Nothing to learn from (every target is -100, e.g. answers cut off by seq_len): the mean
          * is undefined, so the step makes no update at all. */
@@ -742,11 +833,12 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     double loss = 0;
     uint32_t flags = ZT_UNIT_TRAIN | (t->set.recompute ? ZT_UNIT_RECOMPUTE : 0);
     zt_step_args a = {.struct_size = sizeof a,
-                      .step = step,
+                      .step = applied,
                       .lr = out->lr,
                       .weight_decay = t->set.weight_decay,
                       .max_grad_norm = t->set.clip,
-                      .loss_scale = 1.0};
+                      .loss_scale = t->fp16 ? t->scaler.scale : 1.0};
+    out->loss_scale = t->fp16 ? t->scaler.scale : 0;
     /* ABI 1.1: the zero plugin may step each unit inside the backward (step_in_backward) */
     if (t->zero->struct_size >= ZT_ZERO_OPS_SIZE_1_1 && t->zero->begin_step) {
         st = t->zero->begin_step(t->zero_lp->state, &a);
@@ -774,6 +866,7 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "step %lld", (long long)step);
     st = t->zero->zero_grad(zs);
     if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "zero_grad after step %lld", (long long)step);
+    if (t->fp16) return fp16_after_step(t, step, out, err);
     if (out->result.skipped)
         zt_log(ZT_LOG_WARN, "step %lld: the gradient norm is %g (non-finite): the update was skipped",
                (long long)step, out->result.grad_norm);
@@ -949,12 +1042,20 @@ static char *trainer_state_json(trainer *t, int64_t step)
 {
     char schedule[512];
     zt_schedule_to_json(&t->schedule, schedule, sizeof schedule);
+    /* fp16: the loss scaler, so a resumed run continues with the scale (and Adam step count) it had */
+    char scaler[320] = "";
+    if (t->fp16)
+        snprintf(scaler, sizeof scaler,
+                 ",\"loss_scale\":{\"scale\":%.17g,\"hysteresis_left\":%lld,\"good_steps\":%lld,"
+                 "\"overflows_at_min\":%lld,\"skipped_total\":%lld}",
+                 t->scaler.scale, (long long)t->scaler.hysteresis_left, (long long)t->scaler.good_steps,
+                 (long long)t->scaler.overflows_at_min, (long long)t->scaler.skipped_total);
     char *text = NULL;
     if (asprintf(&text,
                  "{\"format\":\"" TRAINER_STATE_FORMAT "\",\"version\":1,\"step\":%lld,\"seed\":%lld,"
-                 "\"elapsed_s\":%.17g,\"tokens_seen\":%lld,\"schedule\":%s}",
+                 "\"elapsed_s\":%.17g,\"tokens_seen\":%lld,\"schedule\":%s%s}",
                  (long long)step, (long long)t->set.seed, t->elapsed_before + t->session_s, (long long)t->tokens_seen,
-                 schedule) < 0)
+                 schedule, scaler) < 0)
         return NULL;
     return text;
 }
@@ -1181,6 +1282,37 @@ static double json_number(const zt_json *j, const char *key, double fallback)
     return v >= 0 && zt_json_is_number(j, v) ? zt_json_get_number(j, v) : fallback;
 }
 
+/* fp16: the checkpoint's loss scaler; a checkpoint without one (written by a bf16 run or an older zt)
+ * starts from the configured initial scale. */
+static void restore_loss_scale(trainer *t, const zt_json *j)
+{
+    int obj = zt_json_object_get(j, 0, "loss_scale");
+    if (obj < 0 || j->tok[obj].type != ZT_JSON_OBJECT) {
+        zt_log(ZT_LOG_INFO, "fp16: the checkpoint has no loss-scale state (a bf16 run or an older zt): starting from "
+               "the initial scale %g", t->scaler.scale);
+        return;
+    }
+    double v[5];
+    static const char *const keys[5] = {"scale", "hysteresis_left", "good_steps", "overflows_at_min", "skipped_total"};
+    for (int i = 0; i < 5; i++) {
+        int at = zt_json_object_get(j, obj, keys[i]);
+        v[i] = at >= 0 && zt_json_is_number(j, at) ? zt_json_get_number(j, at) : NAN;
+        if (!isfinite(v[i]) || v[i] < 0) {
+            zt_log(ZT_LOG_WARN, "fp16: the checkpoint's loss-scale state lacks a valid \"%s\": starting from the "
+                   "initial scale %g", keys[i], t->scaler.scale);
+            return;
+        }
+    }
+    t->scaler.scale = v[0] < t->scaler.min_scale ? t->scaler.min_scale : v[0];
+    t->scaler.hysteresis_left = (int64_t)v[1] < 1 || (int64_t)v[1] > t->scaler.hysteresis ? t->scaler.hysteresis
+                                                                                          : (int64_t)v[1];
+    t->scaler.good_steps = (int64_t)v[2];
+    t->scaler.overflows_at_min = (int64_t)v[3];
+    t->scaler.skipped_total = (int64_t)v[4];
+    zt_log(ZT_LOG_INFO, "fp16: loss scale %g restored from the checkpoint (%lld steps skipped before it)",
+           t->scaler.scale, (long long)t->scaler.skipped_total);
+}
+
 static zt_status restore_trainer_state(trainer *t, zt_ckpt *c, zt_error *err)
 {
     const void *data;
@@ -1205,6 +1337,7 @@ static zt_status restore_trainer_state(trainer *t, zt_ckpt *c, zt_error *err)
     if (seed != (double)t->set.seed)
         zt_log(ZT_LOG_WARN, "the checkpoint was trained with seed %.0f, this run has seed %lld", seed,
                (long long)t->set.seed);
+    if (t->fp16) restore_loss_scale(t, &j);
     int sched = zt_json_object_get(&j, 0, "schedule");
     char now[512];
     zt_schedule_to_json(&t->schedule, now, sizeof now);
@@ -1507,6 +1640,7 @@ static void fill_record(trainer *t, const step_outcome *o, int64_t step, double 
     r->lr = o->lr;
     r->grad_norm = o->result.grad_norm;
     r->skipped = o->result.skipped;
+    r->loss_scale = o->loss_scale;
     r->tokens = o->tokens;
     r->loss_tokens = o->loss_tokens;
     r->step_s = step_s;
@@ -1669,7 +1803,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (st == ZT_OK) st = zt_schedule_from_config(t->req->cfg, &t->schedule, err);
     zt_layout_options lo = {t->dp.size, t->set.trainable, t->set.no_decay_flags};
     if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
-    if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = ZT_BF16;
+    if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = t->compute16;
     if (st == ZT_OK) {
         zt_status zs = t->zero->setup(t->zero_lp->state, &t->layout->layout, t->opt, t->opt_lp->state);
         if (zs != ZT_OK) st = zt_plugin_failed(t->zero_lp, zs, err, "setup");

@@ -26,6 +26,15 @@ static inline zt_status zt_plugin_cuda_failed(const zt_host *host, zt_status st,
     return st;
 }
 
+/* The 16-bit compute type of a GPU run: ZT_F16 when fp16.enabled (docs/cuda.md, "fp16"), else ZT_BF16.
+ * Every plugin's kernel context computes in it (zt_plugin_cuda_ctx sets it). */
+static inline int32_t zt_plugin_compute_dtype16(const zt_host *host)
+{
+    int32_t fp16 = 0;
+    if (host->cfg_bool(host->ctx, "fp16.enabled", &fp16) != ZT_OK) fp16 = 0;
+    return fp16 ? ZT_F16 : ZT_BF16;
+}
+
 /* Makes *ctx a context with at least scratch_bytes of scratch: created on first use, and created
  * again (larger) when a call needs more than it has, e.g. the first batch of another shape. */
 static inline zt_status zt_plugin_cuda_ctx(const zt_host *host, const char *plugin, uint64_t scratch_bytes,
@@ -44,6 +53,8 @@ static inline zt_status zt_plugin_cuda_ctx(const zt_host *host, const char *plug
                     (double)scratch_bytes / (1 << 20), zt_cuda_last_error());
         return st;
     }
+    st = zt_cuda_ctx_set_dtype(*ctx, zt_plugin_compute_dtype16(host));
+    if (st != ZT_OK) return zt_plugin_cuda_failed(host, st, plugin);
     host->log(host->ctx, ZT_LOG_DEBUG, "%s: CUDA kernel context with %.1f MiB of scratch and 32 MiB of cuBLASLt "
               "workspace (outside the memory pools)", plugin, (double)scratch_bytes / (1 << 20));
     return ZT_OK;

@@ -77,7 +77,9 @@ ZT_ABI_SIZE(zt_model_info, 80);
 ZT_ABI_OFFSET(zt_model_info, params, 48);
 ZT_ABI_OFFSET(zt_model_info, n_parameters, 56);
 ZT_ABI_OFFSET(zt_model_info, act_bytes_per_token_layer_recompute, 72);
-ZT_ABI_SIZE(zt_unit_call, 560);
+ZT_ABI_SIZE(zt_unit_call, 568); /* 1.2 appended loss_scale */
+ZT_ABI_OFFSET(zt_unit_call, loss_scale, 560);
+ZT_STATIC_ASSERT(ZT_UNIT_CALL_SIZE_1_0 == 560 && ZT_UNIT_CALL_SIZE_1_2 == 568, zt_unit_call_sizes);
 ZT_ABI_OFFSET(zt_unit_call, params, 16);
 ZT_ABI_OFFSET(zt_unit_call, x_in, 48);
 ZT_ABI_OFFSET(zt_unit_call, dx_in, 408);
@@ -86,10 +88,12 @@ ZT_ABI_OFFSET(zt_unit_call, kv_seq_ids, 552);
 ZT_ABI_SIZE(zt_model_ops, 40);
 ZT_ABI_OFFSET(zt_model_ops, release, 32);
 /* 1.1 appended compute_copy: the v1.0 prefix (40 bytes) is unchanged, the field starts where it ended */
-ZT_ABI_SIZE(zt_optim_hparams, 48);
+ZT_ABI_SIZE(zt_optim_hparams, 56); /* 1.2 appended compute_copy_dtype */
+ZT_ABI_OFFSET(zt_optim_hparams, compute_copy_dtype, 48);
 ZT_ABI_OFFSET(zt_optim_hparams, grad_scale, 32);
 ZT_ABI_OFFSET(zt_optim_hparams, compute_copy, 40);
-ZT_STATIC_ASSERT(ZT_OPTIM_HPARAMS_SIZE_1_0 == 40 && ZT_OPTIM_HPARAMS_SIZE_1_1 == 48, zt_optim_hparams_sizes);
+ZT_STATIC_ASSERT(ZT_OPTIM_HPARAMS_SIZE_1_0 == 40 && ZT_OPTIM_HPARAMS_SIZE_1_1 == 48 &&
+                     ZT_OPTIM_HPARAMS_SIZE_1_2 == 56, zt_optim_hparams_sizes);
 ZT_ABI_SIZE(zt_optimizer_ops, 32);
 ZT_ABI_OFFSET(zt_optimizer_ops, step, 24);
 ZT_ABI_SIZE(zt_unit_layout, 24);

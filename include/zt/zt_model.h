@@ -190,7 +190,22 @@ typedef struct zt_unit_call {
      * for the last unit. After the last unit the host calls the attention plugin's kv_advance. */
     zt_kv_cache *kv;
     const int32_t *kv_seq_ids;
+    /* ABI 1.2 (read only when struct_size >= ZT_UNIT_CALL_SIZE_1_2): the dynamic loss scale S of fp16
+     * training. The last unit's backward multiplies the loss gradient by S (so every gradient the
+     * backward produces carries S; the zero plugin divides it out through zt_step_args.loss_scale).
+     * The loss written to *loss is never scaled. 1 without fp16; a 1.0/1.1 caller means 1. */
+    double loss_scale;
 } zt_unit_call;
+
+/* struct_size of a v1.0 zt_unit_call (no loss_scale) and of a 1.2 one. */
+#define ZT_UNIT_CALL_SIZE_1_0 560u
+#define ZT_UNIT_CALL_SIZE_1_2 568u
+
+/* The loss scale of a unit call: c->loss_scale when the caller's struct has it and it is set, else 1. */
+static inline double zt_unit_call_loss_scale(const zt_unit_call *c)
+{
+    return c->struct_size >= ZT_UNIT_CALL_SIZE_1_2 && c->loss_scale > 0 ? c->loss_scale : 1.0;
+}
 
 typedef struct zt_model_ops {
     uint32_t struct_size;

@@ -33,14 +33,22 @@ typedef struct zt_optim_hparams {
      * bf16(round-to-nearest-even(updated param)) there in the same pass, so the zero plugin needs no
      * separate conversion of the master to the model's compute copy. */
     void *compute_copy;
+    /* ABI 1.2 (read only when struct_size >= ZT_OPTIM_HPARAMS_SIZE_1_2): the zt_dtype of
+     * compute_copy, ZT_BF16 or ZT_F16 (fp16 training: IEEE half, round to nearest even, inf beyond
+     * 65504). A 1.1 caller, and 0 (unset), mean ZT_BF16. The zero plugin passes an ZT_F16 copy only to an optimizer
+     * that declares ZT_OPTIM_WRITES_COMPUTE_COPY_F16; for others it converts the copy itself. */
+    int32_t compute_copy_dtype;
+    int32_t reserved1;
 } zt_optim_hparams;
 
-/* struct_size of a v1.0 zt_optim_hparams (no compute_copy) and of a 1.1 one. */
+/* struct_size of a v1.0 zt_optim_hparams (no compute_copy), of a 1.1 one and of a 1.2 one. */
 #define ZT_OPTIM_HPARAMS_SIZE_1_0 40u
 #define ZT_OPTIM_HPARAMS_SIZE_1_1 48u
+#define ZT_OPTIM_HPARAMS_SIZE_1_2 56u
 
 /* zt_optimizer_ops.flags (ABI 1.1; 0 in a v1.0 plugin, whose field was reserved and zero). */
 #define ZT_OPTIM_WRITES_COMPUTE_COPY 1u /* step() honours zt_optim_hparams.compute_copy */
+#define ZT_OPTIM_WRITES_COMPUTE_COPY_F16 2u /* ABI 1.2: ... also when compute_copy_dtype is ZT_F16 */
 
 typedef struct zt_optimizer_ops {
     uint32_t struct_size;

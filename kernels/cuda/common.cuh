@@ -5,6 +5,7 @@
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include "cuda/kernels_cuda.h"
@@ -41,6 +42,9 @@ struct zt_cuda_ctx {
     unsigned long long *index_errors;
     zt_gemm_plan plans[ZT_GEMM_PLAN_CACHE];
     int next_plan; /* round-robin replacement when the cache is full */
+    /* The 16-bit type of activations, matmul inputs and compute copies: ZT_BF16 (default) or ZT_F16
+     * (zt_cuda_ctx_set_dtype). The uint16_t* entry points dispatch on it. */
+    int32_t dtype;
 };
 
 /* Records the message for zt_cuda_last_error and returns status. */
@@ -95,6 +99,59 @@ __device__ __forceinline__ void zt_store8(bf16 *p, const float in[8])
     for (int i = 0; i < 4; i++) v.pair[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
     *reinterpret_cast<uint4 *>(p) = v.raw;
 }
+
+/* The same for IEEE half (fp16 compute, fp16.enabled): 8 values per 16-byte access. */
+typedef __half f16;
+
+union zt_f16x8 {
+    uint4 raw;
+    __half2 pair[4];
+};
+
+__device__ __forceinline__ void zt_load8(const f16 *p, float out[8])
+{
+    zt_f16x8 v;
+    v.raw = *reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(v.pair[i]);
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void zt_store8(f16 *p, const float in[8])
+{
+    zt_f16x8 v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) v.pair[i] = __floats2half2_rn(in[2 * i], in[2 * i + 1]);
+    *reinterpret_cast<uint4 *>(p) = v.raw;
+}
+
+/* Scalar conversions for kernels templated on the 16-bit element type T (bf16 or f16):
+ * zt_to_f32(x) widens, zt_from_f32<T>(v) rounds to nearest even (fp16: beyond 65504 -> inf, which
+ * is what the loss scaler's overflow check needs to see). */
+__device__ __forceinline__ float zt_to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float zt_to_f32(f16 x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T zt_from_f32(float v);
+template <> __device__ __forceinline__ bf16 zt_from_f32<bf16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ f16 zt_from_f32<f16>(float v) { return __float2half_rn(v); }
+
+/* Runs `...` with T the context's 16-bit type: ZT_DISPATCH16(ctx->dtype, T, kernel<T><<<...>>>(...)). */
+#define ZT_DISPATCH16(dtype, T, ...)                                                              \
+    do {                                                                                          \
+        if ((dtype) == ZT_F16) {                                                                  \
+            typedef f16 T;                                                                        \
+            __VA_ARGS__;                                                                          \
+        } else {                                                                                  \
+            typedef bf16 T;                                                                       \
+            __VA_ARGS__;                                                                          \
+        }                                                                                         \
+    } while (0)
+
+/* The context's 16-bit type as cuBLAS names it, and in words for messages. */
+static inline cudaDataType_t zt_cuda_type16(int32_t dtype) { return dtype == ZT_F16 ? CUDA_R_16F : CUDA_R_16BF; }
+static inline const char *zt_dtype16_name(int32_t dtype) { return dtype == ZT_F16 ? "fp16" : "bf16"; }
 
 __device__ __forceinline__ float zt_warp_sum(float x)
 {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/common.cuh"
+#include "cuda/f16_host.h"
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
@@ -58,6 +59,7 @@ zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **o
     zt_cuda_ctx *ctx = (zt_cuda_ctx *)calloc(1, sizeof *ctx);
     if (!ctx) return zt_cuda_fail(ZT_ERR_OUT_OF_MEMORY, "CUDA context: out of host memory");
     ctx->device = device;
+    ctx->dtype = ZT_BF16;
     ctx->scratch_bytes = scratch_bytes ? scratch_bytes : DEFAULT_SCRATCH_BYTES;
     cudaError_t e;
     zt_status st = ZT_OK;
@@ -109,6 +111,18 @@ void zt_cuda_ctx_destroy(zt_cuda_ctx *ctx)
 
 uint64_t zt_cuda_ctx_scratch_bytes(const zt_cuda_ctx *ctx) { return ctx->scratch_bytes; }
 
+zt_status zt_cuda_ctx_set_dtype(zt_cuda_ctx *ctx, int32_t dtype)
+{
+    if (dtype != ZT_BF16 && dtype != ZT_F16)
+        return zt_cuda_fail(ZT_ERR_UNSUPPORTED,
+                            "CUDA context: compute dtype %d is not ZT_BF16 (%d) or ZT_F16 (%d); the GPU "
+                            "kernels compute in bf16 or fp16 only", (int)dtype, (int)ZT_BF16, (int)ZT_F16);
+    ctx->dtype = dtype;
+    return ZT_OK;
+}
+
+int32_t zt_cuda_ctx_dtype(const zt_cuda_ctx *ctx) { return ctx ? ctx->dtype : ZT_BF16; }
+
 zt_status zt_cuda_check_indices(zt_cuda_ctx *ctx, cudaStream_t stream)
 {
     static const char *const kernel_names[ZT_INDEX_SLOTS] = {
@@ -158,49 +172,62 @@ void zt_cuda_f32_from_bf16_host(const uint16_t *in, float *out, int64_t n)
     }
 }
 
+void zt_cuda_f16_from_f32_host(const float *in, uint16_t *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = zt_f16_bits_from_f32(in[i]);
+}
+
+void zt_cuda_f32_from_f16_host(const uint16_t *in, float *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) out[i] = zt_f32_from_f16_bits(in[i]);
+}
+
 /* ---- device conversions and add -------------------------------------------------------------- */
 
-__global__ void cast_f32_to_bf16_kernel(int64_t n, const float *in, bf16 *out)
+template <typename T> __global__ void cast_f32_to_16_kernel(int64_t n, const float *in, T *out)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(in[i]);
+        out[i] = zt_from_f32<T>(in[i]);
 }
 
-__global__ void cast_bf16_to_f32_kernel(int64_t n, const bf16 *in, float *out)
+template <typename T> __global__ void cast_16_to_f32_kernel(int64_t n, const T *in, float *out)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __bfloat162float(in[i]);
+        out[i] = zt_to_f32(in[i]);
 }
 
-__global__ void add_bf16_kernel(int64_t n, const bf16 *x, bf16 *y)
+template <typename T> __global__ void add_16_kernel(int64_t n, const T *x, T *y)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = __float2bfloat16_rn(__bfloat162float(y[i]) + __bfloat162float(x[i]));
+        y[i] = zt_from_f32<T>(zt_to_f32(y[i]) + zt_to_f32(x[i]));
 }
 
 zt_status zt_cuda_cast_f32_to_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
                                    const float *in, uint16_t *out)
 {
     if (n <= 0) return ZT_OK;
-    cast_f32_to_bf16_kernel<<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, in, (bf16 *)out);
-    return zt_cuda_check_launch("cast fp32 to bf16");
+    ZT_DISPATCH16(ctx->dtype, T,
+                  cast_f32_to_16_kernel<T><<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, in, (T *)out));
+    return zt_cuda_check_launch(ctx->dtype == ZT_F16 ? "cast fp32 to fp16" : "cast fp32 to bf16");
 }
 
 zt_status zt_cuda_cast_bf16_to_f32(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
                                    const uint16_t *in, float *out)
 {
     if (n <= 0) return ZT_OK;
-    cast_bf16_to_f32_kernel<<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, (const bf16 *)in, out);
-    return zt_cuda_check_launch("cast bf16 to fp32");
+    ZT_DISPATCH16(ctx->dtype, T,
+                  cast_16_to_f32_kernel<T><<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, (const T *)in, out));
+    return zt_cuda_check_launch(ctx->dtype == ZT_F16 ? "cast fp16 to fp32" : "cast bf16 to fp32");
 }
 
 zt_status zt_cuda_add_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, const uint16_t *x,
                            uint16_t *y)
 {
     if (n <= 0) return ZT_OK;
-    add_bf16_kernel<<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, (const bf16 *)x, (bf16 *)y);
-    return zt_cuda_check_launch("add bf16");
+    ZT_DISPATCH16(ctx->dtype, T,
+                  add_16_kernel<T><<<zt_grid_for(n, 256, ctx), 256, 0, stream>>>(n, (const T *)x, (T *)y));
+    return zt_cuda_check_launch(ctx->dtype == ZT_F16 ? "add fp16" : "add bf16");
 }

@@ -1,7 +1,8 @@
 /* Softmax cross-entropy over the vocabulary, and the LM head fused with it.
  *
  * Per row with target c:  loss = lse - x_c,  lse = m + log(sum exp(x - m)),  m = max x;
- * dlogits = dloss / normalizer * (softmax(x) - onehot(c)), written in bf16 (it feeds two GEMMs).
+ * dlogits = dloss / normalizer * (softmax(x) - onehot(c)), written in the context's 16-bit type (it
+ * feeds two GEMMs). With fp16 loss scaling dloss is the loss scale S, so the whole backward carries S.
  * One block per row: a first pass keeps a running max and rescaled sum per thread (an online
  * softmax, so the row is read once for both), a second pass writes the gradient.
  *
@@ -44,15 +45,16 @@ __device__ void block_softmax_stats(float *m, float *s, float *shared_m, float *
 }
 
 /* Row `blockIdx.x` of logits: row_loss and (when dlogits) the gradient. grad_scale = dloss / N. */
+template <typename T>
 __global__ void __launch_bounds__(CE_THREADS)
 cross_entropy_rows_kernel(int64_t vocab, const float *logits, const int32_t *targets,
-                          int64_t first_row, float grad_scale, float *row_loss, bf16 *dlogits,
+                          int64_t first_row, float grad_scale, float *row_loss, T *dlogits,
                           unsigned long long *bad)
 {
     __shared__ float shared_m[32], shared_s[32];
     int64_t row = blockIdx.x;
     const float *x = logits + row * vocab;
-    bf16 *dx = dlogits ? dlogits + row * vocab : NULL;
+    T *dx = dlogits ? dlogits + row * vocab : NULL;
     int32_t target = targets[row];
     int ignored = target == ZT_CUDA_IGNORE_INDEX;
     if (!ignored && (target < 0 || target >= vocab)) {
@@ -62,7 +64,7 @@ cross_entropy_rows_kernel(int64_t vocab, const float *logits, const int32_t *tar
     if (ignored) {
         if (threadIdx.x == 0) row_loss[row] = 0.0f;
         if (dx)
-            for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) dx[c] = __float2bfloat16_rn(0.0f);
+            for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) dx[c] = zt_from_f32<T>(0.0f);
         return;
     }
     float m = -INFINITY, s = 0.0f;
@@ -82,7 +84,7 @@ cross_entropy_rows_kernel(int64_t vocab, const float *logits, const int32_t *tar
     for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
         float d = expf(x[c] - m) * scale;
         if (c == target) d -= grad_scale;
-        dx[c] = __float2bfloat16_rn(d);
+        dx[c] = zt_from_f32<T>(d); /* fp16: a loss scale too large overflows here, to inf */
     }
 }
 
@@ -119,9 +121,10 @@ static zt_status launch_rows(cudaStream_t stream, int64_t rows, int64_t vocab, c
                              const int32_t *targets, int64_t first_row, float grad_scale,
                              float *row_loss, uint16_t *dlogits, zt_cuda_ctx *ctx)
 {
-    cross_entropy_rows_kernel<<<(unsigned)rows, CE_THREADS, 0, stream>>>(
-        vocab, logits, targets, first_row, grad_scale, row_loss, (bf16 *)dlogits,
-        ctx->index_errors + ZT_INDEX_CROSS_ENTROPY);
+    ZT_DISPATCH16(ctx->dtype, T,
+                  cross_entropy_rows_kernel<T><<<(unsigned)rows, CE_THREADS, 0, stream>>>(
+                      vocab, logits, targets, first_row, grad_scale, row_loss, (T *)dlogits,
+                      ctx->index_errors + ZT_INDEX_CROSS_ENTROPY));
     return zt_cuda_check_launch("cross-entropy");
 }
 

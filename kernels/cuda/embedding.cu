@@ -1,4 +1,4 @@
-/* Token embedding lookup (bf16) and its deterministic scatter-add backward (fp32).
+/* Token embedding lookup (bf16 or fp16: a 16-bit copy, type-agnostic) and its deterministic scatter-add backward (fp32).
  *
  * Backward without atomics: token positions are sorted by id (a stable radix sort, so tokens with
  * the same id stay in token order); the block at the first position of each run of equal ids sums
@@ -74,9 +74,10 @@ __global__ void prepare_sort_kernel(int64_t tokens, int64_t vocab, const int32_t
 }
 
 /* Block (p, column slice): when sorted position p starts a run of equal ids, sums that run. */
+template <typename T>
 __global__ void accumulate_runs_kernel(int64_t tokens, int64_t vocab, int64_t dim,
                                        const int32_t *sorted_ids, const int32_t *sorted_positions,
-                                       const bf16 *dy, float *dtable)
+                                       const T *dy, float *dtable)
 {
     int64_t p = blockIdx.x;
     int32_t id = sorted_ids[p];
@@ -144,8 +145,9 @@ zt_status zt_cuda_embedding_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int6
         return zt_cuda_fail(ZT_ERR_DEVICE, "embedding backward: sorting token ids failed: %s",
                             cudaGetErrorString(e));
     dim3 grid((unsigned)tokens, (unsigned)((dim + COLUMNS_PER_BLOCK - 1) / COLUMNS_PER_BLOCK));
-    accumulate_runs_kernel<<<grid, THREADS, 0, stream>>>(tokens, vocab, dim, keys.Current(),
-                                                         positions.Current(), (const bf16 *)dy,
-                                                         dtable);
+    ZT_DISPATCH16(ctx->dtype, T,
+                  accumulate_runs_kernel<T><<<grid, THREADS, 0, stream>>>(tokens, vocab, dim, keys.Current(),
+                                                                          positions.Current(), (const T *)dy,
+                                                                          dtable));
     return zt_cuda_check_launch("embedding backward");
 }

@@ -1,4 +1,4 @@
-/* Matrix products through cuBLASLt: bf16 inputs, fp32 accumulation, bf16 or fp32 output.
+/* Matrix products through cuBLASLt: bf16 or fp16 inputs (the context's type, CUDA_R_16BF / CUDA_R_16F), fp32 accumulation, bf16 or fp32 output.
  *
  * zt's matrices are row-major; cuBLAS's are column-major. A row-major C[M,N] is the column-major
  * C^T[N,M] with the same leading dimension, and C^T = op(B)^T op(A)^T, so every call passes B as
@@ -24,7 +24,7 @@ static zt_status lt_fail(const char *what, cublasStatus_t s, int64_t M, int64_t 
 /* Builds the cuBLASLt descriptors and picks the algorithm for one problem. */
 static zt_status make_plan(zt_cuda_ctx *ctx, zt_gemm_plan *p, int trans_a, int trans_b, int64_t M,
                            int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                           cudaDataType_t c_type, const int align[3])
+                           cudaDataType_t c_type, const int align[3], cudaDataType_t ab_type)
 {
     cublasStatus_t s;
     cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N; /* B's storage */
@@ -35,9 +35,9 @@ static zt_status make_plan(zt_cuda_ctx *ctx, zt_gemm_plan *p, int trans_a, int t
     p->used = 1; /* from here on zt_cuda_ctx_destroy / the error path release what exists */
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first);
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second);
-    s = cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, trans_b ? K : N, trans_b ? N : K, ldb);
+    s = cublasLtMatrixLayoutCreate(&p->a, ab_type, trans_b ? K : N, trans_b ? N : K, ldb);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, trans_a ? M : K, trans_a ? K : M, lda);
+        s = cublasLtMatrixLayoutCreate(&p->b, ab_type, trans_a ? M : K, trans_a ? K : M, lda);
     if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&p->c, c_type, N, M, ldc);
     if (s != CUBLAS_STATUS_SUCCESS) return lt_fail("cublasLtMatrixLayoutCreate", s, M, N, K);
 
@@ -109,7 +109,8 @@ static zt_status find_plan(zt_cuda_ctx *ctx, const int64_t key[12], int trans_a,
     zt_gemm_plan *p = &ctx->plans[ctx->next_plan];
     ctx->next_plan = (ctx->next_plan + 1) % ZT_GEMM_PLAN_CACHE;
     release_plan(p);
-    zt_status st = make_plan(ctx, p, trans_a, trans_b, M, N, K, lda, ldb, ldc, c_type, align);
+    zt_status st = make_plan(ctx, p, trans_a, trans_b, M, N, K, lda, ldb, ldc, c_type, align,
+                             zt_cuda_type16(ctx->dtype));
     if (st != ZT_OK) {
         release_plan(p);
         return st;
@@ -129,9 +130,10 @@ static zt_status gemm_impl(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, i
     if (M < 0 || N < 0 || K < 0)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG, "GEMM: negative size M=%lld N=%lld K=%lld",
                             (long long)M, (long long)N, (long long)K);
-    if (c_dtype != ZT_F32 && c_dtype != ZT_BF16)
-        return zt_cuda_fail(ZT_ERR_UNSUPPORTED, "GEMM: output dtype %d is not ZT_F32 or ZT_BF16",
+    if (c_dtype != ZT_F32 && c_dtype != ZT_BF16 && c_dtype != ZT_F16)
+        return zt_cuda_fail(ZT_ERR_UNSUPPORTED, "GEMM: output dtype %d is not ZT_F32, ZT_BF16 or ZT_F16",
                             (int)c_dtype);
+    if (c_dtype != ZT_F32) c_dtype = ctx->dtype; /* 16-bit output: the context's type */
     int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
     if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (N > 1 ? N : 1))
         return zt_cuda_fail(ZT_ERR_INVALID_ARG,
@@ -166,8 +168,8 @@ static zt_status gemm_impl(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, i
                                                                    : pointer_alignment(C_in);
     int align[3] = {pointer_alignment(A), pointer_alignment(B), align_cd};
     int64_t key[12] = {trans_a, trans_b, M, N, K, lda, ldb, ldc, c_dtype, accumulate != 0,
-                       align[0] | align[1] << 10 | (int64_t)align[2] << 20, 0};
-    cudaDataType_t c_type = c_dtype == ZT_F32 ? CUDA_R_32F : CUDA_R_16BF;
+                       align[0] | align[1] << 10 | (int64_t)align[2] << 20, ctx->dtype};
+    cudaDataType_t c_type = c_dtype == ZT_F32 ? CUDA_R_32F : zt_cuda_type16(ctx->dtype);
     zt_gemm_plan *plan;
     zt_status st = find_plan(ctx, key, trans_a, trans_b, M, N, K, lda, ldb, ldc, c_type, align, &plan);
     if (st != ZT_OK) return st;

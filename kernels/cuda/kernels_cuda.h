@@ -4,8 +4,9 @@
  * same rope, masking, ignore-index and accumulate-vs-overwrite rules), so a plugin can switch device
  * without changing its bookkeeping. What differs is precision (docs/cuda.md has the tolerances):
  *  - Activations and matrix-product inputs are bf16 (uint16_t here, __nv_bfloat16 in the .cu files,
- *    round-to-nearest-even); products accumulate in fp32; statistics (RMSNorm's rstd, softmax sums,
- *    log-sum-exp) are fp32.
+ *    round-to-nearest-even), or IEEE half on a context set to ZT_F16 (fp16.enabled: the same functions,
+ *    every "bf16" below then reads "fp16"; flash attention excepted); products accumulate in fp32;
+ *    statistics (RMSNorm's rstd, softmax sums, log-sum-exp) are fp32.
  *  - Parameter gradients are fp32 and ACCUMULATED (+=), like the CPU kernels'. Master weights and
  *    AdamW moments are fp32; the optimizer writes the bf16 compute copy the forward reads.
  *  - Forward outputs and activation gradients are OVERWRITTEN.
@@ -44,6 +45,14 @@ zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **o
 void zt_cuda_ctx_destroy(zt_cuda_ctx *ctx);
 uint64_t zt_cuda_ctx_scratch_bytes(const zt_cuda_ctx *ctx);
 
+/* The context's 16-bit compute type: ZT_BF16 (the default) or ZT_F16 (IEEE half, fp16.enabled).
+ * Every uint16_t* tensor below (activations, GEMM inputs and 16-bit outputs, compute copies) holds
+ * that type; the functions named *_bf16 cast/add in it too. Set once, before the first kernel (the
+ * model plugin does, from fp16.enabled); GEMM plans are cached per type. Flash attention computes in
+ * bf16 only for now (docs/cuda.md, "fp16"). */
+zt_status zt_cuda_ctx_set_dtype(zt_cuda_ctx *ctx, int32_t dtype);
+int32_t zt_cuda_ctx_dtype(const zt_cuda_ctx *ctx); /* ZT_BF16 for NULL */
+
 /* The message of the last failure on the calling thread ("" when none). */
 const char *zt_cuda_last_error(void);
 
@@ -55,6 +64,8 @@ zt_status zt_cuda_check_indices(zt_cuda_ctx *ctx, cudaStream_t stream);
 
 void zt_cuda_bf16_from_f32_host(const float *in, uint16_t *out, int64_t n); /* RNE, host side */
 void zt_cuda_f32_from_bf16_host(const uint16_t *in, float *out, int64_t n);
+void zt_cuda_f16_from_f32_host(const float *in, uint16_t *out, int64_t n); /* RNE, inf past 65504 */
+void zt_cuda_f32_from_f16_host(const uint16_t *in, float *out, int64_t n);
 
 zt_status zt_cuda_cast_f32_to_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
                                    const float *in, uint16_t *out);
@@ -67,7 +78,8 @@ zt_status zt_cuda_add_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, con
 /* ---- matrix multiplication (cuBLASLt, bf16 inputs, fp32 accumulation) ------------------------- */
 
 /* C[M,N] (+)= op(A)[M,K] * op(B)[K,N], row-major as in zt_cpu_gemm (lda, ldb, ldc are row strides).
- * c_dtype is ZT_F32 or ZT_BF16. accumulate: 0 overwrites C, 1 adds to it (in fp32 before rounding).
+ * A and B hold the context's 16-bit type; c_dtype is ZT_F32, or ZT_BF16 / ZT_F16, which both mean
+ * the context's 16-bit type (so bf16-era callers work unchanged on an fp16 context). accumulate: 0 overwrites C, 1 adds to it (in fp32 before rounding).
  * Leading dimensions must be multiples of 8 elements and pointers 16-byte aligned. */
 zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
                        int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
@@ -260,6 +272,8 @@ zt_status zt_cuda_swiglu_backward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, in
  * cuBLAS's own small per-stream workspace. The handle owns a cuBLAS handle for one device. */
 typedef struct zt_cuda_naive_attention zt_cuda_naive_attention;
 zt_status zt_cuda_naive_attention_create(int device, zt_cuda_naive_attention **out);
+/* The 16-bit type of q, k, v, o and the gradients: ZT_BF16 (default) or ZT_F16. */
+zt_status zt_cuda_naive_attention_set_dtype(zt_cuda_naive_attention *na, int32_t dtype);
 void zt_cuda_naive_attention_destroy(zt_cuda_naive_attention *na);
 uint64_t zt_cuda_naive_attention_forward_workspace_bytes(const zt_cuda_attention_shape *s);
 uint64_t zt_cuda_naive_attention_backward_workspace_bytes(const zt_cuda_attention_shape *s);

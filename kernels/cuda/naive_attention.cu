@@ -21,6 +21,7 @@
 struct zt_cuda_naive_attention {
     int device;
     cublasHandle_t blas;
+    int32_t dtype; /* ZT_BF16 or ZT_F16: the inputs' and outputs' 16-bit type */
 };
 
 namespace {
@@ -41,16 +42,16 @@ unsigned grid_for(int64_t n)
     return (unsigned)(blocks > 0 ? blocks : 1);
 }
 
-__global__ void bf16_to_f32(int64_t n, const bf16 *in, float *out)
+template <typename T> __global__ void x16_to_f32(int64_t n, const T *in, float *out)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __bfloat162float(in[i]);
+        out[i] = zt_to_f32(in[i]);
 }
 
-__global__ void f32_to_bf16(int64_t n, const float *in, bf16 *out)
+template <typename T> __global__ void f32_to_x16(int64_t n, const float *in, T *out)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(in[i]);
+        out[i] = zt_from_f32<T>(in[i]);
 }
 
 /* Key j is visible to query i: causal, and of the same document when doc (one row of doc_ids) is
@@ -114,13 +115,14 @@ __global__ void __launch_bounds__(kThreads) masked_softmax(int64_t T, const int3
 }
 
 /* delta[h, i] = sum_d dO[i, h, d] O[i, h, d] for one batch element (o, dout: [T, H, D] bf16). */
-__global__ void row_dot(int64_t T, int64_t H, int64_t D, const bf16 *o, const bf16 *dout, float *delta)
+template <typename E>
+__global__ void row_dot(int64_t T, int64_t H, int64_t D, const E *o, const E *dout, float *delta)
 {
     for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < H * T; r += (int64_t)gridDim.x * blockDim.x) {
         int64_t h = r / T, i = r % T;
-        const bf16 *a = o + (i * H + h) * D, *b = dout + (i * H + h) * D;
+        const E *a = o + (i * H + h) * D, *b = dout + (i * H + h) * D;
         float acc = 0.0f;
-        for (int64_t d = 0; d < D; d++) acc += __bfloat162float(a[d]) * __bfloat162float(b[d]);
+        for (int64_t d = 0; d < D; d++) acc += zt_to_f32(a[d]) * zt_to_f32(b[d]);
         delta[r] = acc;
     }
 }
@@ -227,15 +229,15 @@ zt_status check_workspace(const char *op, void *ws, uint64_t have, uint64_t need
     return ZT_OK;
 }
 
-zt_status cast_in(cudaStream_t stream, int64_t n, const uint16_t *in, float *out, const char *what)
+zt_status cast_in(int32_t dtype, cudaStream_t stream, int64_t n, const uint16_t *in, float *out, const char *what)
 {
-    bf16_to_f32<<<grid_for(n), kThreads, 0, stream>>>(n, (const bf16 *)in, out);
+    ZT_DISPATCH16(dtype, E, x16_to_f32<E><<<grid_for(n), kThreads, 0, stream>>>(n, (const E *)in, out));
     return zt_cuda_check_launch(what);
 }
 
-zt_status cast_out(cudaStream_t stream, int64_t n, const float *in, uint16_t *out, const char *what)
+zt_status cast_out(int32_t dtype, cudaStream_t stream, int64_t n, const float *in, uint16_t *out, const char *what)
 {
-    f32_to_bf16<<<grid_for(n), kThreads, 0, stream>>>(n, in, (bf16 *)out);
+    ZT_DISPATCH16(dtype, E, f32_to_x16<E><<<grid_for(n), kThreads, 0, stream>>>(n, in, (E *)out));
     return zt_cuda_check_launch(what);
 }
 
@@ -263,6 +265,7 @@ extern "C" zt_status zt_cuda_naive_attention_create(int device, zt_cuda_naive_at
     zt_cuda_naive_attention *na = (zt_cuda_naive_attention *)calloc(1, sizeof *na);
     if (!na) return zt_cuda_fail(ZT_ERR_OUT_OF_MEMORY, "naive attention: out of host memory for its context");
     na->device = device;
+    na->dtype = ZT_BF16;
     cublasStatus_t st = cublasCreate(&na->blas);
     if (st != CUBLAS_STATUS_SUCCESS) {
         free(na);
@@ -276,6 +279,14 @@ extern "C" zt_status zt_cuda_naive_attention_create(int device, zt_cuda_naive_at
         return blas_failed(st, "cublasSetMathMode(CUBLAS_PEDANTIC_MATH)");
     }
     *out = na;
+    return ZT_OK;
+}
+
+extern "C" zt_status zt_cuda_naive_attention_set_dtype(zt_cuda_naive_attention *na, int32_t dtype)
+{
+    if (dtype != ZT_BF16 && dtype != ZT_F16)
+        return zt_cuda_fail(ZT_ERR_UNSUPPORTED, "naive attention: dtype %d is not ZT_BF16 or ZT_F16", (int)dtype);
+    na->dtype = dtype;
     return ZT_OK;
 }
 
@@ -315,9 +326,9 @@ extern "C" zt_status zt_cuda_naive_attention_forward(zt_cuda_naive_attention *na
     if (bs != CUBLAS_STATUS_SUCCESS) return blas_failed(bs, "cublasSetStream");
     int64_t B = sh->batch, T = sh->seq, H = sh->heads, Hkv = sh->kv_heads, D = sh->head_dim, group = H / Hkv;
     int64_t nq = B * T * H * D, nkv = B * T * Hkv * D;
-    if ((st = cast_in(stream, nq, q, l.q, "naive attention forward: q to fp32")) != ZT_OK ||
-        (st = cast_in(stream, nkv, k, l.k, "naive attention forward: k to fp32")) != ZT_OK ||
-        (st = cast_in(stream, nkv, v, l.v, "naive attention forward: v to fp32")) != ZT_OK)
+    if ((st = cast_in(na->dtype, stream, nq, q, l.q, "naive attention forward: q to fp32")) != ZT_OK ||
+        (st = cast_in(na->dtype, stream, nkv, k, l.k, "naive attention forward: k to fp32")) != ZT_OK ||
+        (st = cast_in(na->dtype, stream, nkv, v, l.v, "naive attention forward: v to fp32")) != ZT_OK)
         return st;
     for (int64_t b = 0; b < B; b++) {
         if ((st = scores(na->blas, sh, b, l.q, l.k, l.s)) != ZT_OK) return st;
@@ -329,7 +340,7 @@ extern "C" zt_status zt_cuda_naive_attention_forward(zt_cuda_naive_attention *na
                          l.v + b * T * Hkv * D, Hkv * D, D, 0.0f, l.o + b * T * H * D + j * D, H * D, group * D, Hkv);
         if (st != ZT_OK) return st;
     }
-    return cast_out(stream, nq, l.o, o, "naive attention forward: out to bf16");
+    return cast_out(na->dtype, stream, nq, l.o, o, "naive attention forward: out to 16 bits");
 }
 
 extern "C" zt_status zt_cuda_naive_attention_backward(zt_cuda_naive_attention *na, cudaStream_t stream,
@@ -349,10 +360,10 @@ extern "C" zt_status zt_cuda_naive_attention_backward(zt_cuda_naive_attention *n
     cublasHandle_t h = na->blas;
     int64_t B = sh->batch, T = sh->seq, H = sh->heads, Hkv = sh->kv_heads, D = sh->head_dim, group = H / Hkv;
     int64_t nq = B * T * H * D, nkv = B * T * Hkv * D;
-    if ((st = cast_in(stream, nq, q, l.q, "naive attention backward: q to fp32")) != ZT_OK ||
-        (st = cast_in(stream, nkv, k, l.k, "naive attention backward: k to fp32")) != ZT_OK ||
-        (st = cast_in(stream, nkv, v, l.v, "naive attention backward: v to fp32")) != ZT_OK ||
-        (st = cast_in(stream, nq, dout, l.dout, "naive attention backward: dout to fp32")) != ZT_OK)
+    if ((st = cast_in(na->dtype, stream, nq, q, l.q, "naive attention backward: q to fp32")) != ZT_OK ||
+        (st = cast_in(na->dtype, stream, nkv, k, l.k, "naive attention backward: k to fp32")) != ZT_OK ||
+        (st = cast_in(na->dtype, stream, nkv, v, l.v, "naive attention backward: v to fp32")) != ZT_OK ||
+        (st = cast_in(na->dtype, stream, nq, dout, l.dout, "naive attention backward: dout to fp32")) != ZT_OK)
         return st;
     for (int64_t b = 0; b < B; b++) {
         const float *qb = l.q + b * T * H * D, *kb = l.k + b * T * Hkv * D, *vb = l.v + b * T * Hkv * D;
@@ -374,8 +385,9 @@ extern "C" zt_status zt_cuda_naive_attention_backward(zt_cuda_naive_attention *n
                              0.0f, dpj, T, group * T * T, Hkv);
         }
         if (st != ZT_OK) return st;
-        row_dot<<<grid_for(H * T), kThreads, 0, stream>>>(T, H, D, (const bf16 *)o + b * T * H * D,
-                                                          (const bf16 *)dout + b * T * H * D, l.delta);
+        ZT_DISPATCH16(na->dtype, E,
+        row_dot<E><<<grid_for(H * T), kThreads, 0, stream>>>(T, H, D, (const E *)o + b * T * H * D,
+                                                          (const E *)dout + b * T * H * D, l.delta));
         if ((st = zt_cuda_check_launch("naive attention backward: rowsum(dO * O)")) != ZT_OK) return st;
         softmax_grad<<<grid_for(H * T * T), kThreads, 0, stream>>>(T, H * T * T, l.p, l.delta, l.dp);
         if ((st = zt_cuda_check_launch("naive attention backward: dS = P (dP - delta)")) != ZT_OK) return st;
@@ -390,8 +402,8 @@ extern "C" zt_status zt_cuda_naive_attention_backward(zt_cuda_naive_attention *n
         }
         if (st != ZT_OK) return st;
     }
-    if ((st = cast_out(stream, nq, l.dq, dq, "naive attention backward: dq to bf16")) != ZT_OK ||
-        (st = cast_out(stream, nkv, l.dk, dk, "naive attention backward: dk to bf16")) != ZT_OK)
+    if ((st = cast_out(na->dtype, stream, nq, l.dq, dq, "naive attention backward: dq to 16 bits")) != ZT_OK ||
+        (st = cast_out(na->dtype, stream, nkv, l.dk, dk, "naive attention backward: dk to 16 bits")) != ZT_OK)
         return st;
-    return cast_out(stream, nkv, l.dv, dv, "naive attention backward: dv to bf16");
+    return cast_out(na->dtype, stream, nkv, l.dv, dv, "naive attention backward: dv to 16 bits");
 }

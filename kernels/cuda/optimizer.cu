@@ -73,9 +73,10 @@ struct adamw_args {
     tensor_batch batch;
     float *master[MAX_TENSORS], *exp_avg[MAX_TENSORS], *exp_avg_sq[MAX_TENSORS];
     const float *grad[MAX_TENSORS];
-    bf16 *copy[MAX_TENSORS];
+    uint16_t *copy[MAX_TENSORS]; /* the 16-bit type the kernel is instantiated for */
 };
 
+template <typename T>
 __global__ void __launch_bounds__(THREADS)
 adamw_kernel(const __grid_constant__ adamw_args a, adamw_hyper h, const float *grad_scale)
 {
@@ -84,7 +85,7 @@ adamw_kernel(const __grid_constant__ adamw_args a, adamw_hyper h, const float *g
     int64_t end = begin + CHUNK < a.batch.size[t] ? begin + CHUNK : a.batch.size[t];
     float *p = a.master[t], *m = a.exp_avg[t], *v = a.exp_avg_sq[t];
     const float *g = a.grad[t];
-    bf16 *copy = a.copy[t];
+    T *copy = (T *)a.copy[t];
     float gscale = grad_scale ? *grad_scale : 1.0f;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
         float gi = g[i] * gscale;
@@ -96,7 +97,7 @@ adamw_kernel(const __grid_constant__ adamw_args a, adamw_hyper h, const float *g
         p[i] = pi;
         m[i] = mi;
         v[i] = vi;
-        if (copy) copy[i] = __float2bfloat16_rn(pi);
+        if (copy) copy[i] = zt_from_f32<T>(pi);
     }
 }
 
@@ -104,7 +105,7 @@ zt_status zt_cuda_adamw_step(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n_pa
                              const zt_cuda_param *params, const zt_cuda_adamw_params *hp,
                              const float *grad_scale)
 {
-    (void)ctx;
+    int32_t dtype = zt_cuda_ctx_dtype(ctx); /* of the compute copies */
     if (hp->step < 1)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG, "AdamW: step %lld must start at 1",
                             (long long)hp->step);
@@ -131,9 +132,9 @@ zt_status zt_cuda_adamw_step(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n_pa
             a.exp_avg[i] = p->exp_avg;
             a.exp_avg_sq[i] = p->exp_avg_sq;
             a.grad[i] = p->grad;
-            a.copy[i] = (bf16 *)p->compute_copy;
+            a.copy[i] = p->compute_copy;
         }
-        adamw_kernel<<<batch.n_blocks, THREADS, 0, stream>>>(a, h, grad_scale);
+        ZT_DISPATCH16(dtype, T, adamw_kernel<T><<<batch.n_blocks, THREADS, 0, stream>>>(a, h, grad_scale));
         return zt_cuda_check_launch("AdamW step");
     });
     if (sizes != sizes_stack) free(sizes);

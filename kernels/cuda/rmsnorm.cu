@@ -1,4 +1,4 @@
-/* RMSNorm (HF LlamaRMSNorm) in bf16 with fp32 statistics:  y = w * (x * r),  r = 1/sqrt(mean(x^2)+eps).
+/* RMSNorm (HF LlamaRMSNorm) in bf16 or fp16 (the context's type) with fp32 statistics:  y = w * (x * r),  r = 1/sqrt(mean(x^2)+eps).
  * Backward, g = w * dy:  dx = r * (g - x * r^2 * sum(g * x) / dim);  dw += sum over rows dy * x * r.
  *
  * One block per row (forward) or per chunk of rows (backward); each thread keeps up to
@@ -36,12 +36,13 @@ static zt_status check_shape(const char *what, int64_t rows, int64_t dim, const 
     return ZT_OK;
 }
 
-__global__ void rmsnorm_forward_kernel(int64_t dim, float eps, const bf16 *x, const bf16 *w,
-                                       bf16 *y, float *rstd)
+template <typename T>
+__global__ void rmsnorm_forward_kernel(int64_t dim, float eps, const T *x, const T *w,
+                                       T *y, float *rstd)
 {
     __shared__ float reduce[32];
     int64_t row = blockIdx.x;
-    const bf16 *xr = x + row * dim;
+    const T *xr = x + row * dim;
     float xv[MAX_VECTORS][8];
     float sum_sq = 0.0f;
 #pragma unroll
@@ -73,12 +74,12 @@ zt_status zt_cuda_rmsnorm_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t
                                   float eps, const uint16_t *x, const uint16_t *w, uint16_t *y,
                                   float *rstd)
 {
-    (void)ctx;
     const void *ptrs[] = {x, w, y};
     zt_status st = check_shape("RMSNorm forward", rows, dim, ptrs, 3);
     if (st != ZT_OK || rows == 0) return st;
-    rmsnorm_forward_kernel<<<(unsigned)rows, threads_for(dim), 0, stream>>>(
-        dim, eps, (const bf16 *)x, (const bf16 *)w, (bf16 *)y, rstd);
+    ZT_DISPATCH16(ctx->dtype, T,
+                  rmsnorm_forward_kernel<T><<<(unsigned)rows, threads_for(dim), 0, stream>>>(
+                      dim, eps, (const T *)x, (const T *)w, (T *)y, rstd));
     return zt_cuda_check_launch("RMSNorm forward");
 }
 
@@ -89,10 +90,10 @@ zt_status zt_cuda_rmsnorm_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t
  * many threads (latency hidden by occupancy), not many registers (launch bounds of 1024 threads
  * cap them at 64, so every block size launches; VPT 2 and 4, dim > 8192, may spill). dres (optional) is added to dx
  * in fp32 before the one rounding (the residual branch's gradient); dx may alias dres. */
-template <int VPT>
+template <int VPT, typename T>
 __global__ void __launch_bounds__(1024) rmsnorm_backward_kernel(int64_t rows, int64_t dim, int64_t rows_per_chunk,
-                                        const bf16 *x, const bf16 *w, const float *rstd,
-                                        const bf16 *dy, const bf16 *dres, bf16 *dx, float *partial)
+                                        const T *x, const T *w, const float *rstd,
+                                        const T *dy, const T *dres, T *dx, float *partial)
 {
     __shared__ float reduce[32];
     float dw_acc[VPT][8], wv[VPT][8];
@@ -198,18 +199,19 @@ static zt_status rmsnorm_backward(const char *what, zt_cuda_ctx *ctx, cudaStream
     int vpt = vectors <= 1024 ? 1 : vectors <= 2048 ? 2 : 4; /* dim <= 32768: check_shape */
     int64_t threads = (vectors + vpt - 1) / vpt;
     threads = (threads + 31) / 32 * 32;
-    const bf16 *bx = (const bf16 *)x, *bw = (const bf16 *)w, *bdy = (const bf16 *)dy;
-    const bf16 *bres = (const bf16 *)dres;
-    bf16 *bdx = (bf16 *)dx;
-    if (vpt == 1)
-        rmsnorm_backward_kernel<1><<<(unsigned)chunks, (unsigned)threads, 0, stream>>>(
-            rows, dim, rows_per_chunk, bx, bw, rstd, bdy, bres, bdx, partial);
-    else if (vpt == 2)
-        rmsnorm_backward_kernel<2><<<(unsigned)chunks, (unsigned)threads, 0, stream>>>(
-            rows, dim, rows_per_chunk, bx, bw, rstd, bdy, bres, bdx, partial);
-    else
-        rmsnorm_backward_kernel<4><<<(unsigned)chunks, (unsigned)threads, 0, stream>>>(
-            rows, dim, rows_per_chunk, bx, bw, rstd, bdy, bres, bdx, partial);
+    ZT_DISPATCH16(ctx->dtype, T,
+        const T *bx = (const T *)x; const T *bw = (const T *)w; const T *bdy = (const T *)dy;
+        const T *bres = (const T *)dres;
+        T *bdx = (T *)dx;
+        if (vpt == 1)
+            rmsnorm_backward_kernel<1, T><<<(unsigned)chunks, (unsigned)threads, 0, stream>>>(
+                rows, dim, rows_per_chunk, bx, bw, rstd, bdy, bres, bdx, partial);
+        else if (vpt == 2)
+            rmsnorm_backward_kernel<2, T><<<(unsigned)chunks, (unsigned)threads, 0, stream>>>(
+                rows, dim, rows_per_chunk, bx, bw, rstd, bdy, bres, bdx, partial);
+        else
+            rmsnorm_backward_kernel<4, T><<<(unsigned)chunks, (unsigned)threads, 0, stream>>>(
+                rows, dim, rows_per_chunk, bx, bw, rstd, bdy, bres, bdx, partial));
     if ((st = zt_cuda_check_launch(what)) != ZT_OK) return st;
     sum_partials_kernel<<<(unsigned)((dim + 31) / 32), dim3(32, SUM_GROUPS), 0, stream>>>(
         chunks, dim, partial, dw);

@@ -27,7 +27,9 @@ struct rope_args {
     int64_t ld_out_q, ld_out_k, ld_out_v;
 };
 
-template <bool VEC>
+/* rope_args' pointers are typed bf16 for their address arithmetic only (both 16-bit types have the
+ * same size); the kernel reads and writes them as T. */
+template <bool VEC, typename T>
 __global__ void rope_kernel(rope_args a, const int32_t *positions, const float *inv_freq, float sin_sign)
 {
     __shared__ float cos_a[MAX_HALF], sin_a[MAX_HALF];
@@ -46,18 +48,18 @@ __global__ void rope_kernel(rope_args a, const int32_t *positions, const float *
     int64_t nq = a.heads * per_head, nk = a.in_k ? a.kv_heads * per_head : 0;
     for (int64_t p = threadIdx.x; p < nq + nk; p += blockDim.x) {
         int64_t h, i;
-        const bf16 *x;
-        bf16 *y;
+        const T *x;
+        T *y;
         if (p < nq) {
             h = p / per_head;
             i = (p % per_head) * width;
-            x = a.in_q + t * a.ld_in_q + h * a.head_dim;
-            y = a.out_q + t * a.ld_out_q + h * a.head_dim;
+            x = (const T *)(a.in_q + t * a.ld_in_q + h * a.head_dim);
+            y = (T *)(a.out_q + t * a.ld_out_q + h * a.head_dim);
         } else {
             h = (p - nq) / per_head;
             i = ((p - nq) % per_head) * width;
-            x = a.in_k + t * a.ld_in_k + h * a.head_dim;
-            y = a.out_k + t * a.ld_out_k + h * a.head_dim;
+            x = (const T *)(a.in_k + t * a.ld_in_k + h * a.head_dim);
+            y = (T *)(a.out_k + t * a.ld_out_k + h * a.head_dim);
         }
         if (VEC) {
             float lo[8], hi[8], ylo[8], yhi[8];
@@ -71,9 +73,9 @@ __global__ void rope_kernel(rope_args a, const int32_t *positions, const float *
             zt_store8(y + i, ylo);
             zt_store8(y + i + half, yhi);
         } else {
-            float lo = __bfloat162float(x[i]), hi = __bfloat162float(x[i + half]);
-            y[i] = __float2bfloat16_rn(lo * cos_a[i] - hi * sin_a[i]);
-            y[i + half] = __float2bfloat16_rn(hi * cos_a[i] + lo * sin_a[i]);
+            float lo = zt_to_f32(x[i]), hi = zt_to_f32(x[i + half]);
+            y[i] = zt_from_f32<T>(lo * cos_a[i] - hi * sin_a[i]);
+            y[i + half] = zt_from_f32<T>(hi * cos_a[i] + lo * sin_a[i]);
         }
     }
     if (!a.in_v) return;
@@ -91,7 +93,7 @@ __global__ void rope_kernel(rope_args a, const int32_t *positions, const float *
 
 static int aligned16(const void *p) { return p == NULL || (uintptr_t)p % 16 == 0; }
 
-static zt_status launch_rope(const char *what, cudaStream_t stream, int64_t tokens,
+static zt_status launch_rope(const char *what, zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
                              const rope_args *a, const int32_t *positions, const float *inv_freq,
                              float sin_sign)
 {
@@ -113,10 +115,11 @@ static zt_status launch_rope(const char *what, cudaStream_t stream, int64_t toke
     for (int i = 0; i < 6; i++) vec = vec && aligned16(ptrs[i]);
     const int64_t lds[] = {a->ld_in_q, a->ld_in_k, a->ld_in_v, a->ld_out_q, a->ld_out_k, a->ld_out_v};
     for (int i = 0; i < 6; i++) vec = vec && lds[i] % 8 == 0;
-    if (vec)
-        rope_kernel<true><<<(unsigned)tokens, 128, 0, stream>>>(*a, positions, inv_freq, sin_sign);
-    else
-        rope_kernel<false><<<(unsigned)tokens, 128, 0, stream>>>(*a, positions, inv_freq, sin_sign);
+    ZT_DISPATCH16(ctx->dtype, T,
+        if (vec)
+            rope_kernel<true, T><<<(unsigned)tokens, 128, 0, stream>>>(*a, positions, inv_freq, sin_sign);
+        else
+            rope_kernel<false, T><<<(unsigned)tokens, 128, 0, stream>>>(*a, positions, inv_freq, sin_sign));
     return zt_cuda_check_launch(what);
 }
 
@@ -136,18 +139,16 @@ zt_status zt_cuda_rope_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t to
                                int64_t heads, int64_t head_dim, const int32_t *positions,
                                const float *inv_freq, const uint16_t *x, uint16_t *y)
 {
-    (void)ctx;
     rope_args a = plain_args(heads, head_dim, x, y);
-    return launch_rope("rope forward", stream, tokens, &a, positions, inv_freq, 1.0f);
+    return launch_rope("rope forward", ctx, stream, tokens, &a, positions, inv_freq, 1.0f);
 }
 
 zt_status zt_cuda_rope_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
                                 int64_t heads, int64_t head_dim, const int32_t *positions,
                                 const float *inv_freq, const uint16_t *dy, uint16_t *dx)
 {
-    (void)ctx;
     rope_args a = plain_args(heads, head_dim, dy, dx);
-    return launch_rope("rope backward", stream, tokens, &a, positions, inv_freq, -1.0f);
+    return launch_rope("rope backward", ctx, stream, tokens, &a, positions, inv_freq, -1.0f);
 }
 
 zt_status zt_cuda_rope_qkv_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
@@ -155,7 +156,6 @@ zt_status zt_cuda_rope_qkv_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_
                                    const int32_t *positions, const float *inv_freq,
                                    const uint16_t *qkv, uint16_t *q, uint16_t *k, uint16_t *v)
 {
-    (void)ctx;
     if (kv_heads <= 0)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG, "rope q/k/v forward: kv_heads %lld must be positive",
                             (long long)kv_heads);
@@ -163,7 +163,7 @@ zt_status zt_cuda_rope_qkv_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_
     const bf16 *in = (const bf16 *)qkv;
     rope_args a = {heads, kv_heads, head_dim, in, in ? in + Q : NULL, in ? in + Q + KV : NULL,
                    ld, ld, ld, (bf16 *)q, (bf16 *)k, (bf16 *)v, Q, KV, KV};
-    return launch_rope("rope q/k/v forward", stream, tokens, &a, positions, inv_freq, 1.0f);
+    return launch_rope("rope q/k/v forward", ctx, stream, tokens, &a, positions, inv_freq, 1.0f);
 }
 
 zt_status zt_cuda_rope_qkv_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
@@ -172,7 +172,6 @@ zt_status zt_cuda_rope_qkv_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64
                                     const uint16_t *dq, const uint16_t *dk, const uint16_t *dv,
                                     uint16_t *dqkv)
 {
-    (void)ctx;
     if (kv_heads <= 0 || !dk || !dv)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG,
                             "rope q/k/v backward: kv_heads %lld must be positive and dk, dv given",
@@ -181,5 +180,5 @@ zt_status zt_cuda_rope_qkv_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64
     bf16 *out = (bf16 *)dqkv;
     rope_args a = {heads, kv_heads, head_dim, (const bf16 *)dq, (const bf16 *)dk, (const bf16 *)dv,
                    Q, KV, KV, out, out ? out + Q : NULL, out ? out + Q + KV : NULL, ld, ld, ld};
-    return launch_rope("rope q/k/v backward", stream, tokens, &a, positions, inv_freq, -1.0f);
+    return launch_rope("rope q/k/v backward", ctx, stream, tokens, &a, positions, inv_freq, -1.0f);
 }

@@ -1,4 +1,4 @@
-/* SwiGLU, the LLaMA MLP activation, in bf16 with fp32 arithmetic:
+/* SwiGLU, the LLaMA MLP activation, in bf16 or fp16 (the context's type) with fp32 arithmetic:
  *   h = silu(g) * u,  silu(g) = g * s,  s = sigmoid(g) = 1 / (1 + e^-g)
  *   du = dh * g * s;  dg = dh * u * s * (1 + g * (1 - s))
  * Memory-bound: 16-byte accesses (8 elements per thread and step), the last n % 8 elements one by one.
@@ -7,7 +7,8 @@
 
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
 
-__global__ void swiglu_forward_kernel(int64_t n, const bf16 *gate, const bf16 *up, bf16 *h)
+template <typename T>
+__global__ void swiglu_forward_kernel(int64_t n, const T *gate, const T *up, T *h)
 {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -20,8 +21,8 @@ __global__ void swiglu_forward_kernel(int64_t n, const bf16 *gate, const bf16 *u
         zt_store8(h + v * 8, out);
     }
     for (int64_t i = n / 8 * 8 + first; i < n; i += stride) {
-        float g = __bfloat162float(gate[i]);
-        h[i] = __float2bfloat16_rn(g * sigmoid(g) * __bfloat162float(up[i]));
+        float g = zt_to_f32(gate[i]);
+        h[i] = zt_from_f32<T>(g * sigmoid(g) * zt_to_f32(up[i]));
     }
 }
 
@@ -32,8 +33,9 @@ __device__ __forceinline__ void swiglu_grad(float g, float u, float dh, float *d
     *dg = dh * u * (s * (1.0f + g * (1.0f - s)));
 }
 
-__global__ void swiglu_backward_kernel(int64_t n, const bf16 *gate, const bf16 *up, const bf16 *dh,
-                                       bf16 *dgate, bf16 *dup)
+template <typename T>
+__global__ void swiglu_backward_kernel(int64_t n, const T *gate, const T *up, const T *dh,
+                                       T *dgate, T *dup)
 {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int64_t first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -49,10 +51,9 @@ __global__ void swiglu_backward_kernel(int64_t n, const bf16 *gate, const bf16 *
     }
     for (int64_t i = n / 8 * 8 + first; i < n; i += stride) {
         float dg, du;
-        swiglu_grad(__bfloat162float(gate[i]), __bfloat162float(up[i]), __bfloat162float(dh[i]),
-                    &dg, &du);
-        dgate[i] = __float2bfloat16_rn(dg);
-        dup[i] = __float2bfloat16_rn(du);
+        swiglu_grad(zt_to_f32(gate[i]), zt_to_f32(up[i]), zt_to_f32(dh[i]), &dg, &du);
+        dgate[i] = zt_from_f32<T>(dg);
+        dup[i] = zt_from_f32<T>(du);
     }
 }
 
@@ -72,8 +73,9 @@ zt_status zt_cuda_swiglu_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t 
     const void *ptrs[] = {gate, up, h};
     zt_status st = check_aligned("SwiGLU forward", ptrs, 3);
     if (st != ZT_OK || n <= 0) return st;
-    swiglu_forward_kernel<<<zt_grid_for((n + 7) / 8, 256, ctx), 256, 0, stream>>>(
-        n, (const bf16 *)gate, (const bf16 *)up, (bf16 *)h);
+    ZT_DISPATCH16(ctx->dtype, T,
+                  swiglu_forward_kernel<T><<<zt_grid_for((n + 7) / 8, 256, ctx), 256, 0, stream>>>(
+                      n, (const T *)gate, (const T *)up, (T *)h));
     return zt_cuda_check_launch("SwiGLU forward");
 }
 
@@ -84,16 +86,18 @@ zt_status zt_cuda_swiglu_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t
     const void *ptrs[] = {gate, up, dh, dgate, dup};
     zt_status st = check_aligned("SwiGLU backward", ptrs, 5);
     if (st != ZT_OK || n <= 0) return st;
-    swiglu_backward_kernel<<<zt_grid_for((n + 7) / 8, 256, ctx), 256, 0, stream>>>(
-        n, (const bf16 *)gate, (const bf16 *)up, (const bf16 *)dh, (bf16 *)dgate, (bf16 *)dup);
+    ZT_DISPATCH16(ctx->dtype, T,
+                  swiglu_backward_kernel<T><<<zt_grid_for((n + 7) / 8, 256, ctx), 256, 0, stream>>>(
+                      n, (const T *)gate, (const T *)up, (const T *)dh, (T *)dgate, (T *)dup));
     return zt_cuda_check_launch("SwiGLU backward");
 }
 
 /* ---- row-strided forms: gate and up as column blocks of one [rows, 2F] GEMM output ------------ */
 
 /* Vectors of 8 along each row; cols % 8 == 0 and 8-element row strides (checked on the host). */
-__global__ void swiglu_forward_rows_kernel(int64_t rows, int64_t cols, const bf16 *gate,
-                                           const bf16 *up, int64_t ld_in, bf16 *h, int64_t ld_h)
+template <typename T>
+__global__ void swiglu_forward_rows_kernel(int64_t rows, int64_t cols, const T *gate,
+                                           const T *up, int64_t ld_in, T *h, int64_t ld_h)
 {
     int64_t per_row = cols / 8, n = rows * per_row;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -108,9 +112,10 @@ __global__ void swiglu_forward_rows_kernel(int64_t rows, int64_t cols, const bf1
     }
 }
 
-__global__ void swiglu_backward_rows_kernel(int64_t rows, int64_t cols, const bf16 *gate,
-                                            const bf16 *up, int64_t ld_in, const bf16 *dh,
-                                            int64_t ld_dh, bf16 *dgate, bf16 *dup, int64_t ld_out)
+template <typename T>
+__global__ void swiglu_backward_rows_kernel(int64_t rows, int64_t cols, const T *gate,
+                                            const T *up, int64_t ld_in, const T *dh,
+                                            int64_t ld_dh, T *dgate, T *dup, int64_t ld_out)
 {
     int64_t per_row = cols / 8, n = rows * per_row;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -154,8 +159,9 @@ zt_status zt_cuda_swiglu_forward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int
     zt_status st = check_rows(what, rows, cols, lds, 2);
     if (st == ZT_OK) st = check_aligned(what, ptrs, 3);
     if (st != ZT_OK || rows == 0 || cols == 0) return st;
-    swiglu_forward_rows_kernel<<<zt_grid_for(rows * (cols / 8), 256, ctx), 256, 0, stream>>>(
-        rows, cols, (const bf16 *)gate, (const bf16 *)up, ld_in, (bf16 *)h, ld_h);
+    ZT_DISPATCH16(ctx->dtype, T,
+                  swiglu_forward_rows_kernel<T><<<zt_grid_for(rows * (cols / 8), 256, ctx), 256, 0, stream>>>(
+                      rows, cols, (const T *)gate, (const T *)up, ld_in, (T *)h, ld_h));
     return zt_cuda_check_launch(what);
 }
 
@@ -170,8 +176,9 @@ zt_status zt_cuda_swiglu_backward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, in
     zt_status st = check_rows(what, rows, cols, lds, 3);
     if (st == ZT_OK) st = check_aligned(what, ptrs, 5);
     if (st != ZT_OK || rows == 0 || cols == 0) return st;
-    swiglu_backward_rows_kernel<<<zt_grid_for(rows * (cols / 8), 256, ctx), 256, 0, stream>>>(
-        rows, cols, (const bf16 *)gate, (const bf16 *)up, ld_in, (const bf16 *)dh, ld_dh,
-        (bf16 *)dgate, (bf16 *)dup, ld_out);
+    ZT_DISPATCH16(ctx->dtype, T,
+                  swiglu_backward_rows_kernel<T><<<zt_grid_for(rows * (cols / 8), 256, ctx), 256, 0, stream>>>(
+                      rows, cols, (const T *)gate, (const T *)up, ld_in, (const T *)dh, ld_dh,
+                      (T *)dgate, (T *)dup, ld_out));
     return zt_cuda_check_launch(what);
 }

@@ -25,6 +25,7 @@
 #include <zt/zt.h>
 
 #include "cpu/kernels.h"
+#include "cuda/f16_host.h"
 #ifdef ZT_PLUGIN_CUDA
 #include "../cuda_plugin.h"
 #endif
@@ -153,10 +154,27 @@ static void scale_range(void *arg, int64_t begin, int64_t end)
     for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale;
 }
 
-static void write_compute_copy(const zt_host *host, const float *param, uint16_t *copy, int64_t n)
+typedef struct f16_job {
+    const float *src;
+    uint16_t *dst;
+} f16_job;
+
+static void f16_range(void *arg, int64_t begin, int64_t end)
 {
-    /* CPU path of ABI 1.1's compute_copy (offload steps host shards): the GPU's rounding, bit for bit */
+    const f16_job *j = arg;
+    for (int64_t i = begin; i < end; i++) j->dst[i] = zt_f16_bits_from_f32(j->src[i]);
+}
+
+static void write_compute_copy(const zt_host *host, const float *param, uint16_t *copy, int32_t dtype, int64_t n)
+{
+    /* CPU path of ABI 1.1's compute_copy (offload steps host shards): the GPU's rounding, bit for bit,
+     * in bf16 or (ABI 1.2) fp16 */
     if (!copy || n <= 0) return;
+    if (dtype == ZT_F16) {
+        f16_job job = {param, copy};
+        host->parallel_for(host->ctx, n, 1 << 14, f16_range, &job);
+        return;
+    }
     zt_cpu_ctx cpu = {.parallel_for = host->parallel_for, .pool = host->ctx};
     zt_cpu_to_bf16(&cpu, n, param, copy);
 }
@@ -165,7 +183,8 @@ static void write_compute_copy(const zt_host *host, const float *param, uint16_t
 /* The fused kernel on device ranges. grad_scale reaches it through a device float, copied only when it
  * changes (clipping changes it every step, else it stays 1 and the kernel reads no scale at all). */
 static zt_status adamw_step_cuda(adamw_state *s, const zt_optim_hparams *h, float *param, const float *grad,
-                                 float *const *opt_state, uint16_t *compute_copy, uint64_t n, cudaStream_t stream)
+                                 float *const *opt_state, uint16_t *compute_copy, int32_t copy_dtype, uint64_t n,
+                                 cudaStream_t stream)
 {
     const zt_host *host = s->host;
     if (host->device->device_type != ZT_DEVICE_CUDA) {
@@ -176,6 +195,9 @@ static zt_status adamw_step_cuda(adamw_state *s, const zt_optim_hparams *h, floa
     }
     zt_status st = zt_plugin_cuda_ctx(host, "adamw", 0, &s->cuda);
     if (st != ZT_OK) return st;
+    /* the kernel writes the compute copy in the context's 16-bit type: this call's */
+    if (compute_copy && (st = zt_cuda_ctx_set_dtype(s->cuda, copy_dtype)) != ZT_OK)
+        return zt_plugin_cuda_failed(host, st, "adamw step");
     if (!s->cuda_grad_scale) { /* on the first step, so the memory in use stays the same from step to step */
         s->cuda_grad_scale = host->alloc(host->ctx, ZT_POOL_OTHER, ZT_MEM_DEVICE, sizeof(float), 0,
                                          "adamw gradient scale");
@@ -228,6 +250,17 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
     }
     /* ABI 1.1: a caller built against 1.0 has no compute_copy field, so read it only when present. */
     uint16_t *compute_copy = h->struct_size >= ZT_OPTIM_HPARAMS_SIZE_1_1 ? (uint16_t *)h->compute_copy : NULL;
+    /* ABI 1.2: the copy's type (a 1.1 caller's copy is bf16) */
+    int32_t copy_dtype = h->struct_size >= ZT_OPTIM_HPARAMS_SIZE_1_2 && h->compute_copy_dtype == ZT_F16 ? ZT_F16
+                                                                                                      : ZT_BF16;
+    if (h->struct_size >= ZT_OPTIM_HPARAMS_SIZE_1_2 && compute_copy && h->compute_copy_dtype != ZT_F16 &&
+        h->compute_copy_dtype != ZT_BF16 && h->compute_copy_dtype != 0) { /* 0: unset, bf16 */
+        host->error(host->ctx, ZT_ERR_INVALID_ARG,
+                    "adamw step: compute_copy_dtype %d is neither ZT_BF16 (%d) nor ZT_F16 (%d) (nor 0, unset: bf16); a "
+                    "zero plugin bug",
+                    (int)h->compute_copy_dtype, (int)ZT_BF16, (int)ZT_F16);
+        return ZT_ERR_INVALID_ARG;
+    }
     if (h->step < 1 || !isfinite(h->lr) || h->lr < 0.0 || !isfinite(h->weight_decay) || h->weight_decay < 0.0 ||
         !isfinite(h->grad_scale)) {
         host->error(host->ctx, ZT_ERR_INVALID_ARG,
@@ -246,7 +279,7 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
 
 #ifdef ZT_PLUGIN_CUDA
     if (device_type == ZT_DEVICE_CUDA)
-        return adamw_step_cuda(s, h, param, grad, opt_state, compute_copy, n, (cudaStream_t)stream);
+        return adamw_step_cuda(s, h, param, grad, opt_state, compute_copy, copy_dtype, n, (cudaStream_t)stream);
 #else
     (void)stream;
 #endif
@@ -254,7 +287,7 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
     zt_adamw_params hp = {h->lr, s->beta1, s->beta2, s->eps, h->weight_decay, h->step};
     if (h->grad_scale == 1.0) {
         zt_cpu_adamw_step(&cpu, (int64_t)n, &hp, param, grad, opt_state[0], opt_state[1]);
-        write_compute_copy(host, param, compute_copy, (int64_t)n);
+        write_compute_copy(host, param, compute_copy, copy_dtype, (int64_t)n);
         return ZT_OK;
     }
     if (!s->scaled_grad) {
@@ -269,13 +302,13 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
         host->parallel_for(host->ctx, len, 1 << 14, scale_range, &job);
         zt_cpu_adamw_step(&cpu, len, &hp, param + at, s->scaled_grad, opt_state[0] + at, opt_state[1] + at);
     }
-    write_compute_copy(host, param, compute_copy, (int64_t)n);
+    write_compute_copy(host, param, compute_copy, copy_dtype, (int64_t)n);
     return ZT_OK;
 }
 
 static const zt_optimizer_ops adamw_ops = {
     .struct_size = sizeof(zt_optimizer_ops),
-    .flags = ZT_OPTIM_WRITES_COMPUTE_COPY,
+    .flags = ZT_OPTIM_WRITES_COMPUTE_COPY | ZT_OPTIM_WRITES_COMPUTE_COPY_F16,
     .n_state = adamw_n_state,
     .state_name = adamw_state_name,
     .step = adamw_step,

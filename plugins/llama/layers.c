@@ -518,7 +518,8 @@ static zt_status head_compute(const unit_run *r, const float *x, const head_acts
     double loss = 0.0;
     int64_t bad = -1;
     st = zt_cpu_cross_entropy(&s->cpu, N, V, a->logits, c->batch->targets,
-                              (double)c->batch->n_loss_tokens_global, 1.0f, row_loss, &loss,
+                              (double)c->batch->n_loss_tokens_global, (float)zt_unit_call_loss_scale(c), row_loss,
+                              &loss,
                               train ? a->logits : NULL, &bad);
     if (st != ZT_OK) {
         /* plugin.c checked n_loss_tokens_global, so this is a target outside the vocabulary */

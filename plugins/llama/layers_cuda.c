@@ -580,7 +580,7 @@ static zt_status gpu_run_init(gpu_run *r, llama_state *s, const zt_unit_call *c)
     return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(&s->cfg, r->tokens), &s->gpu->ctx);
 }
 
-/* A [B, T, heads, D] bf16 device view for the attention plugin. */
+/* A [B, T, heads, D] device view (the run's 16-bit type) for the attention plugin. */
 static zt_tensor attention_view(const gpu_run *r, void *data, int64_t heads)
 {
     const zt_batch *b = r->c->batch;
@@ -588,7 +588,7 @@ static zt_tensor attention_view(const gpu_run *r, void *data, int64_t heads)
     zt_tensor t;
     memset(&t, 0, sizeof t);
     t.data = data;
-    t.dtype = ZT_BF16;
+    t.dtype = r->s->compute;
     t.device_type = ZT_DEVICE_CUDA;
     t.device_index = r->s->host->device->device_index;
     t.ndim = 4;
@@ -1097,8 +1097,10 @@ static zt_status head_backward_impl(llama_state *s, const zt_unit_call *c)
     uint16_t *d_norm = carve(&wv, N * H, 2);
     float *row_loss = carve(&wv, N, 4);
     /* The logits again, chunk by chunk, now with d_norm = dlogits W and dW += dlogits^T norm. */
+    /* fp16: dloss = the loss scale S, so every gradient below carries S (the zero plugin divides it out) */
     CUDA_STEP(zt_cuda_lm_head_loss(ctx, r->stream, N, H, V, a.norm, param(r, HEAD_LM), c->batch->targets,
-                                   (double)c->batch->n_loss_tokens_global, 1.0f, row_loss, s->gpu->loss, d_norm,
+                                   (double)c->batch->n_loss_tokens_global, (float)zt_unit_call_loss_scale(c),
+                                   row_loss, s->gpu->loss, d_norm,
                                    grad(r, HEAD_LM)),
               "LM head backward");
     float *g = grad(r, HEAD_NORM);
@@ -1184,8 +1186,8 @@ static zt_status check_shapes(const llama_state *s)
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         if (dims[i].value % 8 == 0) continue;
         s->host->error(s->host->ctx, ZT_ERR_UNSUPPORTED,
-                       "llama on CUDA: %s is %lld, but the bf16 kernels need a multiple of 8 (16-byte rows for "
-                       "the tensor cores); pad it (a vocabulary can be padded: model.vocab_size) or train on the "
+                       "llama on CUDA: %s is %lld, but the bf16 kernels need a multiple of 8 (as do the fp16 ones: "
+                       "16-byte rows for the tensor cores); pad it (a vocabulary can be padded: model.vocab_size) or train on the "
                        "CPU (device = cpu)",
                        dims[i].key, (long long)dims[i].value);
         return ZT_ERR_UNSUPPORTED;

@@ -41,7 +41,9 @@ typedef struct llama_gpu llama_gpu; /* layers_cuda.c */
 
 typedef struct llama_state {
     const zt_host *host;
-    int on_gpu;                /* a CUDA run: bf16 units on the GPU (layers_cuda.c) */
+    int on_gpu;                /* a CUDA run: bf16 or fp16 units on the GPU (layers_cuda.c) */
+    int32_t compute;           /* dtype of parameter views and activations: ZT_F32 (CPU), ZT_BF16, or
+                                  ZT_F16 on a GPU with fp16.enabled */
     llama_gpu *gpu;            /* their device state; NULL on the CPU */
     zt_cpu_ctx cpu;            /* the host's thread pool, for the kernels */
     llama_config cfg;

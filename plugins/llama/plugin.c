@@ -99,6 +99,10 @@ static zt_status llama_init(const zt_host *host, void **state)
     }
     s->host = host;
     s->on_gpu = on_gpu;
+    int32_t fp16 = 0;
+    if (host->cfg_bool(host->ctx, "fp16.enabled", &fp16) != ZT_OK) fp16 = 0;
+    /* the CPU path computes in fp32 whatever fp16.enabled says (the host warns) */
+    s->compute = !on_gpu ? ZT_F32 : fp16 ? ZT_F16 : ZT_BF16;
     s->cpu.parallel_for = host->parallel_for;
     s->cpu.pool = host->ctx;
     zt_status st = llama_config_resolve(host, &s->cfg);
@@ -114,7 +118,7 @@ static zt_status llama_init(const zt_host *host, void **state)
 #ifdef ZT_PLUGIN_CUDA
     if (st == ZT_OK && on_gpu) {
         st = llama_cuda_init(s);
-        /* bf16 activations: half the bytes the fp32 estimate counts */
+        /* 16-bit activations: half the bytes the fp32 estimate counts */
         s->info.act_bytes_per_token_layer /= 2;
         s->info.act_bytes_per_token_layer_recompute /= 2;
     }
@@ -153,11 +157,13 @@ static zt_status check_view(const llama_state *s, const char *unit_name, const c
     format_shape(want, sizeof want, ndim, shape);
     const char *problem = NULL;
     int64_t expected_stride = 1;
-    const char *dtype_name = dtype == ZT_F32 ? "fp32" : "bf16", *device_name = s->on_gpu ? "CUDA" : "CPU";
+    const char *dtype_name = dtype == ZT_F32 ? "fp32" : dtype == ZT_F16 ? "fp16" : "bf16",
+               *device_name = s->on_gpu ? "CUDA" : "CPU";
     if (!t->data) problem = "its data pointer is NULL";
     else if (t->dtype != dtype)
         problem = dtype == ZT_F32 ? (s->on_gpu ? "its dtype is not F32" : "its dtype is not F32 (the CPU path computes in fp32)")
-                                  : "its dtype is not BF16 (the CUDA path computes in bf16)";
+                  : dtype == ZT_F16 ? "its dtype is not F16 (fp16.enabled: the CUDA path computes in fp16)"
+                                    : "its dtype is not BF16 (the CUDA path computes in bf16)";
     else if (t->device_type != (s->on_gpu ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU))
         problem = s->on_gpu ? "it is not in CUDA device memory" : "it is not in CPU memory";
     else if (t->ndim != ndim) problem = "it has another number of dimensions";
@@ -202,7 +208,7 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
     int is_embedding = u == 0, is_head = u == n_units - 1, is_layer = !is_embedding && !is_head;
     int train = (c->flags & ZT_UNIT_TRAIN) != 0;
 
-    int32_t compute = s->on_gpu ? ZT_BF16 : ZT_F32; /* the dtype of parameters and activations */
+    int32_t compute = s->compute; /* the dtype of parameters and activations */
     int32_t first = s->unit_first_param[u], n = s->unit_first_param[u + 1] - first;
     if (c->n_params != n || !c->params) {
         snprintf(what, sizeof what, "expected %d parameter views, got %d%s", (int)n, (int)c->n_params,
@@ -370,7 +376,7 @@ static const zt_plugin k_plugin = {
     .name = "llama",
     .version = "1.0.0",
 #ifdef ZT_PLUGIN_CUDA
-    .description = "LLaMA 1/2/3 (RMSNorm, RoPE with Llama 3 scaling, GQA/MQA, SwiGLU), fp32 on the CPU, bf16 on CUDA",
+    .description = "LLaMA 1/2/3 (RMSNorm, RoPE with Llama 3 scaling, GQA/MQA, SwiGLU), fp32 on the CPU, bf16 or fp16 on CUDA",
 #else
     .description = "LLaMA 1/2/3 (RMSNorm, RoPE with Llama 3 scaling, GQA/MQA, SwiGLU), fp32 on the CPU",
 #endif

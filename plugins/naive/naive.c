@@ -75,10 +75,10 @@ static zt_status check_tensor(const naive_state *s, const char *op, const char *
     const int64_t want[4] = {d0, d1, d2, d3};
     if (!t->data) return fail(s, ZT_ERR_INVALID_ARG, op, "%s has no data (NULL)", name);
     if (s->on_cuda) {
-        if (t->dtype != ZT_BF16)
+        if (t->dtype != ZT_BF16 && t->dtype != ZT_F16)
             return fail(s, ZT_ERR_UNSUPPORTED, op,
-                        "%s has dtype %d; on a GPU naive attention computes on bf16 tensors (ZT_BF16) only", name,
-                        (int)t->dtype);
+                        "%s has dtype %d; on a GPU naive attention computes on bf16 tensors (ZT_BF16), or on "
+                        "fp16 ones (ZT_F16) with fp16.enabled", name, (int)t->dtype);
         if (t->device_type != ZT_DEVICE_CUDA)
             return fail(s, ZT_ERR_UNSUPPORTED, op,
                         "%s is in host memory, but this run computes on a GPU: pass CUDA device memory", name);
@@ -146,12 +146,24 @@ static zt_cuda_attention_shape cuda_shape(const zt_attn_args *a)
     return shape;
 }
 
-static zt_status cuda_handle(naive_state *s)
+/* The handle, created on first use, set to the call's 16-bit type (q's: bf16, or fp16 with
+ * fp16.enabled), which every other tensor of the call must share. */
+static zt_status cuda_handle(naive_state *s, const zt_attn_args *a, int backward)
 {
-    if (s->gpu) return ZT_OK;
-    zt_status st = zt_cuda_naive_attention_create(s->host->device->device_index, &s->gpu);
-    if (st != ZT_OK) return zt_plugin_cuda_failed(s->host, st, "naive attention: creating its cuBLAS handle");
-    return ZT_OK;
+    const zt_tensor *views[] = {&a->k, &a->v, &a->out, &a->dout, &a->dq, &a->dk, &a->dv};
+    const char *names[] = {"k", "v", "out", "dout", "dq", "dk", "dv"};
+    for (int i = 0; i < (backward ? 7 : 3); i++)
+        if (views[i]->dtype != a->q.dtype)
+            return fail(s, ZT_ERR_INVALID_ARG, backward ? "backward" : "forward",
+                        "%s has dtype %d but q has %d: every tensor of a call has the run's one 16-bit type",
+                        names[i], (int)views[i]->dtype, (int)a->q.dtype);
+    zt_status st = ZT_OK;
+    if (!s->gpu) {
+        st = zt_cuda_naive_attention_create(s->host->device->device_index, &s->gpu);
+        if (st != ZT_OK) return zt_plugin_cuda_failed(s->host, st, "naive attention: creating its cuBLAS handle");
+    }
+    st = zt_cuda_naive_attention_set_dtype(s->gpu, a->q.dtype);
+    return st == ZT_OK ? ZT_OK : zt_plugin_cuda_failed(s->host, st, "naive attention");
 }
 
 /* The scores workspace is per call (pool workspace): [H, T, T] fp32 for one batch element at a
@@ -160,7 +172,7 @@ static zt_status cuda_forward(naive_state *s, const zt_attn_args *a, void **save
 {
     const zt_host *h = s->host;
     zt_cuda_attention_shape shape = cuda_shape(a);
-    zt_status st = cuda_handle(s);
+    zt_status st = cuda_handle(s, a, 0);
     if (st != ZT_OK) return st;
     uint64_t ws_bytes = zt_cuda_naive_attention_forward_workspace_bytes(&shape);
     uint64_t lse_bytes = (uint64_t)(shape.batch * shape.heads * shape.seq) * sizeof(float);
@@ -194,7 +206,7 @@ static zt_status cuda_backward(naive_state *s, const zt_attn_args *a, const naiv
 {
     const zt_host *h = s->host;
     zt_cuda_attention_shape shape = cuda_shape(a);
-    zt_status st = cuda_handle(s);
+    zt_status st = cuda_handle(s, a, 1);
     if (st != ZT_OK) return st;
     uint64_t ws_bytes = zt_cuda_naive_attention_backward_workspace_bytes(&shape);
     void *ws = h->alloc(h->ctx, ZT_POOL_WORKSPACE, ZT_MEM_DEVICE, ws_bytes, 0,

@@ -190,6 +190,8 @@ typedef struct unit_store {
 typedef struct zero_state {
     const zt_host *host;
     zero_cuda *gpu;         /* GPU runs (zero_cuda.h); NULL on the CPU */
+    int32_t compute16;      /* GPU runs: the 16-bit type of the compute copies, ZT_BF16 or ZT_F16 (fp16);
+                               the arrays are named *_bf16 from before fp16 existed */
     int32_t overlap_comm;
     int64_t reduce_bucket, allgather_bucket, prefetch_bucket;
     int32_t offload_optimizer, offload_param, pin_optimizer, pin_param;
@@ -383,11 +385,38 @@ static void *alloc_table(const zero_state *s, uint64_t bytes, const char *what)
     return p;
 }
 
-/* bf16 of fp32 on the CPU, the bits of the GPU's __float2bfloat16_rn and of adamw's CPU compute_copy. */
+#include "cuda/f16_host.h" /* plain C: also where the plugin is built without CUDA */
+
+typedef struct f16_job {
+    const float *src;
+    uint16_t *dst;
+} f16_job;
+
+static void f16_range(void *arg, int64_t begin, int64_t end)
+{
+    const f16_job *j = arg;
+    for (int64_t i = begin; i < end; i++) j->dst[i] = zt_f16_bits_from_f32(j->src[i]);
+}
+
+/* The compute copy's 16 bits of fp32 on the CPU: bf16, the bits of the GPU's __float2bfloat16_rn and
+ * of adamw's CPU compute_copy; or fp16 (fp16.enabled, GPU runs only), those of __float2half_rn. */
 static void bf16_host(const zero_state *s, const float *src, uint16_t *dst, int64_t n)
 {
+    if (s->compute16 == ZT_F16) {
+        f16_job job = {src, dst};
+        s->host->parallel_for(s->host->ctx, n, 1 << 14, f16_range, &job);
+        return;
+    }
     zt_cpu_ctx cpu = {.parallel_for = s->host->parallel_for, .pool = s->host->ctx};
     zt_cpu_to_bf16(&cpu, n, src, dst);
+}
+
+/* The optimizer writes the compute copy in its update pass (ABI 1.1), in this run's 16-bit type
+ * (fp16 copies: ABI 1.2's ZT_OPTIM_WRITES_COMPUTE_COPY_F16); otherwise refresh_compute_copy converts. */
+static int opt_writes_copy(const zero_state *s)
+{
+    if (!(s->opt->flags & ZT_OPTIM_WRITES_COMPUTE_COPY)) return 0;
+    return s->compute16 != ZT_F16 || (s->opt->flags & ZT_OPTIM_WRITES_COMPUTE_COPY_F16);
 }
 
 /* y += x on the CPU (offload: a downloaded gradient slice into the host shard). */
@@ -636,7 +665,7 @@ static zt_status gather_unit(zero_state *s, int32_t u)
                                     (uint64_t)us->shard_count * sizeof(uint16_t));
         send = slot;
     }
-    if (st == ZT_OK) st = all_gather_bytes(s, us, send, us->compute_bf16, ZT_BF16, sizeof(uint16_t));
+    if (st == ZT_OK) st = all_gather_bytes(s, us, send, us->compute_bf16, s->compute16, sizeof(uint16_t));
     return st == ZT_OK ? comm_done(s, gather_slot(s, u)) : st;
 }
 
@@ -1260,15 +1289,16 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
         return fail(s, ZT_ERR_INVALID_ARG, "setup: the layout or the optimizer ops are missing or too old");
     int gpu = h->device->device_type == ZT_DEVICE_CUDA;
     s->off_gpu = gpu && s->offload_optimizer;
-    if (gpu && (!GPU_CAPABLE || layout->compute_dtype != ZT_BF16))
+    if (gpu && (!GPU_CAPABLE || (layout->compute_dtype != ZT_BF16 && layout->compute_dtype != ZT_F16)))
         return fail(s, ZT_ERR_UNSUPPORTED,
-                    "trains on GPUs only when built with CUDA and computing in bf16 (this run: compute dtype "
+                    "trains on GPUs only when built with CUDA and computing in bf16 or fp16 (this run: compute dtype "
                     "%d%s); rebuild zt where the CUDA toolkit is installed, or train on the CPU (device = cpu)",
                     (int)layout->compute_dtype, GPU_CAPABLE ? "" : ", a plugin built without CUDA");
     if (!gpu && (h->device->device_type != ZT_DEVICE_CPU || layout->compute_dtype != ZT_F32))
         return fail(s, ZT_ERR_UNSUPPORTED,
                     "runs on the CPU in fp32 only for now (this run: %s, compute dtype %d); train on the CPU",
                     h->device->device_type == ZT_DEVICE_CUDA ? "CUDA" : "CPU", (int)layout->compute_dtype);
+    s->compute16 = layout->compute_dtype == ZT_F16 ? ZT_F16 : ZT_BF16;
     zt_status st = h->group_get(h->ctx, "dp", &s->dp);
     if (st != ZT_OK) return st; /* the host's message names the missing group */
     st = decide_step_in_backward(s, gpu);
@@ -1388,7 +1418,8 @@ static zt_status zero_before_unit(void *opaque, int32_t unit, int32_t phase, zt_
         const zt_param_decl *p = &m->params[i];
         const unit_store *home = &s->units[m->params[owner].unit];
         const zt_device_ctx *device = s->host->device;
-        if (params && s->gpu) fill_view(&params[k], p, home->compute_bf16 + l->param_offset[owner], ZT_BF16, device);
+        if (params && s->gpu)
+            fill_view(&params[k], p, home->compute_bf16 + l->param_offset[owner], s->compute16, device);
         else if (params) fill_view(&params[k], p, home->compute + l->param_offset[owner], ZT_F32, device);
         if (phase == ZT_PHASE_BACKWARD && grads)
             fill_view(&grads[k], p, s->grad_view[owner] >= 0 ? grad_target(home) + s->grad_view[owner] : NULL,
@@ -1511,7 +1542,10 @@ static zt_status step_range_at(zero_state *s, const opt_range *rg, const zt_step
                            .lr = a->lr,
                            .weight_decay = rg->decay ? a->weight_decay : 0.0,
                            .grad_scale = clip / a->loss_scale};
-    if (copy && (s->opt->flags & ZT_OPTIM_WRITES_COMPUTE_COPY)) hp.compute_copy = copy + rg->master_offset;
+    if (copy && opt_writes_copy(s)) {
+        hp.compute_copy = copy + rg->master_offset;
+        hp.compute_copy_dtype = s->compute16;
+    }
     return s->opt->step(s->opt_state, &hp, us->master + rg->master_offset, grads + rg->grad_offset, state_at,
                         (uint64_t)rg->count, on_gpu ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU,
                         on_gpu ? s->host->device->compute_stream : NULL);
@@ -1564,7 +1598,7 @@ static zt_status offload_step_gpu_unit(zero_state *s, int32_t unit)
     for (int32_t k = 0; k < s->n_ranges && st == ZT_OK; k++)
         if (s->ranges[k].unit == unit)
             st = step_range_at(s, &s->ranges[k], s->offload_args, s->offload_clip, grads, copy, 0);
-    for (int32_t k = 0; k < s->n_ranges && st == ZT_OK && !(s->opt->flags & ZT_OPTIM_WRITES_COMPUTE_COPY); k++) {
+    for (int32_t k = 0; k < s->n_ranges && st == ZT_OK && !opt_writes_copy(s); k++) {
         const opt_range *rg = &s->ranges[k]; /* an optimizer without compute_copy: convert here */
         if (rg->unit == unit) bf16_host(s, us->master + rg->master_offset, copy + rg->master_offset, rg->count);
     }
@@ -1631,7 +1665,7 @@ static zt_status after_unit_step(zero_state *s, int32_t u)
     /* (not for offload on GPUs, whose thread converts and uploads: offload_gpu_step) stage 3 with
      * offload_param alone: step_range left the host bf16 shard to this refresh */
     int copy_on_host = SHARDED_PARAMS && s->offload_param;
-    if (s->gpu && us->n_state_elems && (copy_on_host || !(s->opt->flags & ZT_OPTIM_WRITES_COMPUTE_COPY)))
+    if (s->gpu && us->n_state_elems && (copy_on_host || !opt_writes_copy(s)))
         st = refresh_compute_copy(s, u);
     if (st != ZT_OK || !SHARDED_MASTER || SHARDED_PARAMS) return st;
     st = gather_unit(s, u);

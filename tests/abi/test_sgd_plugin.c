@@ -65,7 +65,7 @@ static void stop(sgd_run *r)
 
 static zt_optim_hparams hparams(int64_t step, double lr, double weight_decay, double grad_scale)
 {
-    zt_optim_hparams h = {sizeof h, 0, step, lr, weight_decay, grad_scale, NULL};
+    zt_optim_hparams h = {sizeof h, 0, step, lr, weight_decay, grad_scale, NULL, 0, 0};
     return h;
 }
 

@@ -8,6 +8,26 @@
 #include <time.h>
 
 static uint64_t rng_state;
+static int32_t dtype16 = ZT_BF16; /* what the *_bf16 helpers round to, upload and download */
+
+void cuda_test_set_dtype16(int32_t dtype) { dtype16 = dtype == ZT_F16 ? ZT_F16 : ZT_BF16; }
+int32_t cuda_test_dtype16(void) { return dtype16; }
+const char *cuda_test_dtype16_name(void) { return dtype16 == ZT_F16 ? "fp16" : "bf16"; }
+
+double cuda_test_tol_out(void) { return dtype16 == ZT_F16 ? TOL_F16_OUT_VALUE : TOL_BF16_OUT_VALUE; }
+double cuda_test_tol_chain(void) { return dtype16 == ZT_F16 ? TOL_F16_CHAIN_VALUE : TOL_BF16_CHAIN_VALUE; }
+
+static void to16(const float *x, uint16_t *out, int64_t n)
+{
+    if (dtype16 == ZT_F16) zt_cuda_f16_from_f32_host(x, out, n);
+    else zt_cuda_bf16_from_f32_host(x, out, n);
+}
+
+static void from16(const uint16_t *in, float *x, int64_t n)
+{
+    if (dtype16 == ZT_F16) zt_cuda_f32_from_f16_host(in, x, n);
+    else zt_cuda_f32_from_bf16_host(in, x, n);
+}
 
 static void die(const char *fmt, const char *detail)
 {
@@ -53,6 +73,7 @@ zt_cuda_ctx *cuda_test_ctx(uint64_t scratch_bytes)
     zt_cuda_ctx *ctx;
     if (zt_cuda_ctx_create(0, scratch_bytes ? scratch_bytes : 256ull << 20, &ctx) != ZT_OK)
         die("zt_cuda_ctx_create: %s", zt_cuda_last_error());
+    if (zt_cuda_ctx_set_dtype(ctx, dtype16) != ZT_OK) die("zt_cuda_ctx_set_dtype: %s", zt_cuda_last_error());
     return ctx;
 }
 
@@ -89,8 +110,8 @@ void round_to_bf16(float *x, int64_t n)
 {
     uint16_t *tmp = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
     if (!tmp) die("out of host memory%s", "");
-    zt_cuda_bf16_from_f32_host(x, tmp, n);
-    zt_cuda_f32_from_bf16_host(tmp, x, n);
+    to16(x, tmp, n);
+    from16(tmp, x, n);
     free(tmp);
 }
 
@@ -127,7 +148,7 @@ uint16_t *device_bf16(const float *x, int64_t n)
 {
     uint16_t *tmp = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
     if (!tmp) die("out of host memory%s", "");
-    zt_cuda_bf16_from_f32_host(x, tmp, n);
+    to16(x, tmp, n);
     uint16_t *d = device_alloc(sizeof(uint16_t) * (uint64_t)n);
     check_cuda("cudaMemcpy (upload)", cudaMemcpy(d, tmp, sizeof(uint16_t) * (size_t)n,
                                                  cudaMemcpyHostToDevice));
@@ -159,7 +180,7 @@ float *download_bf16(const uint16_t *d, int64_t n)
     check_cuda("cudaMemcpy (download)", cudaMemcpy(tmp, d, sizeof(uint16_t) * (size_t)n,
                                                    cudaMemcpyDeviceToHost));
     float *x = host_f32(n);
-    zt_cuda_f32_from_bf16_host(tmp, x, n);
+    from16(tmp, x, n);
     free(tmp);
     return x;
 }

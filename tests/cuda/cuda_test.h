@@ -14,8 +14,19 @@
  * prints the device's name. */
 void cuda_test_init(const char *test_name);
 
-/* Context with `scratch_bytes` of scratch (0: 256 MiB); exits on failure. */
+/* Context with `scratch_bytes` of scratch (0: 256 MiB), computing in the current 16-bit type (below);
+ * exits on failure. */
 zt_cuda_ctx *cuda_test_ctx(uint64_t scratch_bytes);
+
+/* The 16-bit type the tests run in: ZT_BF16 (default) or ZT_F16 (the fp16 pass). The *_bf16 helpers
+ * below (round_to_bf16, random_bf16_values, device_bf16, download_bf16) round to, upload and decode
+ * that type, cuda_test_ctx's contexts compute in it, and TOL_BF16_OUT / TOL_BF16_CHAIN are its
+ * tolerances. Set it before creating contexts. */
+void cuda_test_set_dtype16(int32_t dtype);
+int32_t cuda_test_dtype16(void);
+const char *cuda_test_dtype16_name(void);
+double cuda_test_tol_out(void);
+double cuda_test_tol_chain(void);
 
 /* ---- host data ------------------------------------------------------------------------------- */
 
@@ -69,7 +80,13 @@ int check_fails(const char *what, zt_status st, zt_status want, const char *need
 
 /* Tolerances (relative L2 error), see docs/cuda.md. */
 #define TOL_F32 1e-5    /* fp32 arithmetic on identical inputs, different summation order */
-#define TOL_BF16_OUT 8e-3 /* one rounding of the result to bf16 (2^-9 relative, ~3e-3 rms) */
-#define TOL_BF16_CHAIN 1.5e-2 /* bf16 intermediates feeding further products (P, dS, dlogits) */
+#define TOL_BF16_OUT_VALUE 8e-3 /* one rounding of the result to bf16 (2^-9 relative, ~3e-3 rms) */
+#define TOL_BF16_CHAIN_VALUE 1.5e-2 /* bf16 intermediates feeding further products (P, dS, dlogits) */
+/* fp16 has a 10-bit mantissa (bf16: 7): one rounding is 2^-11 relative at most, ~3e-4 rms */
+#define TOL_F16_OUT_VALUE 1e-3
+#define TOL_F16_CHAIN_VALUE 2e-3 /* fp16 intermediates feeding further products */
+/* The current 16-bit type's (cuda_test_set_dtype16): bf16's values unless the fp16 pass runs. */
+#define TOL_BF16_OUT (cuda_test_tol_out())
+#define TOL_BF16_CHAIN (cuda_test_tol_chain())
 
 #endif

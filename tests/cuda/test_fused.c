@@ -4,7 +4,8 @@
  * GEMM epilogue, and the whole q|k|v and gate|up chains of a layer (one GEMM over stacked weights,
  * then the fused kernel; backward one dX and one dW GEMM) against the separate CPU products. GPU
  * outputs are poisoned with NaN before every run (device_alloc), so an element a kernel forgets
- * fails; padding a kernel must not touch is checked to stay NaN. */
+ * fails; padding a kernel must not touch is checked to stay NaN. Everything runs in bf16, then in
+ * fp16 (fp16.enabled's kernels). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -403,16 +404,22 @@ static void test_rmsnorm_add(zt_cuda_ctx *ctx)
     device_free(p);
 }
 
+/* Every test in bf16, then in fp16 (the context's type, inputs rounded to fp16, fp16's tolerances). */
 int main(void)
 {
     cuda_test_init("test_cuda_fused");
-    zt_cuda_ctx *ctx = cuda_test_ctx(0);
-    test_rope_qkv(ctx);
-    test_swiglu_rows(ctx);
-    test_linear_residual(ctx);
-    test_rmsnorm_add(ctx);
-    test_qkv_chain(ctx);
-    test_gate_up_chain(ctx);
-    zt_cuda_ctx_destroy(ctx);
+    const int32_t passes[2] = {ZT_BF16, ZT_F16};
+    for (int p = 0; p < 2; p++) {
+        cuda_test_set_dtype16(passes[p]);
+        printf("==== %s pass ====\n", cuda_test_dtype16_name());
+        zt_cuda_ctx *ctx = cuda_test_ctx(0);
+        test_rope_qkv(ctx);
+        test_swiglu_rows(ctx);
+        test_linear_residual(ctx);
+        test_rmsnorm_add(ctx);
+        test_qkv_chain(ctx);
+        test_gate_up_chain(ctx);
+        zt_cuda_ctx_destroy(ctx);
+    }
     return zt_test_result();
 }

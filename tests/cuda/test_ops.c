@@ -1,7 +1,9 @@
 /* The bf16 CUDA kernels (kernels/cuda) against the fp32 CPU kernels (kernels/cpu), which the CPU
  * tests check against PyTorch. Inputs are fresh random values rounded to bf16, so both sides see
  * the same numbers; GPU outputs are poisoned with NaN before every run; errors are relative L2
- * against the CPU result, with the tolerances of cuda_test.h (docs/cuda.md explains them). */
+ * against the CPU result, with the tolerances of cuda_test.h (docs/cuda.md explains them).
+ * Everything runs twice: in bf16, then in fp16 (contexts set to ZT_F16, inputs rounded to fp16, the
+ * tighter fp16 tolerances; the loss gradients carry a loss scale there, as fp16 training does). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +53,9 @@ static void test_gemm(zt_cuda_ctx *ctx)
                     void *dC = c_bf16 ? (void *)device_bf16(C0, M * ldc) : (void *)device_f32(C0, M * ldc);
                     if (!acc) device_poison(dC, (uint64_t)(M * ldc) * (c_bf16 ? 2 : 4));
                     snprintf(name, sizeof name, "gemm trans_a=%d trans_b=%d out=%s accumulate=%d", ta,
-                             tb, c_bf16 ? "bf16" : "fp32", acc);
+                             tb, c_bf16 ? cuda_test_dtype16_name() : "fp32", acc);
                     ZT_CHECK(check_ok(name, zt_cuda_gemm(ctx, 0, ta, tb, M, N, K, dA, lda, dB, ldb, dC,
-                                                         c_bf16 ? ZT_BF16 : ZT_F32, ldc, acc)));
+                                                         c_bf16 ? cuda_test_dtype16() : ZT_F32, ldc, acc)));
                     float *got = c_bf16 ? download_bf16(dC, M * ldc) : download_f32(dC, M * ldc);
                     float *got_block = block_of(got, M, N, ldc), *ref_block = block_of(ref, M, N, ldc);
                     ZT_CHECK(check_rel_l2(name, got_block, ref_block, M * N,
@@ -73,8 +75,8 @@ static void test_gemm(zt_cuda_ctx *ctx)
     ZT_CHECK(check_fails("gemm with lda smaller than a row",
                          zt_cuda_gemm(ctx, 0, 0, 0, 8, 8, 16, dA, 8, dA, 8, dC, ZT_F32, 8, 0),
                          ZT_ERR_INVALID_ARG, "leading dimensions"));
-    ZT_CHECK(check_fails("gemm with an fp16 output",
-                         zt_cuda_gemm(ctx, 0, 0, 0, 8, 8, 8, dA, 8, dA, 8, dC, ZT_F16, 8, 0),
+    ZT_CHECK(check_fails("gemm with an int32 output",
+                         zt_cuda_gemm(ctx, 0, 0, 0, 8, 8, 8, dA, 8, dA, 8, dC, ZT_I32, 8, 0),
                          ZT_ERR_UNSUPPORTED, "output dtype"));
     free(zeros), free(got);
     device_free(dC), device_free(dA);
@@ -335,7 +337,9 @@ static int32_t *random_targets(int64_t rows, int64_t vocab, double *normalizer)
 static void test_cross_entropy(zt_cuda_ctx *ctx)
 {
     const int64_t rows = 64, vocab = 32000;
-    const float dloss = 1.7f;
+    /* fp16: dlogits of ~1e-6 are subnormal in fp16, which is why fp16 training scales the loss: here
+     * by 1024 (the CPU reference gets the same dloss) */
+    const float dloss = cuda_test_dtype16() == ZT_F16 ? 1.7f * 1024.0f : 1.7f;
     double normalizer, loss, g_loss;
     int64_t bad;
     int32_t *targets = random_targets(rows, vocab, &normalizer);
@@ -382,7 +386,7 @@ static void test_cross_entropy(zt_cuda_ctx *ctx)
 static void test_lm_head_loss(void)
 {
     const int64_t rows = 300, dim = 256, vocab = 5008;
-    const float dloss = 1.0f;
+    const float dloss = cuda_test_dtype16() == ZT_F16 ? 4096.0f : 1.0f; /* a loss scale in fp16 */
     double normalizer, loss, g_loss;
     int64_t bad;
     /* scratch for 64 rows of logits: the 300 rows go through in several chunks */
@@ -522,7 +526,9 @@ static void test_adamw(zt_cuda_ctx *ctx)
     ZT_CHECK(check_rel_l2("adamw master weights after 3 steps", all[0], ref[0], total, 1e-6));
     ZT_CHECK(check_rel_l2("adamw exp_avg", all[1], ref[1], total, 1e-6));
     ZT_CHECK(check_rel_l2("adamw exp_avg_sq", all[2], ref[2], total, 1e-6));
-    ZT_CHECK(check_identical("bf16 compute copy = bf16(master)", all[3], all[4], total));
+    ZT_CHECK(check_identical(cuda_test_dtype16() == ZT_F16 ? "fp16 compute copy = fp16(master)"
+                                                           : "bf16 compute copy = bf16(master)",
+                             all[3], all[4], total));
 
     hp.step = 0;
     ZT_CHECK(check_fails("adamw with step 0", zt_cuda_adamw_step(ctx, 0, N_TENSORS, params, &hp, NULL),
@@ -548,6 +554,10 @@ static void test_conversions(zt_cuda_ctx *ctx)
     const int64_t n = 100003;
     float *x = random_f32(n, 1000.0f);
     x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-40f /* subnormal */, x[3] = 3.0e38f, x[4] = -1.00390625f;
+    /* fp16's edges: the largest finite (65504), the rounding boundary to inf (65520), its subnormals
+     * (below 6.1e-5) and the smallest one (2^-24); ordinary values in bf16 */
+    x[5] = 65519.0f, x[6] = 65520.0f, x[7] = -70000.0f, x[8] = 1e-6f, x[9] = 3e-8f, x[10] = 2.9e-8f;
+    for (int64_t i = 11; i < 5011; i++) x[i] = test_uniform(-1e-4f, 1e-4f);
     float *want = host_f32(n);
     memcpy(want, x, sizeof(float) * (size_t)n);
     round_to_bf16(want, n); /* round to nearest even on the host */
@@ -572,11 +582,86 @@ static void test_conversions(zt_cuda_ctx *ctx)
     device_free(d_x), device_free(d_b), device_free(d_y);
 }
 
-int main(void)
+/* ---- naive attention (the unfused reference; the attention of fp16 training) ------------------ */
+
+static void test_naive_attention(zt_cuda_ctx *ctx)
 {
-    cuda_test_init("test_cuda_ops");
+    (void)ctx;
+    const int64_t B = 2, T = 96, H = 4, Hkv = 2, D = 32;
+    zt_attention_shape cs = {B, T, H, Hkv, D, 1.0f / sqrtf((float)D)};
+    zt_cuda_attention_shape gs = {B, T, H, Hkv, D, cs.scale};
+    int64_t nq = B * T * H * D, nkv = B * T * Hkv * D;
+    int32_t *doc = packed_doc_ids(B, T);
+    float *q = random_bf16_values(nq, 1.0f), *k = random_bf16_values(nkv, 1.0f);
+    float *v = random_bf16_values(nkv, 1.0f), *dout = random_bf16_values(nq, 1.0f);
+    float *o = host_f32(nq), *lse = host_f32(B * H * T), *dq = host_f32(nq), *dk = host_f32(nkv);
+    float *dv = host_f32(nkv);
+    zt_cpu_attention_forward(NULL, &cs, q, k, v, doc, o, lse);
+    zt_cpu_attention_backward(NULL, &cs, q, k, v, doc, o, lse, dout, dq, dk, dv);
+
+    zt_cuda_naive_attention *na = NULL;
+    ZT_CHECK(check_ok("naive attention handle", zt_cuda_naive_attention_create(0, &na)));
+    if (!na) return;
+    ZT_CHECK(check_ok("naive attention dtype", zt_cuda_naive_attention_set_dtype(na, cuda_test_dtype16())));
+    uint64_t ws_bytes = zt_cuda_naive_attention_backward_workspace_bytes(&gs);
+    uint64_t fw = zt_cuda_naive_attention_forward_workspace_bytes(&gs);
+    if (fw > ws_bytes) ws_bytes = fw;
+    void *ws = device_alloc(ws_bytes);
+    int32_t *d_doc = device_i32(doc, B * T);
+    uint16_t *d_q = device_bf16(q, nq), *d_k = device_bf16(k, nkv), *d_v = device_bf16(v, nkv);
+    uint16_t *d_dout = device_bf16(dout, nq), *d_o = device_alloc(nq * 2);
+    uint16_t *d_dq = device_alloc(nq * 2), *d_dk = device_alloc(nkv * 2), *d_dv = device_alloc(nkv * 2);
+    float *d_lse = device_alloc(B * H * T * 4);
+    ZT_CHECK(check_ok("naive attention forward",
+                      zt_cuda_naive_attention_forward(na, 0, &gs, d_q, d_k, d_v, d_doc, d_o, d_lse, ws, ws_bytes)));
+    ZT_CHECK(check_ok("naive attention backward",
+                      zt_cuda_naive_attention_backward(na, 0, &gs, d_q, d_k, d_v, d_doc, d_o, d_lse, d_dout, d_dq,
+                                                       d_dk, d_dv, ws, ws_bytes)));
+    float *g_o = download_bf16(d_o, nq), *g_dq = download_bf16(d_dq, nq);
+    float *g_dk = download_bf16(d_dk, nkv), *g_dv = download_bf16(d_dv, nkv);
+    /* fp32 inside, one rounding of each output (the backward reads the rounded o: a chain) */
+    ZT_CHECK(check_rel_l2("naive attention o", g_o, o, nq, TOL_BF16_OUT));
+    ZT_CHECK(check_rel_l2("naive attention dq", g_dq, dq, nq, TOL_BF16_CHAIN));
+    ZT_CHECK(check_rel_l2("naive attention dk", g_dk, dk, nkv, TOL_BF16_CHAIN));
+    ZT_CHECK(check_rel_l2("naive attention dv", g_dv, dv, nkv, TOL_BF16_OUT));
+    zt_cuda_naive_attention_destroy(na);
+    free(doc), free(q), free(k), free(v), free(dout), free(o), free(lse), free(dq), free(dk), free(dv);
+    free(g_o), free(g_dq), free(g_dk), free(g_dv);
+    device_free(ws), device_free(d_doc), device_free(d_q), device_free(d_k), device_free(d_v);
+    device_free(d_dout), device_free(d_o), device_free(d_dq), device_free(d_dk), device_free(d_dv);
+    device_free(d_lse);
+}
+
+/* fp16 specifics: overflow saturates to inf (what the loss scaler detects), the host conversion is
+ * the device's bit for bit, and a context's type can be switched (GEMM plans are cached per type). */
+static void test_fp16_specifics(zt_cuda_ctx *ctx)
+{
+    float big[8] = {65504.0f, 65535.0f, 1e5f, -1e9f, 60000.0f, 1.0f, -2.0f, 0.5f};
+    float *d_big = device_f32(big, 8);
+    uint16_t *d_h = device_alloc(16);
+    ZT_CHECK(check_ok("cast to fp16", zt_cuda_cast_f32_to_bf16(ctx, 0, 8, d_big, d_h)));
+    float *got = download_bf16(d_h, 8);
+    ZT_CHECK(got[0] == 65504.0f && isinf(got[1]) && got[1] > 0 && isinf(got[2]) && isinf(got[3]) && got[3] < 0);
+    /* a sum past 65504 overflows too: the add kernel rounds once, to inf */
+    ZT_CHECK(check_ok("add fp16 past 65504", zt_cuda_add_bf16(ctx, 0, 8, d_h, d_h)));
+    free(got);
+    got = download_bf16(d_h, 8);
+    ZT_CHECK(isinf(got[4]) && got[5] == 2.0f && got[6] == -4.0f && got[7] == 1.0f);
+    ZT_CHECK(check_fails("a context in fp32", zt_cuda_ctx_set_dtype(ctx, ZT_F32), ZT_ERR_UNSUPPORTED,
+                         "ZT_BF16"));
+    ZT_CHECK(zt_cuda_ctx_dtype(ctx) == ZT_F16);
+    free(got);
+    device_free(d_big), device_free(d_h);
+}
+
+static void run_pass(int32_t dtype)
+{
+    cuda_test_set_dtype16(dtype);
+    printf("==== %s pass ====\n", cuda_test_dtype16_name());
     zt_cuda_ctx *ctx = cuda_test_ctx(0);
+    ZT_CHECK(zt_cuda_ctx_dtype(ctx) == dtype);
     test_conversions(ctx);
+    if (dtype == ZT_F16) test_fp16_specifics(ctx);
     test_gemm(ctx);
     test_linear(ctx);
     test_rmsnorm(ctx);
@@ -586,7 +671,15 @@ int main(void)
     test_cross_entropy(ctx);
     test_lm_head_loss();
     test_adamw(ctx);
+    test_naive_attention(ctx);
     ZT_CHECK(check_ok("no index errors left", zt_cuda_check_indices(ctx, 0)));
     zt_cuda_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+    cuda_test_init("test_cuda_ops");
+    run_pass(ZT_BF16);
+    run_pass(ZT_F16);
     return zt_test_result();
 }

@@ -1,0 +1,46 @@
+/* IEEE half <-> fp32 on the host, in plain C (no CUDA headers): the bits of the device's
+ * __float2half_rn (round to nearest even, subnormals kept, inf from 65520 up) and __half2float. One
+ * implementation for the kernel library (zt_cuda_f16_from_f32_host), the zero plugins and adamw (fp16
+ * compute copies written on the CPU: offload, loads), so every fp16 copy has the same bits. */
+#ifndef ZT_KERNELS_CUDA_F16_HOST_H
+#define ZT_KERNELS_CUDA_F16_HOST_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint16_t zt_f16_bits_from_f32(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, absx = x & 0x7fffffffu;
+    if (absx > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN: a quiet NaN */
+    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 (and inf): inf */
+    if (absx < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
+        if (absx <= 0x33000000u) return (uint16_t)sign;         /* <= 2^-25: ties to even, zero */
+        uint32_t e = absx >> 23, m = (absx & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e;                              /* 14..24 */
+        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+        if (rem > halfway || (rem == halfway && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = (absx - 0x38000000u) >> 13, rem = absx & 0x1fffu; /* rebias the exponent by 112 */
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;         /* a carry may reach the exponent */
+    return (uint16_t)(sign | h);
+}
+
+static inline float zt_f32_from_f16_bits(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0x1fu) x = sign | 0x7f800000u | (m << 13);
+    else if (e) x = sign | ((e + 112u) << 23) | (m << 13);
+    else if (!m) x = sign;
+    else { /* subnormal: m * 2^-24, exact in fp32 */
+        float f = (float)m * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+#endif
