@@ -86,9 +86,13 @@
  * GPU runs (every stage built with CUDA, one or several GPUs): every buffer is device memory and the
  * model reads bf16 copies (compute_bf16): stage 0 [P] beside the fp32 master [P] (`compute`); stages
  * 1-2 [P] and no fp32 [P] at all (this rank's slot of compute_bf16 is written by the optimizer, then
- * gathered in place); stage 3 a bf16 shard [S] (shard_bf16) gathered per unit into a transient [P],
- * the next unit prefetched on the comm stream (prefetch_next). The optimizer writes the bf16 in its
- * update pass (ABI 1.1 compute_copy; refresh_compute_copy converts otherwise and after loads).
+ * gathered in place); stage 3 gathers each unit into a transient [P], the next unit prefetched on the
+ * comm stream (prefetch_next): with the fp32 master on the device (no offload), gather_unit casts this
+ * rank's master shard into its slot of the gathered buffer and gathers in place (cast_gather: no bf16
+ * shard is kept, 2 bytes per parameter / ranks less, as FSDP2's mixed precision casts before its
+ * all-gather); with offload, from a bf16 shard [S] (shard_bf16) the offload thread uploads or writes.
+ * Where a bf16 copy of the master is kept, the optimizer writes it in its update pass (ABI 1.1
+ * compute_copy; refresh_compute_copy converts otherwise and after loads).
  * Collectives run on the comm stream, ordered by events (zero_cuda.h: comm_after_compute before,
  * comm_done after, compute_after where the compute stream needs the data); stages 2-3 free a
  * transient gradient buffer one unit after its reduction (pending_free, flush_pending).
@@ -154,7 +158,8 @@ typedef struct unit_store {
     float *compute;         /* [P]; stage 3: only while live > 0 */
     float *master;          /* [shard_count]; stage 0: == compute */
     uint16_t *compute_bf16; /* GPU runs: [P], the bf16 copy the model reads; stage 3: gathered while live */
-    uint16_t *shard_bf16;   /* GPU runs, stage 3: [shard_count], bf16 of the master shard (gathered from) */
+    uint16_t *shard_bf16;   /* GPU runs, stage 3 with offload: [shard_count], bf16 of the master shard
+                               (gathered from); NULL with cast_gather */
     float *pending_free;    /* GPU runs, stages 2-3: a transient gradient buffer a reduction on the comm
                                stream still reads; freed at the next grads_ready or step */
     int32_t gather_pending; /* GPU runs, stages 1-2: the compute copy's all-gather is in flight */
@@ -201,6 +206,7 @@ typedef struct zero_state {
     double sib_square;      /* CPU runs: this rank's sum of squares over the units stepped so far */
     int32_t sib_count;      /* storage units stepped in this step's backward */
     float *sib_norms;       /* GPU runs: [n_units] per-unit norms read back in step() */
+    int32_t cast_gather;    /* GPU runs, stage 3 without offload: gathers cast the fp32 master shard */
     /* offload_optimizer: the thread that runs the optimizer (offload.h), and what step() hands it */
     zero_offload *offload;
     const zt_step_args *offload_args;
@@ -645,9 +651,10 @@ static zt_status all_gather_bytes(zero_state *s, const unit_store *us, const voi
 
 /* The model's compute copy of unit u from every rank's slice, enqueued. CPU runs: the fp32 master
  * shards into `compute`. GPU runs, bf16 (half the bytes of gathering fp32): stages 1-2 in place in
- * compute_bf16 (this rank's slice was written by the optimizer or a refresh), stage 3 from
- * shard_bf16 into the gathered buffer; the gather's event is unit u's gather slot, which the compute
- * stream waits on before the model reads the copy. */
+ * compute_bf16 (this rank's slice was written by the optimizer or a refresh), stage 3 in place after
+ * casting the master shard into this rank's slot (cast_gather), or with offload from shard_bf16; the
+ * gather's event is unit u's gather slot, which the compute stream waits on before the model reads
+ * the copy. */
 static zt_status gather_unit(zero_state *s, int32_t u)
 {
     unit_store *us = &s->units[u];
@@ -657,7 +664,12 @@ static zt_status gather_unit(zero_state *s, int32_t u)
     /* offload: the offload thread uploads the unit's updated slice on the copy stream; gather after it */
     if (s->off_gpu) st = zero_cuda_comm_wait_upload(s->host, s->gpu, u);
     const uint16_t *send = SHARDED_PARAMS ? us->shard_bf16 : us->compute_bf16 + us->shard_offset;
-    if (st == ZT_OK && SHARDED_PARAMS && s->offload_param) {
+    if (st == ZT_OK && s->cast_gather) {
+        /* the master shard is on the device: its bf16 straight into this rank's slot, gathered in place */
+        uint16_t *slot = us->compute_bf16 + us->shard_offset;
+        st = zero_cuda_refresh_comm(s->host, s->gpu, us->master, slot, us->shard_count);
+        send = slot;
+    } else if (st == ZT_OK && SHARDED_PARAMS && s->offload_param) {
         /* the bf16 shard lives on the host, which collectives do not read: copy it into this rank's
          * slot of the gathered buffer and gather in place */
         uint16_t *slot = us->compute_bf16 + us->shard_offset;
@@ -1007,6 +1019,7 @@ static zt_status refresh_compute_copy(zero_state *s, int32_t unit)
     unit_store *us = &s->units[unit];
     if (!us->padded) return ZT_OK;
     if (STAGE == 0) return zero_cuda_refresh(s->host, s->gpu, us->master, us->compute_bf16, us->padded);
+    if (s->cast_gather) return ZT_OK; /* every gather casts the master afresh */
     const zt_host *h = s->host;
     int64_t n = us->shard_count;
     uint64_t bytes = (uint64_t)n * sizeof(uint16_t);
@@ -1067,10 +1080,11 @@ static zt_status setup_offload_gpu(zero_state *s)
 }
 
 /* GPU runs: the kernel context (sized for the norm over the optimizer's ranges), the stream events,
- * and the bf16 copies: [P] for stages 0-2, the [S] shard for stage 3 (its [P] is gathered per use;
- * host memory with offload_param). */
+ * and the bf16 copies: [P] for stages 0-2; stage 3 gathers its [P] per use, from the master itself
+ * without offload (cast_gather), else from an [S] bf16 shard (host memory with offload_param). */
 static zt_status setup_gpu(zero_state *s)
 {
+    s->cast_gather = SHARDED_PARAMS && !s->off_gpu && !s->offload_param;
     for (int32_t r = 0; r < s->n_ranges; r++) s->norm_sizes[r] = s->ranges[r].count;
     zt_status st = zero_cuda_create(s->host, PLUGIN_NAME, s->n_ranges, s->norm_sizes, 2 * s->n_units + 1, s->n_units,
                                     s->dp.size, &s->gpu);
@@ -1081,7 +1095,7 @@ static zt_status setup_gpu(zero_state *s)
     if (st == ZT_OK && s->off_gpu) st = setup_offload_gpu(s);
     for (int32_t u = 0; u < s->n_units && st == ZT_OK; u++) {
         unit_store *us = &s->units[u];
-        if (!us->padded) continue;
+        if (!us->padded || s->cast_gather) continue;
         char tag[96];
         int64_t n = SHARDED_PARAMS ? us->shard_count : us->padded;
         snprintf(tag, sizeof tag, PLUGIN_NAME " unit %d bf16 parameters%s", (int)u, SHARDED_PARAMS ? " (shard)" : "");
@@ -1558,9 +1572,10 @@ static zt_status step_range(zero_state *s, const opt_range *rg, const zt_step_ar
     const unit_store *us = &s->units[rg->unit];
     int on_gpu = s->gpu != NULL;
     /* ABI 1.1: the bf16 compute copy in the same pass (this rank's slice of it), unless it lives on the
-     * host (stage 3 with offload_param alone: after_unit_step converts and copies it) */
+     * host (stage 3 with offload_param alone: after_unit_step converts and copies it) or stage 3 keeps
+     * none (cast_gather) */
     uint16_t *copy = NULL;
-    if (on_gpu && !(SHARDED_PARAMS && s->offload_param))
+    if (on_gpu && !(SHARDED_PARAMS && s->offload_param) && !s->cast_gather)
         copy = STAGE == 0 ? us->compute_bf16 : SHARDED_PARAMS ? us->shard_bf16 : us->compute_bf16 + us->shard_offset;
     const float *grads = us->step_grads ? us->step_grads : us->grad;
     return step_range_at(s, rg, a, clip, grads, copy, on_gpu);

@@ -237,6 +237,12 @@ zt_status zero_cuda_refresh(const zt_host *h, zero_cuda *g, const float *master,
     return st == ZT_OK ? ZT_OK : zt_plugin_cuda_failed(h, st, "zero: refreshing the bf16 copy of the weights");
 }
 
+zt_status zero_cuda_refresh_comm(const zt_host *h, zero_cuda *g, const float *master, uint16_t *copy, int64_t n)
+{
+    zt_status st = zt_cuda_cast_f32_to_bf16(g->ctx, comm_stream(h), n, master, copy);
+    return st == ZT_OK ? ZT_OK : zt_plugin_cuda_failed(h, st, "zero: casting the master shard for its gather");
+}
+
 /* ---- offload ---------------------------------------------------------------------------------- */
 
 static zt_status create_events(const zt_host *h, zero_cuda *g, int32_t n, unsigned flags, cudaEvent_t **out)

@@ -54,6 +54,8 @@ zt_status zero_cuda_all_gather_double(const zt_host *h, zero_cuda *g, const zt_g
                                       double *parts);
 /* copy[0, n) = bf16(master[0, n)), round to nearest even; enqueued on the compute stream. */
 zt_status zero_cuda_refresh(const zt_host *h, zero_cuda *g, const float *master, uint16_t *copy, int64_t n);
+/* The same on the comm stream (stage 3 casts the master shard there right before gathering it). */
+zt_status zero_cuda_refresh_comm(const zt_host *h, zero_cuda *g, const float *master, uint16_t *copy, int64_t n);
 
 /* Offload (GPU runs with offload_optimizer.device = cpu; docs/zero.md "Offload"). Events: per unit
  * one for its latest gradient download (recorded on the comm stream) and one for its latest
@@ -159,6 +161,12 @@ static inline zt_status zero_cuda_all_gather_double(const zt_host *h, zero_cuda 
 }
 static inline zt_status zero_cuda_refresh(const zt_host *h, zero_cuda *g, const float *master, uint16_t *copy,
                                           int64_t n)
+{
+    (void)g, (void)master, (void)copy, (void)n;
+    return zero_cuda_unavailable(h);
+}
+static inline zt_status zero_cuda_refresh_comm(const zt_host *h, zero_cuda *g, const float *master,
+                                               uint16_t *copy, int64_t n)
 {
     (void)g, (void)master, (void)copy, (void)n;
     return zero_cuda_unavailable(h);

@@ -218,6 +218,12 @@ zt_status zero_cuda_refresh(const zt_host *h, zero_cuda *g, const float *master,
     return ZT_OK;
 }
 
+zt_status zero_cuda_refresh_comm(const zt_host *h, zero_cuda *g, const float *master, uint16_t *copy, int64_t n)
+{
+    FLUSH_COMM(); /* in order after what the comm stream already holds */
+    return zero_cuda_refresh(h, g, master, copy, n);
+}
+
 /* ---- offload ---------------------------------------------------------------------------------- */
 
 zt_status zero_cuda_offload_init(const zt_host *h, zero_cuda *g, int32_t n_units, int32_t n_staging)
