@@ -18,6 +18,8 @@
  * accumulator to bf16 dQ after.
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include "cuda/flash_common.cuh"
 #include "cuda/flash_kernel.h"
 
@@ -329,6 +331,27 @@ __global__ void flash_delta_kernel(const flash_params p)
     }
 }
 
+/* dK, dV of the wgmma backward with the group split over several blocks: the fp32 partial sums
+ * [2][split][rows][D] added in split order (deterministic), dK scaled, to bf16. 4 columns a thread. */
+__global__ void flash_dkv_reduce_kernel(int64_t n4, int split, const float *partial, float scale, bf16 *dk,
+                                        bf16 *dv)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < 2 * n4;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int which = i >= n4; /* 0: dK, 1: dV */
+        const int64_t j = i - which * n4;
+        const float4 *src = reinterpret_cast<const float4 *>(partial) + which * split * n4 + j;
+        float4 sum = src[0];
+        for (int sp = 1; sp < split; sp++) {
+            float4 v = src[sp * n4];
+            sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+        }
+        const float mult = which ? 1.0f : scale;
+        uint2 out = make_uint2(pack_bf16(sum.x * mult, sum.y * mult), pack_bf16(sum.z * mult, sum.w * mult));
+        reinterpret_cast<uint2 *>(which ? dv : dk)[j] = out;
+    }
+}
+
 __global__ void flash_dq_kernel(int64_t n, const float *dq_accum, float scale, bf16 *dq)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -336,8 +359,88 @@ __global__ void flash_dq_kernel(int64_t n, const float *dq_accum, float scale, b
         dq[i] = __float2bfloat16_rn(dq_accum[i] * scale);
 }
 
+/* The same from the bulk layout of the wgmma kernel: dq_accum [B][H][D/64][Tp][64] (Tp = T rounded
+ * up to 64), 16-byte chunk c of row t at c ^ (t % 8). One 4-column chunk a thread. */
 template <int D>
-zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p,
+__global__ void flash_dq_bulk_kernel(flash_params p)
+{
+    const int T = p.seq, H = p.heads;
+    const int64_t tp = (T + 63) / 64 * 64, n4 = (int64_t)p.batch * T * H * (D / 4);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int d4 = (int)(i % (D / 4));
+        const int64_t bth = i / (D / 4), h = bth % H, bt = bth / H, t = bt % T, b = bt / T;
+        const float4 v = *reinterpret_cast<const float4 *>(
+            p.dq_accum + (((b * H + h) * (D / 64) + d4 / 16) * tp + t) * 64 + (((d4 % 16) ^ (t % 8)) * 4));
+        reinterpret_cast<uint2 *>(p.dq)[i] =
+            make_uint2(pack_bf16(v.x * p.scale, v.y * p.scale), pack_bf16(v.z * p.scale, v.w * p.scale));
+    }
+}
+
+/* The wgmma backward's split of a GQA group over blocks per key tile: the smallest divisor of the
+ * group that gives at least 1.5 waves of blocks on 132 SMs (H100 SXM / H200; a function of the
+ * shape alone, as the scratch size must be), or ZT_FLASH_BACKWARD_SPLIT (a divisor of the group;
+ * for tuning). Fewer blocks than SMs leave SMs idle; from about 2 waves on, heaviest-first order
+ * balances the causal work by itself (measured on an H200 at the 1b model's shape, 256 blocks:
+ * unsplit 0.52 ms, split in 2 0.55 ms), and a split costs fp32 dK/dV partial sums. Returns 0 for a bad variable (message recorded unless
+ * quiet). */
+int backward_split(const zt_cuda_attention_shape *s, bool quiet)
+{
+    const int64_t group = s->heads / s->kv_heads;
+    const char *text = getenv("ZT_FLASH_BACKWARD_SPLIT");
+    if (text && *text) {
+        char *end;
+        long v = strtol(text, &end, 10);
+        if (*end || v < 1 || group % v != 0) {
+            if (!quiet)
+                zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                             "ZT_FLASH_BACKWARD_SPLIT=%s: expected a positive divisor of the GQA "
+                             "group (heads / kv_heads = %lld); unset it for the automatic choice",
+                             text, (long long)group);
+            return 0;
+        }
+        return (int)v;
+    }
+    const int64_t base = (s->seq + 127) / 128 * s->batch * s->kv_heads;
+    for (int64_t split = 1; split <= group; split++)
+        if (group % split == 0 && 2 * base * split >= 3 * 132) return (int)split;
+    return (int)group;
+}
+
+/* How the wgmma backward adds dQ up: ZT_FLASH_BACKWARD_DQ=bulk (default: each warpgroup stages its
+ * 64 x 64 fp32 tile in shared memory and one thread adds it with one TMA bulk reduce-add) or atomic
+ * (16-byte red.global per 4 values from registers; for comparison). -1 (message recorded) otherwise. */
+int backward_dq_bulk()
+{
+    const char *text = getenv("ZT_FLASH_BACKWARD_DQ");
+    if (!text || !*text || !strcmp(text, "bulk")) return 1;
+    if (!strcmp(text, "atomic")) return 0;
+    zt_cuda_fail(ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_DQ=%s: expected bulk (the default) or atomic", text);
+    return -1;
+}
+
+/* ZT_FLASH_BACKWARD_RING=0|1: whether the wgmma backward at head dim 64 (bulk dQ) lets its two
+ * warpgroups run apart on an mbarrier ring (1, the default) or meets at a block barrier per query
+ * tile (0; for comparison). -1 (message recorded) for another value. */
+int backward_ring()
+{
+    const char *text = getenv("ZT_FLASH_BACKWARD_RING");
+    if (!text || !*text || !strcmp(text, "1")) return 1;
+    if (!strcmp(text, "0")) return 0;
+    zt_cuda_fail(ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_RING=%s: expected 0 or 1 (the default)", text);
+    return -1;
+}
+
+/* The dQ accumulator's bytes: [B][T][H][D] fp32, or the bulk layout's [B][H][D/64][T rounded up to
+ * 64][64] (the larger; either kernel may run in the scratch sized here). */
+uint64_t accum_bytes(const zt_cuda_attention_shape *s)
+{
+    uint64_t tp = ((uint64_t)s->seq + 63) / 64 * 64;
+    return zt_round_up((uint64_t)s->batch * tp * (uint64_t)s->heads * (uint64_t)s->head_dim * sizeof(float), 256);
+}
+
+template <int D>
+zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, flash_params p,
                           zt_cuda_flash_kernel kernel)
 {
     const char *what = "flash attention backward";
@@ -347,21 +450,40 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_par
                                                  : flash_prepare(ctx, what, flash_backward_kernel<D>, smem);
     if (st != ZT_OK) return st;
     int64_t rows = (int64_t)p.batch * p.seq * p.heads;
-    cudaError_t e = cudaMemsetAsync(p.dq_accum, 0, (size_t)rows * D * sizeof(float), stream);
+    /* the bulk layout pads each (batch, head)'s rows to a multiple of 64: the last tile's reduce-add
+     * (zeros past T) stays inside it */
+    int64_t accum_rows = p.bwd_dq_bulk ? (int64_t)p.batch * p.heads * ((p.seq + 63) / 64 * 64) : rows;
+    cudaError_t e = cudaMemsetAsync(p.dq_accum, 0, (size_t)accum_rows * D * sizeof(float), stream);
     if (e != cudaSuccess)
         return zt_cuda_fail(ZT_ERR_DEVICE, "%s: cudaMemsetAsync failed: %s", what,
                             cudaGetErrorString(e));
     flash_delta_kernel<D><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p);
     if ((st = zt_cuda_check_launch("flash attention backward (delta)")) != ZT_OK) return st;
     if (kernel == ZT_CUDA_FLASH_WGMMA) {
+        /* chunks of units (batch, kv head, split) whose blocks run together: at least 2 waves, and
+         * as many as keep their Q and dO (read by every key tile) within ~24 MB of L2 */
+        const int64_t n_key_tiles = (p.seq + 127) / 128, units = (int64_t)p.batch * p.kv_heads * p.bwd_split;
+        const int64_t unit_bytes = (int64_t)p.seq * (p.group / p.bwd_split) * D * 2 * 2;
+        int64_t chunk = (2 * (int64_t)ctx->sm_count + n_key_tiles - 1) / n_key_tiles;
+        if (chunk < (24ll << 20) / unit_bytes) chunk = (24ll << 20) / unit_bytes;
+        p.bwd_chunk = (int)(chunk < 1 ? 1 : chunk > units ? units : chunk);
         if ((st = zt_flash_backward_wgmma(ctx, stream, &p, D, 1)) != ZT_OK) return st;
+        if (p.bwd_split > 1) {
+            const int64_t n4 = (int64_t)p.batch * p.seq * p.kv_heads * D / 4;
+            flash_dkv_reduce_kernel<<<zt_grid_for(2 * n4, 256, ctx), 256, 0, stream>>>(
+                n4, p.bwd_split, p.dkv_partial, p.scale, p.dk, p.dv);
+            if ((st = zt_cuda_check_launch("flash attention backward (dK/dV sum)")) != ZT_OK) return st;
+        }
     } else {
         dim3 grid((unsigned)((p.seq + BC - 1) / BC), (unsigned)p.kv_heads, (unsigned)p.batch);
         flash_backward_kernel<D><<<grid, THREADS, smem, stream>>>(p);
         if ((st = zt_cuda_check_launch(what)) != ZT_OK) return st;
     }
-    flash_dq_kernel<<<zt_grid_for(rows * D, 256, ctx), 256, 0, stream>>>(rows * D, p.dq_accum,
-                                                                         p.scale, p.dq);
+    if (p.bwd_dq_bulk)
+        flash_dq_bulk_kernel<D><<<zt_grid_for(rows * D / 4, 256, ctx), 256, 0, stream>>>(p);
+    else
+        flash_dq_kernel<<<zt_grid_for(rows * D, 256, ctx), 256, 0, stream>>>(rows * D, p.dq_accum,
+                                                                             p.scale, p.dq);
     return zt_cuda_check_launch("flash attention backward (dq)");
 }
 
@@ -370,7 +492,14 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_par
 uint64_t zt_cuda_flash_attention_backward_scratch_bytes(const zt_cuda_attention_shape *s)
 {
     uint64_t rows = (uint64_t)s->batch * (uint64_t)s->seq * (uint64_t)s->heads;
-    return zt_round_up(rows * (uint64_t)s->head_dim * sizeof(float), 256) + rows * sizeof(float);
+    uint64_t bytes = accum_bytes(s) + zt_round_up(rows * sizeof(float), 256);
+    /* the wgmma kernel's dK/dV partial sums when it splits the group (a bad ZT_FLASH_BACKWARD_SPLIT
+     * counts as 1 here and fails in the backward itself) */
+    int split = backward_split(s, true);
+    if (split > 1)
+        bytes += 2 * (uint64_t)split * (uint64_t)s->batch * (uint64_t)s->seq * (uint64_t)s->kv_heads *
+                 (uint64_t)s->head_dim * sizeof(float);
+    return bytes;
 }
 
 zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t stream,
@@ -386,6 +515,13 @@ zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t
     if (st != ZT_OK) return st;
     st = zt_cuda_flash_kernel_resolve(ctx, s, kernel, &kernel);
     if (st != ZT_OK) return st;
+    /* the mma.sync kernel keeps a whole group per block and adds dQ with atomics */
+    const int split = kernel == ZT_CUDA_FLASH_WGMMA ? backward_split(s, false) : 1;
+    if (split == 0) return ZT_ERR_INVALID_ARG;
+    const int dq_bulk = kernel == ZT_CUDA_FLASH_WGMMA ? backward_dq_bulk() : 0;
+    if (dq_bulk < 0) return ZT_ERR_INVALID_ARG;
+    const int ring = kernel == ZT_CUDA_FLASH_WGMMA ? backward_ring() : 0;
+    if (ring < 0) return ZT_ERR_INVALID_ARG;
     char *scratch = (char *)zt_cuda_scratch(
         ctx, zt_cuda_flash_attention_backward_scratch_bytes(s), "flash attention backward");
     if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
@@ -402,7 +538,12 @@ zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t
     p.dk = (bf16 *)dk;
     p.dv = (bf16 *)dv;
     p.dq_accum = (float *)scratch;
-    p.delta = (float *)(scratch + zt_round_up(rows * (uint64_t)s->head_dim * sizeof(float), 256));
+    p.delta = (float *)(scratch + accum_bytes(s));
+    p.bwd_split = split;
+    p.bwd_chunk = 1;
+    p.bwd_dq_bulk = dq_bulk;
+    p.bwd_ring = ring;
+    if (split > 1) p.dkv_partial = (float *)(scratch + accum_bytes(s) + zt_round_up(rows * sizeof(float), 256));
     return s->head_dim == 64 ? launch_backward<64>(ctx, stream, p, kernel)
                              : launch_backward<128>(ctx, stream, p, kernel);
 }

@@ -146,6 +146,13 @@ struct flash_params {
     int batch, seq, heads, kv_heads, group;
     float scale;      /* softmax scale */
     float scale_log2; /* scale * log2(e): exponentials are taken as exp2 */
+    /* backward (wgmma) work decomposition, set by flash_backward.cu: the query heads of a group are
+     * split over bwd_split blocks per key tile (bwd_split > 1: fp32 dK/dV partials [2][split][B*T*KV][D]
+     * in dkv_partial, summed after); blocks run bwd_chunk (batch, kv head, split) units at a time;
+     * bwd_dq_bulk: dq_accum is [B][H][D/64][T rounded up to 64][64], added to with bulk reduce-adds;
+     * bwd_ring: head dim 64's warpgroups synchronize through an mbarrier ring, not block barriers */
+    float *dkv_partial;
+    int bwd_split, bwd_chunk, bwd_dq_bulk, bwd_ring;
 };
 
 static inline zt_status flash_check(const char *what, const zt_cuda_attention_shape *s,

@@ -225,7 +225,9 @@ zt_status zt_cuda_flash_attention_forward(zt_cuda_ctx *ctx, cudaStream_t stream,
                                           const uint16_t *k, const uint16_t *v,
                                           const int32_t *doc_ids, uint16_t *o, float *lse);
 /* dq, dk, dv (bf16) overwrite. o and lse are the forward's outputs. dq is accumulated in fp32 in the
- * scratch area (B*T*H*D*4 bytes plus B*H*T*4 for the row sums of dO*O). */
+ * scratch area (about B*T*H*D*4 bytes, T rounded up to 64, plus B*H*T*4 for the row sums of dO*O;
+ * the Hopper kernel adds fp32 dK/dV partial sums when it splits a GQA group over blocks): size it
+ * with zt_cuda_flash_attention_backward_scratch_bytes. */
 uint64_t zt_cuda_flash_attention_backward_scratch_bytes(const zt_cuda_attention_shape *s);
 zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream,
                                            const zt_cuda_attention_shape *s, const uint16_t *q,

@@ -238,6 +238,26 @@ static void test_errors(zt_cuda_ctx *ctx)
                          zt_cuda_flash_attention_backward(ctx, 0, &s, p, p, p, NULL, p, p, p, p, p, p),
                          ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_KERNEL=slow"));
     unsetenv("ZT_FLASH_BACKWARD_KERNEL");
+    if (g_kernel_runs[1]) { /* the wgmma backward's split of a GQA group must divide it */
+        setenv("ZT_FLASH_BACKWARD_SPLIT", "3", 1);
+        ZT_CHECK(check_fails("wgmma backward under ZT_FLASH_BACKWARD_SPLIT=3 (group 1)",
+                             zt_cuda_flash_attention_backward_kernel(ctx, 0, &s, ZT_CUDA_FLASH_WGMMA, p, p, p, NULL,
+                                                                     p, p, p, p, p, p),
+                             ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_SPLIT=3"));
+        unsetenv("ZT_FLASH_BACKWARD_SPLIT");
+        setenv("ZT_FLASH_BACKWARD_DQ", "fast", 1);
+        ZT_CHECK(check_fails("wgmma backward under ZT_FLASH_BACKWARD_DQ=fast",
+                             zt_cuda_flash_attention_backward_kernel(ctx, 0, &s, ZT_CUDA_FLASH_WGMMA, p, p, p, NULL,
+                                                                     p, p, p, p, p, p),
+                             ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_DQ=fast"));
+        unsetenv("ZT_FLASH_BACKWARD_DQ");
+        setenv("ZT_FLASH_BACKWARD_RING", "yes", 1);
+        ZT_CHECK(check_fails("wgmma backward under ZT_FLASH_BACKWARD_RING=yes",
+                             zt_cuda_flash_attention_backward_kernel(ctx, 0, &s, ZT_CUDA_FLASH_WGMMA, p, p, p, NULL,
+                                                                     p, p, p, p, p, p),
+                             ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_RING=yes"));
+        unsetenv("ZT_FLASH_BACKWARD_RING");
+    }
     device_free(p);
 }
 
@@ -256,6 +276,30 @@ int main(void)
     test_shape(ctx, 1, 1, 2, 1, 128, NO_DOCS);        /* one token */
     test_shape(ctx, 2, 777, 4, 2, 64, NO_DOCS);       /* hd 64, many tiles, odd length */
     test_shape(ctx, 1, 1500, 2, 1, 128, SCATTERED_DOCS); /* many pipelined tiles, arbitrary ids */
+    test_shape(ctx, 2, 512, 16, 2, 64, PACKED_DOCS);  /* GQA group 8 (the 1b model's) with documents */
+    /* The wgmma backward splits a small problem's groups over blocks (dK/dV partial sums, here all
+     * 8 heads apart); other splits, and none, by the tuning variable: */
+    static const char *const splits[] = {"2", "1"};
+    for (int i = 0; i < 2; i++) {
+        printf("NOTE: ZT_FLASH_BACKWARD_SPLIT=%s for the next shapes\n", splits[i]);
+        setenv("ZT_FLASH_BACKWARD_SPLIT", splits[i], 1);
+        test_shape(ctx, 2, 512, 16, 2, 64, PACKED_DOCS);
+        test_shape(ctx, 1, 300, 8, 2, 128, NO_DOCS);
+        unsetenv("ZT_FLASH_BACKWARD_SPLIT");
+    }
+    /* the wgmma backward's other dQ path: 16-byte atomics from registers instead of bulk reduce-adds */
+    printf("NOTE: ZT_FLASH_BACKWARD_DQ=atomic for the next shapes\n");
+    setenv("ZT_FLASH_BACKWARD_DQ", "atomic", 1);
+    test_shape(ctx, 2, 200, 4, 4, 64, NO_DOCS);
+    test_shape(ctx, 2, 520, 6, 3, 64, PACKED_DOCS);
+    test_shape(ctx, 1, 1500, 2, 1, 128, SCATTERED_DOCS);
+    unsetenv("ZT_FLASH_BACKWARD_DQ");
+    /* head dim 64's warpgroups meeting at a block barrier per tile instead of the mbarrier ring */
+    printf("NOTE: ZT_FLASH_BACKWARD_RING=0 for the next shapes\n");
+    setenv("ZT_FLASH_BACKWARD_RING", "0", 1);
+    test_shape(ctx, 2, 520, 6, 3, 64, PACKED_DOCS);
+    test_shape(ctx, 1, 257, 2, 2, 64, SCATTERED_DOCS);
+    unsetenv("ZT_FLASH_BACKWARD_RING");
     test_errors(ctx);
     zt_cuda_ctx_destroy(ctx);
     return zt_test_result();
