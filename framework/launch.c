@@ -542,21 +542,26 @@ static const char *device_in_args(int argc, char **argv)
     return found;
 }
 
-/* A free TCP port on 127.0.0.1 for the children's rendezvous. */
-static int free_local_port(zt_error *err)
+/* A free TCP port on 127.0.0.1 for the children's rendezvous, held (*holder, bound, never listening)
+ * until they are done: a port merely found free and closed again can be taken as the source port of
+ * some other program's connection before rank 0 binds it (seen with NCCL jobs running beside each
+ * other); Linux never picks an explicitly bound port for that. Both sockets set SO_REUSEADDR, so rank
+ * 0's listening socket may bind the port while this one holds it (it never listens). */
+static int reserve_local_port(int *holder, zt_error *err)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof sa;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len)) {
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len)) {
         int e = errno;
         if (fd >= 0) close(fd);
         zt_error_set(err, ZT_ERR_IO, "--nproc: cannot find a free TCP port on 127.0.0.1 for the ranks' "
                      "rendezvous: %s", strerror(e));
         return -1;
     }
-    close(fd);
+    *holder = fd;
     return ntohs(sa.sin_port);
 }
 
@@ -848,10 +853,13 @@ zt_status zt_launch_local_mode(const char *nproc_text, int mode, int argc, char 
         if (len <= 0) return zt_error_set(err, ZT_ERR_IO, "--nproc: cannot find this program's own path "
                                           "(/proc/self/exe: %s)", strerror(errno));
         exe[len] = '\0';
-        int port = free_local_port(err);
+        int port_holder = -1, port = reserve_local_port(&port_holder, err);
         if (port < 0) return err->status;
         char **args = calloc((size_t)argc + 1, sizeof *args);
-        if (!args) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory starting %ld ranks", nproc);
+        if (!args) {
+            close(port_holder);
+            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory starting %ld ranks", nproc);
+        }
         int n = 0;
         args[n++] = exe;
         for (int i = 1; i < argc; i++) {
@@ -864,6 +872,7 @@ zt_status zt_launch_local_mode(const char *nproc_text, int mode, int argc, char 
         }
         args[n] = NULL;
         int code = supervise_ranks(exe, args, nproc, port);
+        close(port_holder);
         free(args);
         fflush(NULL);
         exit(code);
