@@ -156,9 +156,11 @@ if [ "${ZT_GPU_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then
     done
     grep -E "Duration|Throughput|Pipe|Registers|Achieved Occupancy|Stall|Warp Cycles" "$out/profile.log" | head -n 60
 fi
-# The device tool brings back at most 8 files: everything else goes into one archive.
+# The device tool brings back at most 8 files, each of limited size: the text logs go into one
+# archive (checkpoints and model files that tests leave under $OUT would make it too large to return).
 if [ -n "${OUT:-}" ]; then
-    (cd "$out" && find . -type f ! -name logs.tgz | tar czf logs.tgz -T - 2>/dev/null &&
-        find . -type f ! -name logs.tgz ! -name '*.md' -delete)
+    (cd "$out" && find . -type f \( -name '*.log' -o -name '*.txt' -o -name '*.jsonl' -o -name '*.json' \) |
+        tar czf logs.tgz -T - 2>/dev/null &&
+        find . -mindepth 1 ! -name logs.tgz ! -name '*.md' -delete 2>/dev/null)
 fi
 exit $status
