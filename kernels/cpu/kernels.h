@@ -183,6 +183,9 @@ void zt_cpu_add(const zt_cpu_ctx *ctx, int64_t n, const float *x, float *y);
 /* dst[i] = bf16 bits of src[i], rounded to nearest even, NaN kept a quiet NaN: the bits of CUDA's
  * __float2bfloat16_rn (the bf16 compute copies that CPU offload writes for the GPU). */
 void zt_cpu_to_bf16(const zt_cpu_ctx *ctx, int64_t n, const float *src, uint16_t *dst);
+/* dst[i] = IEEE half bits of src[i]: the bits of CUDA's __float2half_rn (cpu/f16.h; the fp16 compute
+ * copies that CPU offload writes for the GPU). */
+void zt_cpu_to_f16(const zt_cpu_ctx *ctx, int64_t n, const float *src, uint16_t *dst);
 
 #ifdef __cplusplus
 }

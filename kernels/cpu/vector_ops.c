@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 #include "cpu/kernels.h"
+#include "cpu/f16.h"
 #include "cpu/simd.h"
 
 /* The norm's sum is split into a fixed number of slices, whatever the thread count, and the
@@ -123,4 +124,17 @@ void zt_cpu_to_bf16(const zt_cpu_ctx *ctx, int64_t n, const float *src, uint16_t
     if (n <= 0) return;
     bf16_job j = {src, dst};
     zt_cpu_parallel_for(ctx, n, 16384, bf16_range, &j);
+}
+
+static void f16_range(void *arg, int64_t begin, int64_t end)
+{
+    const bf16_job *j = arg;
+    for (int64_t i = begin; i < end; i++) j->dst[i] = zt_f16_bits_from_f32(j->src[i]);
+}
+
+void zt_cpu_to_f16(const zt_cpu_ctx *ctx, int64_t n, const float *src, uint16_t *dst)
+{
+    if (n <= 0) return;
+    bf16_job j = {src, dst};
+    zt_cpu_parallel_for(ctx, n, 16384, f16_range, &j);
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/common.cuh"
-#include "cuda/f16_host.h"
+#include "cpu/f16.h"
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 

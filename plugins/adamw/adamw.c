@@ -25,7 +25,6 @@
 #include <zt/zt.h>
 
 #include "cpu/kernels.h"
-#include "cuda/f16_host.h"
 #ifdef ZT_PLUGIN_CUDA
 #include "../cuda_plugin.h"
 #endif
@@ -154,29 +153,14 @@ static void scale_range(void *arg, int64_t begin, int64_t end)
     for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale;
 }
 
-typedef struct f16_job {
-    const float *src;
-    uint16_t *dst;
-} f16_job;
-
-static void f16_range(void *arg, int64_t begin, int64_t end)
-{
-    const f16_job *j = arg;
-    for (int64_t i = begin; i < end; i++) j->dst[i] = zt_f16_bits_from_f32(j->src[i]);
-}
-
 static void write_compute_copy(const zt_host *host, const float *param, uint16_t *copy, int32_t dtype, int64_t n)
 {
     /* CPU path of ABI 1.1's compute_copy (offload steps host shards): the GPU's rounding, bit for bit,
      * in bf16 or (ABI 1.2) fp16 */
     if (!copy || n <= 0) return;
-    if (dtype == ZT_F16) {
-        f16_job job = {param, copy};
-        host->parallel_for(host->ctx, n, 1 << 14, f16_range, &job);
-        return;
-    }
     zt_cpu_ctx cpu = {.parallel_for = host->parallel_for, .pool = host->ctx};
-    zt_cpu_to_bf16(&cpu, n, param, copy);
+    if (dtype == ZT_F16) zt_cpu_to_f16(&cpu, n, param, copy);
+    else zt_cpu_to_bf16(&cpu, n, param, copy);
 }
 
 #ifdef ZT_PLUGIN_CUDA

@@ -391,30 +391,13 @@ static void *alloc_table(const zero_state *s, uint64_t bytes, const char *what)
     return p;
 }
 
-#include "cuda/f16_host.h" /* plain C: also where the plugin is built without CUDA */
-
-typedef struct f16_job {
-    const float *src;
-    uint16_t *dst;
-} f16_job;
-
-static void f16_range(void *arg, int64_t begin, int64_t end)
-{
-    const f16_job *j = arg;
-    for (int64_t i = begin; i < end; i++) j->dst[i] = zt_f16_bits_from_f32(j->src[i]);
-}
-
 /* The compute copy's 16 bits of fp32 on the CPU: bf16, the bits of the GPU's __float2bfloat16_rn and
  * of adamw's CPU compute_copy; or fp16 (fp16.enabled, GPU runs only), those of __float2half_rn. */
 static void bf16_host(const zero_state *s, const float *src, uint16_t *dst, int64_t n)
 {
-    if (s->compute16 == ZT_F16) {
-        f16_job job = {src, dst};
-        s->host->parallel_for(s->host->ctx, n, 1 << 14, f16_range, &job);
-        return;
-    }
     zt_cpu_ctx cpu = {.parallel_for = s->host->parallel_for, .pool = s->host->ctx};
-    zt_cpu_to_bf16(&cpu, n, src, dst);
+    if (s->compute16 == ZT_F16) zt_cpu_to_f16(&cpu, n, src, dst);
+    else zt_cpu_to_bf16(&cpu, n, src, dst);
 }
 
 /* The optimizer writes the compute copy in its update pass (ABI 1.1), in this run's 16-bit type

@@ -630,6 +630,49 @@ static void test_to_bf16(void)
     free(got);
 }
 
+/* zt_cpu_to_f16 against the compiler's own fp32 -> _Float16 conversion (IEEE round to nearest even,
+ * subnormals, overflow to infinity), where the compiler has that type; NaNs must stay quiet NaNs. */
+static void test_to_f16(void)
+{
+#ifdef __FLT16_MAX__
+    enum { N = 200003 };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *got = malloc(N * sizeof *got);
+    ZT_CHECK(x && got);
+    if (!x || !got) return;
+    uint64_t state = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < N; i++) { /* random bit patterns, then values around fp16's range */
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t bits = (uint32_t)(state >> 32);
+        if (i % 2) bits = (bits & 0x80ffffffu) | ((uint32_t)(96 + (bits >> 24) % 48) << 23); /* 2^-31 .. 2^16 */
+        memcpy(&x[i], &bits, sizeof bits);
+    }
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x3f800000u, 0x477fe000u, 0x477fefffu, 0x477ff000u,
+                                0x47800000u, 0x33000000u, 0x33000001u, 0x387fc000u, 0x38800000u, 0x7f800000u,
+                                0xff800000u, 0x7fc00000u, 0x7f800001u, 0x3f801000u, 0x3f803000u};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) memcpy(&x[i], &special[i], 4);
+    zt_cpu_to_f16(threaded_ctx(), N, x, got);
+    int bad = 0;
+    for (int i = 0; i < N && bad < 5; i++) {
+        _Float16 h = (_Float16)x[i];
+        uint16_t want;
+        memcpy(&want, &h, sizeof want);
+        int ok = isnan(x[i]) ? (got[i] & 0x7c00u) == 0x7c00u && (got[i] & 0x0200u) : got[i] == want;
+        if (!ok) {
+            uint32_t bits;
+            memcpy(&bits, &x[i], 4);
+            printf("  f16 of 0x%08x: got 0x%04x, want 0x%04x\n", bits, got[i], want);
+            bad++;
+        }
+    }
+    ZT_CHECK(bad == 0);
+    free(x);
+    free(got);
+#else
+    printf("  note: this compiler has no _Float16; zt_cpu_to_f16 is checked only by the GPU tests\n");
+#endif
+}
+
 int main(void)
 {
     test_rmsnorm();
@@ -651,6 +694,7 @@ int main(void)
     test_exp();
     test_add();
     test_to_bf16();
+    test_to_f16();
     test_contexts_free();
     return zt_test_result();
 }

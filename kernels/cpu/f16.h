@@ -1,9 +1,10 @@
 /* IEEE half <-> fp32 on the host, in plain C (no CUDA headers): the bits of the device's
  * __float2half_rn (round to nearest even, subnormals kept, inf from 65520 up) and __half2float. One
- * implementation for the kernel library (zt_cuda_f16_from_f32_host), the zero plugins and adamw (fp16
- * compute copies written on the CPU: offload, loads), so every fp16 copy has the same bits. */
-#ifndef ZT_KERNELS_CUDA_F16_HOST_H
-#define ZT_KERNELS_CUDA_F16_HOST_H
+ * implementation for zt_cpu_to_f16 (the fp16 compute copies that adamw and the zero plugins write on
+ * the CPU: offload, loads) and the CUDA library's host conversions (zt_cuda_f16_from_f32_host), so
+ * every fp16 copy has the same bits. */
+#ifndef ZT_KERNELS_CPU_F16_H
+#define ZT_KERNELS_CPU_F16_H
 
 #include <stdint.h>
 #include <string.h>
