@@ -5,12 +5,13 @@
                             [--steps 5] [--warmup 3] [--out-dir $OUT]
 
 Configs (names for --configs or ZT_BENCH_CONFIGS; the groups `1b`, `7b` and `all` expand):
-  1b b16x512:           zt-1gpu, zt-zero0, zt-zero1, zt-zero2, zt-zero3, zt-zero2-off, zt-zero3-off,
-                        torch-1gpu, torch-ddp, torch-fsdp, torch-fsdp-off
-  7b b8x512 recompute:  7b-zt-zero3, 7b-zt-zero2, 7b-zt-zero3-off, 7b-torch-fsdp
+  1b b16x512:           zt-1gpu, zt-zero0, zt-zero1, zt-zero2, zt-zero3, zt-zero1-off, zt-zero2-off,
+                        zt-zero3-off, zt-zero3-offp, torch-1gpu, torch-ddp, torch-fsdp, torch-fsdp-off
+  7b b8x512 recompute:  7b-zt-zero3, 7b-zt-zero2, 7b-zt-zero3-off, 7b-torch-fsdp, 7b-zt-zero0,
+                        7b-zt-zero1, 7b-zt-zero2-off, 7b-zt-zero3-offp
 zt runs with `zt-run --nproc 2 --plugins flash,zeroN` (1 GPU: plain zt-run, zero0) exactly as
 bench/gpu/run.py runs zt (whose helpers this reuses: data, memory watch, FLOP count); -off adds
-zero_optimization.offload_optimizer.device=cpu. The peer is torch_llama.py (../shared/peers or
+zero_optimization.offload_optimizer.device=cpu, -offp also offload_param.device=cpu. The peer is torch_llama.py (../shared/peers or
 .deps/peers): `torchrun --nproc_per_node 2 ... --dist ddp|fsdp [--offload] [--ckpt]`, 1 GPU with plain
 python3. The device allows 10 minutes a call: run `1b` in one call and `7b` in another (or name
 configs: groups 1b-zt and 1b-torch split 1b further; --merge an earlier call's bench-zero.jsonl to
@@ -39,15 +40,18 @@ gpu_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_bench)
 SEQ, VOCAB = gpu_bench.SEQ, gpu_bench.VOCAB
 
-# name: (model, framework, gpus, stage or dist, offload)
+# name: (model, framework, gpus, stage or dist, offload: False, True (optimizer) or "param" (optimizer
+# and parameters, stage 3))
 CONFIGS = {
     "zt-1gpu": ("1b", "zt", 1, 0, False),
     "zt-zero0": ("1b", "zt", 2, 0, False),
     "zt-zero1": ("1b", "zt", 2, 1, False),
     "zt-zero2": ("1b", "zt", 2, 2, False),
     "zt-zero3": ("1b", "zt", 2, 3, False),
+    "zt-zero1-off": ("1b", "zt", 2, 1, True),
     "zt-zero2-off": ("1b", "zt", 2, 2, True),
     "zt-zero3-off": ("1b", "zt", 2, 3, True),
+    "zt-zero3-offp": ("1b", "zt", 2, 3, "param"),
     "torch-1gpu": ("1b", "torch", 1, "none", False),
     "torch-ddp": ("1b", "torch", 2, "ddp", False),
     "torch-fsdp": ("1b", "torch", 2, "fsdp", False),
@@ -56,6 +60,10 @@ CONFIGS = {
     "7b-zt-zero2": ("7b", "zt", 2, 2, False),
     "7b-zt-zero3-off": ("7b", "zt", 2, 3, True),
     "7b-torch-fsdp": ("7b", "torch", 2, "fsdp", False),
+    "7b-zt-zero0": ("7b", "zt", 2, 0, False),
+    "7b-zt-zero1": ("7b", "zt", 2, 1, False),
+    "7b-zt-zero2-off": ("7b", "zt", 2, 2, True),
+    "7b-zt-zero3-offp": ("7b", "zt", 2, 3, "param"),
 }
 GROUPS = {"1b": [n for n, c in CONFIGS.items() if c[0] == "1b"],
           "7b": [n for n, c in CONFIGS.items() if c[0] == "7b"]}
@@ -107,6 +115,8 @@ def run_zt(args, name, log):
         "--set", "data.shuffle=false", "--set", "checkpoint.final=false", "--set", "log.every=1"]
     if offload:
         cmd += ["--set", "zero_optimization.offload_optimizer.device=cpu"]
+    if offload == "param":
+        cmd += ["--set", "zero_optimization.offload_param.device=cpu"]
     for assignment in os.environ.get("ZT_BENCH_ZT_SET", "").split():  # extra zt settings, KEY=VALUE
         cmd += ["--set", assignment]
     log.write("$ " + " ".join(cmd) + "\n")
