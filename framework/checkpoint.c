@@ -1291,7 +1291,7 @@ static zt_status parse_index(zt_ckpt *c, const zt_json *j, zt_error *err)
                             "(version %d): upgrade zt to resume from it",
                             c->index_path, version, ZT_CKPT_FORMAT_VERSION);
     }
-    int layout, model, files, tensors, blobs, config;
+    int layout = -1, model = -1, files = -1, tensors = -1, blobs = -1, config = -1; /* set by jr_member */
     if (st == ZT_OK) st = jr_string(&r, 0, "zt_version", &c->zt_version);
     if (st == ZT_OK) st = jr_int(&r, 0, "step", 0, &c->step);
     if (st == ZT_OK) st = jr_member(&r, 0, "written_layout", ZT_JSON_OBJECT, &layout);

@@ -96,7 +96,7 @@ zt_status zt_generate_check(const zt_generate_options *o, zt_generate_settings *
     if (o->raw && o->input)
         return usage(err, "--input fills the template's input field, and --raw uses no template; put the whole "
                           "text into --prompt instead");
-    uint64_t n;
+    uint64_t n = 0;
     zt_status st = ZT_OK;
     if (o->max_new_tokens) {
         st = parse_count("--max-new-tokens", o->max_new_tokens, 1, MAX_NEW_TOKENS_LIMIT,

@@ -189,7 +189,7 @@ typedef struct search_dir {
 } search_dir;
 
 typedef struct problem {
-    char plugin_name[64]; /* the descriptor's file name without .plugin, to match --plugins */
+    char plugin_name[256]; /* the descriptor's file name without .plugin, to match --plugins */
     int scan_order;       /* as descriptor_entry's; -1 for a problem that is not a descriptor */
     char *text;           /* "path:line: what is wrong" */
 } problem;

@@ -31,7 +31,7 @@ namespace {
 constexpr int BC = 128, BR = 64, THREADS = 256;
 
 /* 4 bytes global -> shared (cp.async, L1-cached); src_bytes = 0 writes zeros. */
-__device__ __forceinline__ void cp_async_4(void *dst, const void *src, int src_bytes)
+[[maybe_unused]] __device__ __forceinline__ void cp_async_4(void *dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)), "l"(src),
                  "r"(src_bytes)
@@ -39,12 +39,12 @@ __device__ __forceinline__ void cp_async_4(void *dst, const void *src, int src_b
 }
 /* One arrival on `bar` once all of this thread's earlier cp.async copies have landed (.noinc: the
  * arrival counts against the count the barrier was initialized with). */
-__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar)
+[[maybe_unused]] __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar)
 {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
 /* 1 when `pred` is non-zero in any thread of the 128 that meet at named barrier `id`. */
-__device__ __forceinline__ int warpgroup_any(int id, int pred)
+[[maybe_unused]] __device__ __forceinline__ int warpgroup_any(int id, int pred)
 {
     int any;
     asm volatile("{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n bar.red.or.pred q, %2, 128, p;\n"

@@ -106,8 +106,9 @@ __global__ void __launch_bounds__(256) flash_first_tiles_kernel(const int32_t *d
     if (tid == 0) first_tiles[(int64_t)b * q_tiles + qt] = sh[2] / BC;
 }
 
-/* Named barriers (0 is __syncthreads'): the consumers' turns to issue MMAs. */
-constexpr int BAR_TURN = 1;
+/* Named barriers (0 is __syncthreads'): the consumers' turns to issue MMAs. (maybe_unused: builds
+ * without sm_90a compile the kernel bodies out.) */
+[[maybe_unused]] constexpr int BAR_TURN = 1;
 
 template <int D, int CWGS, bool PINGPONG>
 __global__ void __launch_bounds__(sm90_fwd_shape<D, CWGS>::THREADS, 1)
@@ -563,7 +564,7 @@ zt_status zt_flash_forward_wgmma(zt_cuda_ctx *ctx, cudaStream_t stream, const fl
         return zt_cuda_fail(ZT_ERR_UNSUPPORTED,
                             "flash attention forward (wgmma): this build has no sm_90a code; configure "
                             "with 90 in CMAKE_CUDA_ARCHITECTURES, or set ZT_FLASH_KERNEL=mma");
-    sm90_tuning t;
+    sm90_tuning t = {}; /* every field set by read_tuning; {} keeps -O3 GCC from guessing otherwise */
     zt_status st = read_tuning(&t);
     if (st != ZT_OK) return st;
     if (head_dim == 64)

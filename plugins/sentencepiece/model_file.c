@@ -337,7 +337,7 @@ unsigned char *spm_model_file_without_normalizer(const spm_model_file *f, size_t
     size_t pos = 0, n = 0;
     while (pos < f->size) { /* the file passed the scan: every field is well formed */
         size_t at = pos;
-        wire_field field;
+        wire_field field = {0};
         next_field(f->bytes, f->size, &pos, &field);
         if (field.number == MODEL_NORMALIZER_SPEC || field.number == MODEL_SELF_TEST_DATA) continue;
         memcpy(copy + n, f->bytes + at, pos - at);

@@ -142,7 +142,8 @@ static cache_report check_model(tk_plugin *p, const char *model_dir, const char 
                                 const model_case *mc, const char *const *corpora, size_t n_corpora)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s.model", model_dir, mc->name);
+    int len = snprintf(path, sizeof path, "%s/%s.model", model_dir, mc->name);
+    ZT_CHECK(len > 0 && (size_t)len < sizeof path); /* a longer data path would open the wrong file */
     tk_stderr_capture_start();
     zt_tokenizer_model *m = tk_open(p, path);
     char *open_log = tk_stderr_capture_end();
