@@ -17,20 +17,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from check import read_safetensors, records  # noqa: E402
-
-
-def fail(message):
-    print("FAIL: " + message)
-    sys.exit(1)
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(a), abs(b), 1e-30)
-
-
-def train(path):
-    return [r for r in records(path) if r["type"] == "train"]
+from check import fail, read_safetensors, records, rel, train_records  # noqa: E402
 
 
 def curves(cpu_path, gpu_path):
@@ -56,7 +43,7 @@ def curves(cpu_path, gpu_path):
                 fail(f"step {g['step']}: skipped (overflow at loss scale {g['loss_scale']}); this run must not")
             if "loss_scale" in c:
                 fail("the CPU run (fp32) records a loss_scale")
-    t = train(gpu_path)
+    t = train_records(gpu_path)
     if not t[-1]["loss"] < t[0]["loss"] - 1.0:
         fail(f"the fp16 run did not learn: loss {t[0]['loss']:.4f} -> {t[-1]['loss']:.4f}")
     print(f"largest relative difference {worst:.2e}; fp16 loss {t[0]['loss']:.4f} -> {t[-1]['loss']:.4f}")
@@ -65,7 +52,7 @@ def curves(cpu_path, gpu_path):
 def overflow(path, power, hysteresis):
     """DeepSpeed's dynamic scaler from 2^power: `hysteresis` overflows at the first scale, then a halving
     per overflowing step, then applied steps at a constant scale (the window is long)."""
-    t = train(path)
+    t = train_records(path)
     s0 = 2.0 ** power
     skipped = [r for r in t if r["skipped"]]
     if not skipped or not t[0]["skipped"]:
@@ -103,7 +90,7 @@ def overflow(path, power, hysteresis):
 
 
 def first_applied(path):
-    for r in train(path):
+    for r in train_records(path):
         if not r["skipped"]:
             print(r["step"])
             return
@@ -122,7 +109,7 @@ def same_bits(path_a, path_b):
 
 
 def resume(straight, resumed):
-    a, b = train(straight), train(resumed)
+    a, b = train_records(straight), train_records(resumed)
     if [r["step"] for r in a] != [r["step"] for r in b]:
         fail(f"different steps: {[r['step'] for r in a]} vs {[r['step'] for r in b]}")
     for ra, rb in zip(a, b):
@@ -138,7 +125,7 @@ def resume(straight, resumed):
 
 
 def no_scale(path):
-    for r in train(path):
+    for r in train_records(path):
         if "loss_scale" in r:
             fail(f"step {r['step']} records loss_scale {r['loss_scale']} in a run without fp16")
     print("no loss_scale recorded")

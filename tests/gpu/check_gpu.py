@@ -23,20 +23,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
-from check import read_safetensors, records  # noqa: E402
-
-
-def fail(message):
-    print("FAIL: " + message)
-    sys.exit(1)
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(a), abs(b), 1e-30)
-
-
-def train_records(path):
-    return [r for r in records(path) if r["type"] == "train"]
+from check import fail, read_safetensors, records, rel, train_records  # noqa: E402
 
 
 def fixture(fixture_dir, metrics_path, export_dir):

@@ -44,6 +44,15 @@ def fail(message):
     sys.exit(1)
 
 
+def rel(a, b):
+    """Relative difference of two numbers (0 when both are 0)."""
+    return abs(a - b) / max(abs(a), abs(b), 1e-30)
+
+
+def train_records(path):
+    return [r for r in records(path) if r["type"] == "train"]
+
+
 def close(a, b, rtol):
     if rtol == 0:
         return a == b
