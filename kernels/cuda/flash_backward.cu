@@ -460,8 +460,13 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, flash_params p,
     const char *what = "flash attention backward";
     constexpr size_t smem = backward_smem_bytes<D>();
     /* checks first, so that a GPU that cannot run the kernel gets nothing enqueued */
-    zt_status st = kernel == ZT_CUDA_FLASH_WGMMA ? zt_flash_backward_wgmma(ctx, stream, &p, D, 0)
-                                                 : flash_prepare(ctx, what, flash_backward_kernel<E, D>, smem);
+    /* the warp-specialized backward has bf16 kernels only (its fp16 instantiation is not written) */
+    if (kernel == ZT_CUDA_FLASH_WGMMA_WS && std::is_same<E, f16>::value)
+        return zt_cuda_fail(ZT_ERR_UNSUPPORTED, "%s (wgmma-ws): bf16 only for now; with fp16 choose "
+                            "ZT_FLASH_BACKWARD_KERNEL=wgmma (or auto)", what);
+    zt_status st = kernel == ZT_CUDA_FLASH_WGMMA_WS ? zt_flash_backward_wgmma_ws(ctx, stream, &p, D, 0)
+                   : kernel == ZT_CUDA_FLASH_WGMMA  ? zt_flash_backward_wgmma(ctx, stream, &p, D, 0)
+                                                    : flash_prepare(ctx, what, flash_backward_kernel<E, D>, smem);
     if (st != ZT_OK) return st;
     int64_t rows = (int64_t)p.batch * p.seq * p.heads;
     /* the bulk layout pads each (batch, head)'s rows to a multiple of 64: the last tile's reduce-add
@@ -473,7 +478,7 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, flash_params p,
                             cudaGetErrorString(e));
     flash_delta_kernel<E, D><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p);
     if ((st = zt_cuda_check_launch("flash attention backward (delta)")) != ZT_OK) return st;
-    if (kernel == ZT_CUDA_FLASH_WGMMA) {
+    if (kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS) {
         /* chunks of units (batch, kv head, split) whose blocks run together: at least 2 waves, and
          * as many as keep their Q and dO (read by every key tile) within ~24 MB of L2 */
         const int64_t n_key_tiles = (p.seq + 127) / 128, units = (int64_t)p.batch * p.kv_heads * p.bwd_split;
@@ -481,7 +486,9 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, flash_params p,
         int64_t chunk = (2 * (int64_t)ctx->sm_count + n_key_tiles - 1) / n_key_tiles;
         if (chunk < (24ll << 20) / unit_bytes) chunk = (24ll << 20) / unit_bytes;
         p.bwd_chunk = (int)(chunk < 1 ? 1 : chunk > units ? units : chunk);
-        if ((st = zt_flash_backward_wgmma(ctx, stream, &p, D, 1)) != ZT_OK) return st;
+        st = kernel == ZT_CUDA_FLASH_WGMMA_WS ? zt_flash_backward_wgmma_ws(ctx, stream, &p, D, 1)
+                                              : zt_flash_backward_wgmma(ctx, stream, &p, D, 1);
+        if (st != ZT_OK) return st;
         if (p.bwd_split > 1) {
             const int64_t n4 = (int64_t)p.batch * p.seq * p.kv_heads * D / 4;
             flash_dkv_reduce_kernel<E><<<zt_grid_for(2 * n4, 256, ctx), 256, 0, stream>>>(
@@ -529,10 +536,15 @@ zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t
     if (st != ZT_OK) return st;
     st = zt_cuda_flash_kernel_resolve(ctx, s, kernel, &kernel);
     if (st != ZT_OK) return st;
+    /* wgmma-ws (not yet verified on a GPU; opt-in only) is built for head dim 128: at 64 the wgmma
+     * kernel runs, whose ring already lets its warpgroups run apart there */
+    if (kernel == ZT_CUDA_FLASH_WGMMA_WS && s->head_dim != 128) kernel = ZT_CUDA_FLASH_WGMMA;
+    const bool hopper = kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS;
     /* the mma.sync kernel keeps a whole group per block and adds dQ with atomics */
-    const int split = kernel == ZT_CUDA_FLASH_WGMMA ? backward_split(s, false) : 1;
+    const int split = hopper ? backward_split(s, false) : 1;
     if (split == 0) return ZT_ERR_INVALID_ARG;
-    const int dq_bulk = kernel == ZT_CUDA_FLASH_WGMMA ? backward_dq_bulk() : 0;
+    /* wgmma-ws always adds dQ with bulk reduce-adds (ZT_FLASH_BACKWARD_DQ is wgmma's switch) */
+    const int dq_bulk = kernel == ZT_CUDA_FLASH_WGMMA_WS ? 1 : kernel == ZT_CUDA_FLASH_WGMMA ? backward_dq_bulk() : 0;
     if (dq_bulk < 0) return ZT_ERR_INVALID_ARG;
     const int ring = kernel == ZT_CUDA_FLASH_WGMMA ? backward_ring() : 0;
     if (ring < 0) return ZT_ERR_INVALID_ARG;

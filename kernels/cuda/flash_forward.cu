@@ -260,7 +260,7 @@ zt_status launch_forward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_para
 
 const char *zt_cuda_flash_kernel_name(zt_cuda_flash_kernel k)
 {
-    return k == ZT_CUDA_FLASH_MMA ? "mma" : k == ZT_CUDA_FLASH_WGMMA ? "wgmma" : "auto";
+    return k == ZT_CUDA_FLASH_MMA ? "mma" : k == ZT_CUDA_FLASH_WGMMA ? "wgmma" : k == ZT_CUDA_FLASH_WGMMA_WS ? "wgmma-ws" : "auto";
 }
 
 zt_status zt_cuda_flash_kernel_parse(const char *text, zt_cuda_flash_kernel *out)
@@ -271,10 +271,12 @@ zt_status zt_cuda_flash_kernel_parse(const char *text, zt_cuda_flash_kernel *out
         *out = ZT_CUDA_FLASH_MMA;
     else if (!strcmp(text, "wgmma"))
         *out = ZT_CUDA_FLASH_WGMMA;
+    else if (!strcmp(text, "wgmma-ws"))
+        *out = ZT_CUDA_FLASH_WGMMA_WS;
     else
         return zt_cuda_fail(ZT_ERR_INVALID_ARG,
                             "'%s' is not a flash attention kernel: use auto (wgmma on compute "
-                            "capability 9.0 GPUs, else mma), mma or wgmma", text);
+                            "capability 9.0 GPUs, else mma), mma, wgmma or wgmma-ws", text);
     return ZT_OK;
 }
 
@@ -284,7 +286,7 @@ zt_status zt_cuda_flash_kernel_from_env(zt_cuda_flash_kernel *out)
     if (zt_cuda_flash_kernel_parse(text, out) == ZT_OK) return ZT_OK;
     return zt_cuda_fail(ZT_ERR_INVALID_ARG,
                         "ZT_FLASH_KERNEL=%s is not a flash attention kernel: set it to auto (wgmma on "
-                        "compute capability 9.0 GPUs, else mma), mma or wgmma, or unset it", text);
+                        "compute capability 9.0 GPUs, else mma), mma, wgmma or wgmma-ws, or unset it", text);
 }
 
 zt_status zt_cuda_flash_backward_kernel_from_env(zt_cuda_flash_kernel *out)
@@ -294,7 +296,7 @@ zt_status zt_cuda_flash_backward_kernel_from_env(zt_cuda_flash_kernel *out)
     if (zt_cuda_flash_kernel_parse(text, out) == ZT_OK) return ZT_OK;
     return zt_cuda_fail(ZT_ERR_INVALID_ARG,
                         "ZT_FLASH_BACKWARD_KERNEL=%s is not a flash attention kernel: set it to auto, "
-                        "mma or wgmma, or unset it (the backward then follows ZT_FLASH_KERNEL)", text);
+                        "mma, wgmma or wgmma-ws, or unset it (the backward then follows ZT_FLASH_KERNEL)", text);
 }
 
 zt_status zt_cuda_flash_kernel_resolve(zt_cuda_ctx *ctx, const zt_cuda_attention_shape *s,
@@ -336,7 +338,7 @@ zt_status zt_cuda_flash_kernel_resolve(zt_cuda_ctx *ctx, const zt_cuda_attention
                             "flash attention: the wgmma kernel needs a compute capability 9.0 GPU (H100, "
                             "H200); GPU %d is %d.%d. Unset ZT_FLASH_KERNEL or set it to mma or auto",
                             ctx->device, major, minor);
-    *got = ZT_CUDA_FLASH_WGMMA;
+    *got = want; /* wgmma or wgmma-ws (the backward's warp-specialized kernel; same requirements) */
     return ZT_OK;
 }
 
@@ -358,7 +360,9 @@ zt_status zt_cuda_flash_attention_forward_kernel(zt_cuda_ctx *ctx, cudaStream_t 
     p.doc_ids = doc_ids;
     p.o_out = (bf16 *)o;
     p.lse_out = lse;
-    if (kernel == ZT_CUDA_FLASH_WGMMA) return zt_flash_forward_wgmma(ctx, stream, &p, (int)s->head_dim);
+    /* wgmma-ws names a backward kernel; its forward is the wgmma one */
+    if (kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS)
+        return zt_flash_forward_wgmma(ctx, stream, &p, (int)s->head_dim);
     /* the context's 16-bit type (zt_cuda_ctx_set_dtype): q, k, v and o are bf16 or fp16 */
     ZT_DISPATCH16(ctx->dtype, E,
                   return s->head_dim == 64 ? launch_forward<E, 64>(ctx, stream, p)
