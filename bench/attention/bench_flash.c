@@ -2,10 +2,12 @@
  * inputs; bench/attention/run.py runs it next to PyTorch's SDPA. Prints one line of key=value.
  *
  *   zt-bench-flash --batch 8 --seq 2048 --heads 32 [--kv-heads 32] [--dim 128] [--iters 20]
- *                  [--kernel auto|mma|wgmma] [--backward-kernel auto|mma|wgmma]
+ *                  [--kernel auto|mma|wgmma] [--backward-kernel auto|mma|wgmma|wgmma-ws]
  *
  * --kernel picks the kernels (default: ZT_FLASH_KERNEL, else auto), --backward-kernel the backward's
- * alone (default: ZT_FLASH_BACKWARD_KERNEL, else as --kernel). With a wgmma kernel it also runs the
+ * alone (default: ZT_FLASH_BACKWARD_KERNEL, else as --kernel; wgmma-ws: the warp-specialized Hopper
+ * backward, not yet verified on a GPU; as --kernel it means the wgmma forward with that backward).
+ * With a wgmma kernel (or wgmma-ws) it also runs the
  * mma kernel once on the same inputs and prints the relative L2 difference of the outputs
  * (vs_mma_rel_l2: o for the forward, dq, dk, dv for the backward, the largest), a correctness check
  * at the benchmark's own, larger shapes; above 2e-2 it fails.
@@ -137,7 +139,9 @@ int main(int argc, char **argv)
     }
     /* the wgmma kernels' outputs against the mma kernels' at this shape (bf16, relative L2) */
     double vs_mma = -1.0;
-    if (kernel == ZT_CUDA_FLASH_WGMMA || bwd_kernel == ZT_CUDA_FLASH_WGMMA) {
+    const int hopper_fwd = kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS;
+    const int hopper_bwd = bwd_kernel == ZT_CUDA_FLASH_WGMMA || bwd_kernel == ZT_CUDA_FLASH_WGMMA_WS;
+    if (hopper_fwd || hopper_bwd) {
         uint16_t *outs[4] = {o, dq, dk, dv}, *refs[4];
         int64_t sizes[4] = {nq, nq, nkv, nkv};
         float *lse_ref;
@@ -155,8 +159,8 @@ int main(int argc, char **argv)
         check_cuda("forward + backward", cudaStreamSynchronize(stream));
         static const char *const names[4] = {"o", "dq", "dk", "dv"};
         for (int t = 0; t < 4; t++) {
-            if (t == 0 && kernel != ZT_CUDA_FLASH_WGMMA) continue;
-            if (t > 0 && bwd_kernel != ZT_CUDA_FLASH_WGMMA && kernel != ZT_CUDA_FLASH_WGMMA) continue;
+            if (t == 0 && !hopper_fwd) continue;
+            if (t > 0 && !hopper_bwd && !hopper_fwd) continue;
             uint16_t *a = malloc(2 * (size_t)sizes[t]), *b = malloc(2 * (size_t)sizes[t]);
             if (!a || !b) die("malloc", "out of host memory");
             check_cuda("cudaMemcpy", cudaMemcpy(a, outs[t], 2 * (size_t)sizes[t], cudaMemcpyDeviceToHost));

@@ -6,7 +6,9 @@ h32, 4096 b4 h32), and head dim 64 at seq 512 b16 h32 (the 1b model). For each s
 SDPA (the backend torch picks by default, and its FlashAttention-2 backend for reference) with CUDA
 events, median of --iters runs after warm-up, and runs zt-bench-flash (bench_flash.c, same method)
 once per zt kernel choice (--kernels: mma, wgmma, or FORWARD/BACKWARD such as wgmma/mma; default
-mma,wgmma,wgmma/mma). Prints a table with the ratios zt time / SDPA time (the target is <= 1.2 for
+mma,wgmma,wgmma/mma; wgmma/wgmma-ws times the warp-specialized Hopper backward, opt-in and not yet
+verified on a GPU). --shapes SEQ:BATCH:HEADS[:KV_HEADS]:DIM,... replaces the default shapes; the
+backward's own time is fwd+bwd - fwd (zt and SDPA alike). Prints a table with the ratios zt time / SDPA time (the target is <= 1.2 for
 forward + backward) and writes it to --out. A kernel that fails (wgmma off Hopper: pass --kernels
 mma there; or a wgmma result off the mma kernels' by more than 2e-2) is reported in its rows and
 makes the exit status 1.
@@ -60,10 +62,11 @@ def time_sdpa(seq, batch, heads, dim, iters, backend=None):
         return time_ms(forward, iters), time_ms(forward_backward, iters)
 
 
-def time_zt(bench, kernel, seq, batch, heads, dim, iters):
+def time_zt(bench, kernel, seq, batch, heads, kv_heads, dim, iters):
     fwd, _, bwd = kernel.partition("/")
     out = subprocess.run([bench, "--kernel", fwd, "--backward-kernel", bwd or fwd, "--batch", str(batch),
-                          "--seq", str(seq), "--heads", str(heads), "--dim", str(dim), "--iters", str(iters)],
+                          "--seq", str(seq), "--heads", str(heads), "--kv-heads", str(kv_heads), "--dim", str(dim),
+                          "--iters", str(iters)],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{bench} --kernel {kernel} failed ({out.returncode}): {out.stderr.strip()}")
@@ -77,14 +80,30 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--kernels", default="mma,wgmma,wgmma/mma",
                         help="zt kernels to time, comma-separated: K (forward and backward) or FORWARD/BACKWARD")
+    parser.add_argument("--shapes", help="SEQ:BATCH:HEADS[:KV_HEADS]:DIM,... instead of the default shapes "
+                        "(KV_HEADS < HEADS: grouped-query; SDPA then gets K/V repeated to HEADS)")
     parser.add_argument("--out", help="also write the table (markdown) here")
     args = parser.parse_args()
     kernels = [k for k in args.kernels.split(",") if k]
-    names = ("auto", "mma", "wgmma")
+    names = ("auto", "mma", "wgmma", "wgmma-ws")
     bad = [k for k in kernels if any(part not in names for part in k.split("/")) or k.count("/") > 1]
     if bad or not kernels:
         parser.error(f"--kernels {args.kernels}: expected a comma-separated list of K or FORWARD/BACKWARD, "
-                     "each one of auto, mma, wgmma")
+                     "each one of auto, mma, wgmma, wgmma-ws")
+    shapes = [(seq, batch, heads, heads, dim) for seq, batch, heads, dim in SHAPES]
+    if args.shapes:
+        shapes = []
+        for text in args.shapes.split(","):
+            try:
+                parts = [int(x) for x in text.split(":")]
+            except ValueError:
+                parts = []
+            if len(parts) == 4:
+                parts.insert(3, parts[2])
+            if len(parts) != 5 or min(parts) <= 0 or parts[2] % parts[3] or parts[4] not in (64, 128):
+                parser.error(f"--shapes: '{text}' is not SEQ:BATCH:HEADS[:KV_HEADS]:DIM with positive values, "
+                             "HEADS a multiple of KV_HEADS and DIM 64 or 128")
+            shapes.append(tuple(parts))
     if not torch.cuda.is_available():
         print("SKIP: no CUDA device for the attention benchmark")
         return 77
@@ -97,10 +116,11 @@ def main():
              "| seq | batch | heads | dim | zt kernel | zt fwd ms | sdpa fwd ms | fwd ratio | "
              "zt fwd+bwd ms | sdpa fwd+bwd ms | fwd+bwd ratio | sdpa-FA2 fwd+bwd ms | "
              "zt fwd TFLOP/s | sdpa fwd TFLOP/s | zt fwd+bwd TFLOP/s | sdpa fwd+bwd TFLOP/s | "
-             "max rel L2 vs mma |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "max rel L2 vs mma | zt bwd ms | sdpa bwd ms | bwd ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     failed = 0
-    for seq, batch, heads, dim in SHAPES:
+    for seq, batch, heads, kv_heads, dim in shapes:
+        # SDPA at the full head count (its GQA path would time a repeat_interleave as well)
         sdpa_fwd, sdpa_both = time_sdpa(seq, batch, heads, dim, args.iters)
         try:
             _, fa2_both = time_sdpa(seq, batch, heads, dim, args.iters, SDPBackend.FLASH_ATTENTION)
@@ -110,15 +130,16 @@ def main():
         torch.cuda.empty_cache()
         fwd_flops = 4.0 * batch * heads * seq * seq * dim / 2.0
         for kernel in kernels:
-            head = f"| {seq} | {batch} | {heads} | {dim} | {kernel} |"
+            heads_text = f"{heads}" if kv_heads == heads else f"{heads} / {kv_heads} kv"
+            head = f"| {seq} | {batch} | {heads_text} | {dim} | {kernel} |"
             try:
-                zt_fwd, zt_both, vs_mma = time_zt(args.bench, kernel, seq, batch, heads, dim, args.iters)
+                zt_fwd, zt_both, vs_mma = time_zt(args.bench, kernel, seq, batch, heads, kv_heads, dim, args.iters)
             except RuntimeError as e:
                 print(f"seq {seq} dim {dim}: {e}", file=sys.stderr)
                 failed += 1
                 lines.append(f"{head} failed | {sdpa_fwd:.3f} | | failed | {sdpa_both:.3f} | | {fa2} "
                              f"| | {fwd_flops / sdpa_fwd / 1e9:.0f} | | "
-                             f"{3.5 * fwd_flops / sdpa_both / 1e9:.0f} | |")
+                             f"{3.5 * fwd_flops / sdpa_both / 1e9:.0f} | | | {sdpa_both - sdpa_fwd:.3f} | |")
                 print(lines[-1], flush=True)
                 continue
             lines.append(f"{head} {zt_fwd:.3f} | {sdpa_fwd:.3f} | {zt_fwd / sdpa_fwd:.2f} | "
@@ -126,7 +147,9 @@ def main():
                          f"{fwd_flops / zt_fwd / 1e9:.0f} | {fwd_flops / sdpa_fwd / 1e9:.0f} | "
                          f"{3.5 * fwd_flops / zt_both / 1e9:.0f} | "
                          f"{3.5 * fwd_flops / sdpa_both / 1e9:.0f} | "
-                         f"{vs_mma if not vs_mma.startswith('-') else ''} |")
+                         f"{vs_mma if not vs_mma.startswith('-') else ''} | "
+                         f"{zt_both - zt_fwd:.3f} | {sdpa_both - sdpa_fwd:.3f} | "
+                         f"{(zt_both - zt_fwd) / (sdpa_both - sdpa_fwd):.2f} |")
             print(lines[-1], flush=True)
     text = "\n".join(lines)
     print("\n" + text)

@@ -1,4 +1,5 @@
-/* Flash attention backward (the FlashAttention-2 algorithm) on bf16 tensor cores.
+/* Flash attention backward (the FlashAttention-2 algorithm) on bf16 or fp16 tensor cores (templated on
+ * the element type E, the context's dtype; see flash_common.cuh).
  *
  * With P = exp(scale S - lse) recomputed from the forward's log-sum-exp and delta_i = dO_i . O_i:
  *   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dQ = scale dS K,  dK = scale dS^T Q.
@@ -15,11 +16,12 @@
  * never materializes per-query-head K/V gradients.
  *
  * Around it: a kernel for delta (and zeroing the dQ accumulator) before, and one converting the
- * accumulator to bf16 dQ after.
+ * accumulator to dQ (E) after.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 #include "cuda/flash_common.cuh"
 #include "cuda/flash_kernel.h"
 
@@ -34,7 +36,7 @@ constexpr size_t backward_smem_bytes()
     return (size_t)(2 * BC * D + 4 * BR * D + BC * BR) * sizeof(bf16) + 3 * 2 * BR * sizeof(float);
 }
 
-template <int D>
+template <typename E, int D>
 __global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_params p)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -145,8 +147,8 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_
                 for (int np = 0; np < BR / 16; np++) {
                     uint32_t qb[4];
                     ldmatrix_x4(qb, columns_first.at_dynamic(tQ, np * 16, kd * 16));
-                    mma_bf16(s[2 * np], ka, qb[0], qb[1]);
-                    mma_bf16(s[2 * np + 1], ka, qb[2], qb[3]);
+                    mma16<E>(s[2 * np], ka, qb[0], qb[1]);
+                    mma16<E>(s[2 * np + 1], ka, qb[2], qb[3]);
                 }
             }
             /* P^T = exp(scale S^T - lse), 0 where the mask hides the pair */
@@ -161,21 +163,21 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_
                     s[n][e] = visible ? exp2f(fmaf(s[n][e], p.scale_log2, -tLse[q_local])) : 0.0f;
                 }
             }
-            /* dV += P^T dO. P stays packed in bf16 (the precision dS is rounded to anyway): it
+            /* dV += P^T dO. P stays packed in E (the precision dS is rounded to anyway): it
              * frees 16 registers for the dP^T accumulators. */
             uint32_t pa[BR / 16][4];
 #pragma unroll
             for (int kq = 0; kq < BR / 16; kq++) {
-                pa[kq][0] = pack_bf16(s[2 * kq][0], s[2 * kq][1]);
-                pa[kq][1] = pack_bf16(s[2 * kq][2], s[2 * kq][3]);
-                pa[kq][2] = pack_bf16(s[2 * kq + 1][0], s[2 * kq + 1][1]);
-                pa[kq][3] = pack_bf16(s[2 * kq + 1][2], s[2 * kq + 1][3]);
+                pa[kq][0] = pack16<E>(s[2 * kq][0], s[2 * kq][1]);
+                pa[kq][1] = pack16<E>(s[2 * kq][2], s[2 * kq][3]);
+                pa[kq][2] = pack16<E>(s[2 * kq + 1][0], s[2 * kq + 1][1]);
+                pa[kq][3] = pack16<E>(s[2 * kq + 1][2], s[2 * kq + 1][3]);
 #pragma unroll
                 for (int np = 0; np < D / 16; np++) {
                     uint32_t ob[4];
                     ldmatrix_x4_trans(ob, rows_first.at(tdO, kq * 16, np * 16));
-                    mma_bf16(dv[2 * np], pa[kq], ob[0], ob[1]);
-                    mma_bf16(dv[2 * np + 1], pa[kq], ob[2], ob[3]);
+                    mma16<E>(dv[2 * np], pa[kq], ob[0], ob[1]);
+                    mma16<E>(dv[2 * np + 1], pa[kq], ob[2], ob[3]);
                 }
             }
             /* dP^T = V dO^T, then dS^T = P^T (dP^T - delta) in place */
@@ -190,8 +192,8 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_
                 for (int np = 0; np < BR / 16; np++) {
                     uint32_t ob[4];
                     ldmatrix_x4(ob, columns_first.at_dynamic(tdO, np * 16, kd * 16));
-                    mma_bf16(ds[2 * np], va, ob[0], ob[1]);
-                    mma_bf16(ds[2 * np + 1], va, ob[2], ob[3]);
+                    mma16<E>(ds[2 * np], va, ob[0], ob[1]);
+                    mma16<E>(ds[2 * np + 1], va, ob[2], ob[3]);
                 }
             }
 #pragma unroll
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     uint32_t packed = pa[n / 2][(n % 2) * 2 + r];
-                    float2 prob = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&packed));
+                    float2 prob = unpack16<E>(packed);
                     int q_local = n * 8 + 2 * t4;
                     ds[n][2 * r] = prob.x * (ds[n][2 * r] - tDelta[q_local]);
                     ds[n][2 * r + 1] = prob.y * (ds[n][2 * r + 1] - tDelta[q_local + 1]);
@@ -208,16 +210,16 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_
             /* dK += dS^T Q (scaled at the end); dS^T to shared memory for dQ */
 #pragma unroll
             for (int kq = 0; kq < BR / 16; kq++) {
-                uint32_t da[4] = {pack_bf16(ds[2 * kq][0], ds[2 * kq][1]),
-                                  pack_bf16(ds[2 * kq][2], ds[2 * kq][3]),
-                                  pack_bf16(ds[2 * kq + 1][0], ds[2 * kq + 1][1]),
-                                  pack_bf16(ds[2 * kq + 1][2], ds[2 * kq + 1][3])};
+                uint32_t da[4] = {pack16<E>(ds[2 * kq][0], ds[2 * kq][1]),
+                                  pack16<E>(ds[2 * kq][2], ds[2 * kq][3]),
+                                  pack16<E>(ds[2 * kq + 1][0], ds[2 * kq + 1][1]),
+                                  pack16<E>(ds[2 * kq + 1][2], ds[2 * kq + 1][3])};
 #pragma unroll
                 for (int np = 0; np < D / 16; np++) {
                     uint32_t qb[4];
                     ldmatrix_x4_trans(qb, rows_first.at(tQ, kq * 16, np * 16));
-                    mma_bf16(dk[2 * np], da, qb[0], qb[1]);
-                    mma_bf16(dk[2 * np + 1], da, qb[2], qb[3]);
+                    mma16<E>(dk[2 * np], da, qb[0], qb[1]);
+                    mma16<E>(dk[2 * np + 1], da, qb[2], qb[3]);
                 }
                 int row = warp * 16 + g, col = kq * 16 + 2 * t4;
                 *reinterpret_cast<uint32_t *>(sdS + swizzle<BR>(row, col)) = da[0];
@@ -252,8 +254,8 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_
                 for (int np = 0; np < HALF / 16; np++) {
                     uint32_t kb[4];
                     ldmatrix_x4_trans(kb, rows_first.at_dynamic(sK, kk * 16, col0 + np * 16));
-                    mma_bf16(dq[2 * np], a, kb[0], kb[1]);
-                    mma_bf16(dq[2 * np + 1], a, kb[2], kb[3]);
+                    mma16<E>(dq[2 * np], a, kb[0], kb[1]);
+                    mma16<E>(dq[2 * np + 1], a, kb[2], kb[3]);
                 }
             }
             float *dq_base = p.dq_accum + ((int64_t)b * T * p.heads + h) * D;
@@ -302,27 +304,37 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_kernel(const flash_
         for (int n = 0; n < D / 8; n++) {
             int col = n * 8 + 2 * t4;
             *reinterpret_cast<uint32_t *>(dk_row + col) =
-                pack_bf16(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
-            *reinterpret_cast<uint32_t *>(dv_row + col) = pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
+                pack16<E>(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(dv_row + col) = pack16<E>(dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
 }
 
 /* delta[b,h,t] = dO . O over the head dimension, one warp per (b, t, h) row. */
-template <int D>
+template <typename E, int D>
 __global__ void flash_delta_kernel(const flash_params p)
 {
     int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; /* (b*T + t)*H + h */
     int lane = threadIdx.x % 32;
     int64_t rows = (int64_t)p.batch * p.seq * p.heads;
     if (row >= rows) return;
-    const __nv_bfloat162 *o = reinterpret_cast<const __nv_bfloat162 *>(p.o + row * D);
-    const __nv_bfloat162 *d = reinterpret_cast<const __nv_bfloat162 *>(p.dout + row * D);
     float sum = 0.0f;
+    if constexpr (std::is_same<E, f16>::value) {
+        const __half2 *o = reinterpret_cast<const __half2 *>(p.o + row * D);
+        const __half2 *d = reinterpret_cast<const __half2 *>(p.dout + row * D);
 #pragma unroll
-    for (int i = lane; i < D / 2; i += 32) {
-        float2 a = __bfloat1622float2(o[i]), c = __bfloat1622float2(d[i]);
-        sum += a.x * c.x + a.y * c.y;
+        for (int i = lane; i < D / 2; i += 32) {
+            float2 a = __half22float2(o[i]), c = __half22float2(d[i]);
+            sum += a.x * c.x + a.y * c.y;
+        }
+    } else {
+        const __nv_bfloat162 *o = reinterpret_cast<const __nv_bfloat162 *>(p.o + row * D);
+        const __nv_bfloat162 *d = reinterpret_cast<const __nv_bfloat162 *>(p.dout + row * D);
+#pragma unroll
+        for (int i = lane; i < D / 2; i += 32) {
+            float2 a = __bfloat1622float2(o[i]), c = __bfloat1622float2(d[i]);
+            sum += a.x * c.x + a.y * c.y;
+        }
     }
     sum = zt_warp_sum(sum);
     if (lane == 0) {
@@ -332,7 +344,8 @@ __global__ void flash_delta_kernel(const flash_params p)
 }
 
 /* dK, dV of the wgmma backward with the group split over several blocks: the fp32 partial sums
- * [2][split][rows][D] added in split order (deterministic), dK scaled, to bf16. 4 columns a thread. */
+ * [2][split][rows][D] added in split order (deterministic), dK scaled, to E. 4 columns a thread. */
+template <typename E>
 __global__ void flash_dkv_reduce_kernel(int64_t n4, int split, const float *partial, float scale, bf16 *dk,
                                         bf16 *dv)
 {
@@ -347,21 +360,22 @@ __global__ void flash_dkv_reduce_kernel(int64_t n4, int split, const float *part
             sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
         }
         const float mult = which ? 1.0f : scale;
-        uint2 out = make_uint2(pack_bf16(sum.x * mult, sum.y * mult), pack_bf16(sum.z * mult, sum.w * mult));
+        uint2 out = make_uint2(pack16<E>(sum.x * mult, sum.y * mult), pack16<E>(sum.z * mult, sum.w * mult));
         reinterpret_cast<uint2 *>(which ? dv : dk)[j] = out;
     }
 }
 
+template <typename E>
 __global__ void flash_dq_kernel(int64_t n, const float *dq_accum, float scale, bf16 *dq)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        dq[i] = __float2bfloat16_rn(dq_accum[i] * scale);
+        reinterpret_cast<E *>(dq)[i] = zt_from_f32<E>(dq_accum[i] * scale);
 }
 
 /* The same from the bulk layout of the wgmma kernel: dq_accum [B][H][D/64][Tp][64] (Tp = T rounded
  * up to 64), 16-byte chunk c of row t at c ^ (t % 8). One 4-column chunk a thread. */
-template <int D>
+template <typename E, int D>
 __global__ void flash_dq_bulk_kernel(flash_params p)
 {
     const int T = p.seq, H = p.heads;
@@ -373,7 +387,7 @@ __global__ void flash_dq_bulk_kernel(flash_params p)
         const float4 v = *reinterpret_cast<const float4 *>(
             p.dq_accum + (((b * H + h) * (D / 64) + d4 / 16) * tp + t) * 64 + (((d4 % 16) ^ (t % 8)) * 4));
         reinterpret_cast<uint2 *>(p.dq)[i] =
-            make_uint2(pack_bf16(v.x * p.scale, v.y * p.scale), pack_bf16(v.z * p.scale, v.w * p.scale));
+            make_uint2(pack16<E>(v.x * p.scale, v.y * p.scale), pack16<E>(v.z * p.scale, v.w * p.scale));
     }
 }
 
@@ -439,15 +453,20 @@ uint64_t accum_bytes(const zt_cuda_attention_shape *s)
     return zt_round_up((uint64_t)s->batch * tp * (uint64_t)s->heads * (uint64_t)s->head_dim * sizeof(float), 256);
 }
 
-template <int D>
+template <typename E, int D>
 zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, flash_params p,
                           zt_cuda_flash_kernel kernel)
 {
     const char *what = "flash attention backward";
     constexpr size_t smem = backward_smem_bytes<D>();
     /* checks first, so that a GPU that cannot run the kernel gets nothing enqueued */
-    zt_status st = kernel == ZT_CUDA_FLASH_WGMMA ? zt_flash_backward_wgmma(ctx, stream, &p, D, 0)
-                                                 : flash_prepare(ctx, what, flash_backward_kernel<D>, smem);
+    /* the warp-specialized backward has bf16 kernels only (its fp16 instantiation is not written) */
+    if (kernel == ZT_CUDA_FLASH_WGMMA_WS && std::is_same<E, f16>::value)
+        return zt_cuda_fail(ZT_ERR_UNSUPPORTED, "%s (wgmma-ws): bf16 only for now; with fp16 choose "
+                            "ZT_FLASH_BACKWARD_KERNEL=wgmma (or auto)", what);
+    zt_status st = kernel == ZT_CUDA_FLASH_WGMMA_WS ? zt_flash_backward_wgmma_ws(ctx, stream, &p, D, 0)
+                   : kernel == ZT_CUDA_FLASH_WGMMA  ? zt_flash_backward_wgmma(ctx, stream, &p, D, 0)
+                                                    : flash_prepare(ctx, what, flash_backward_kernel<E, D>, smem);
     if (st != ZT_OK) return st;
     int64_t rows = (int64_t)p.batch * p.seq * p.heads;
     /* the bulk layout pads each (batch, head)'s rows to a multiple of 64: the last tile's reduce-add
@@ -457,9 +476,9 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, flash_params p,
     if (e != cudaSuccess)
         return zt_cuda_fail(ZT_ERR_DEVICE, "%s: cudaMemsetAsync failed: %s", what,
                             cudaGetErrorString(e));
-    flash_delta_kernel<D><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p);
+    flash_delta_kernel<E, D><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p);
     if ((st = zt_cuda_check_launch("flash attention backward (delta)")) != ZT_OK) return st;
-    if (kernel == ZT_CUDA_FLASH_WGMMA) {
+    if (kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS) {
         /* chunks of units (batch, kv head, split) whose blocks run together: at least 2 waves, and
          * as many as keep their Q and dO (read by every key tile) within ~24 MB of L2 */
         const int64_t n_key_tiles = (p.seq + 127) / 128, units = (int64_t)p.batch * p.kv_heads * p.bwd_split;
@@ -467,22 +486,24 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, flash_params p,
         int64_t chunk = (2 * (int64_t)ctx->sm_count + n_key_tiles - 1) / n_key_tiles;
         if (chunk < (24ll << 20) / unit_bytes) chunk = (24ll << 20) / unit_bytes;
         p.bwd_chunk = (int)(chunk < 1 ? 1 : chunk > units ? units : chunk);
-        if ((st = zt_flash_backward_wgmma(ctx, stream, &p, D, 1)) != ZT_OK) return st;
+        st = kernel == ZT_CUDA_FLASH_WGMMA_WS ? zt_flash_backward_wgmma_ws(ctx, stream, &p, D, 1)
+                                              : zt_flash_backward_wgmma(ctx, stream, &p, D, 1);
+        if (st != ZT_OK) return st;
         if (p.bwd_split > 1) {
             const int64_t n4 = (int64_t)p.batch * p.seq * p.kv_heads * D / 4;
-            flash_dkv_reduce_kernel<<<zt_grid_for(2 * n4, 256, ctx), 256, 0, stream>>>(
+            flash_dkv_reduce_kernel<E><<<zt_grid_for(2 * n4, 256, ctx), 256, 0, stream>>>(
                 n4, p.bwd_split, p.dkv_partial, p.scale, p.dk, p.dv);
             if ((st = zt_cuda_check_launch("flash attention backward (dK/dV sum)")) != ZT_OK) return st;
         }
     } else {
         dim3 grid((unsigned)((p.seq + BC - 1) / BC), (unsigned)p.kv_heads, (unsigned)p.batch);
-        flash_backward_kernel<D><<<grid, THREADS, smem, stream>>>(p);
+        flash_backward_kernel<E, D><<<grid, THREADS, smem, stream>>>(p);
         if ((st = zt_cuda_check_launch(what)) != ZT_OK) return st;
     }
     if (p.bwd_dq_bulk)
-        flash_dq_bulk_kernel<D><<<zt_grid_for(rows * D / 4, 256, ctx), 256, 0, stream>>>(p);
+        flash_dq_bulk_kernel<E, D><<<zt_grid_for(rows * D / 4, 256, ctx), 256, 0, stream>>>(p);
     else
-        flash_dq_kernel<<<zt_grid_for(rows * D, 256, ctx), 256, 0, stream>>>(rows * D, p.dq_accum,
+        flash_dq_kernel<E><<<zt_grid_for(rows * D, 256, ctx), 256, 0, stream>>>(rows * D, p.dq_accum,
                                                                              p.scale, p.dq);
     return zt_cuda_check_launch("flash attention backward (dq)");
 }
@@ -515,10 +536,15 @@ zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t
     if (st != ZT_OK) return st;
     st = zt_cuda_flash_kernel_resolve(ctx, s, kernel, &kernel);
     if (st != ZT_OK) return st;
+    /* wgmma-ws (not yet verified on a GPU; opt-in only) is built for head dim 128: at 64 the wgmma
+     * kernel runs, whose ring already lets its warpgroups run apart there */
+    if (kernel == ZT_CUDA_FLASH_WGMMA_WS && s->head_dim != 128) kernel = ZT_CUDA_FLASH_WGMMA;
+    const bool hopper = kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS;
     /* the mma.sync kernel keeps a whole group per block and adds dQ with atomics */
-    const int split = kernel == ZT_CUDA_FLASH_WGMMA ? backward_split(s, false) : 1;
+    const int split = hopper ? backward_split(s, false) : 1;
     if (split == 0) return ZT_ERR_INVALID_ARG;
-    const int dq_bulk = kernel == ZT_CUDA_FLASH_WGMMA ? backward_dq_bulk() : 0;
+    /* wgmma-ws always adds dQ with bulk reduce-adds (ZT_FLASH_BACKWARD_DQ is wgmma's switch) */
+    const int dq_bulk = kernel == ZT_CUDA_FLASH_WGMMA_WS ? 1 : kernel == ZT_CUDA_FLASH_WGMMA ? backward_dq_bulk() : 0;
     if (dq_bulk < 0) return ZT_ERR_INVALID_ARG;
     const int ring = kernel == ZT_CUDA_FLASH_WGMMA ? backward_ring() : 0;
     if (ring < 0) return ZT_ERR_INVALID_ARG;
@@ -544,8 +570,11 @@ zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t
     p.bwd_dq_bulk = dq_bulk;
     p.bwd_ring = ring;
     if (split > 1) p.dkv_partial = (float *)(scratch + accum_bytes(s) + zt_round_up(rows * sizeof(float), 256));
-    return s->head_dim == 64 ? launch_backward<64>(ctx, stream, p, kernel)
-                             : launch_backward<128>(ctx, stream, p, kernel);
+    /* the context's 16-bit type (zt_cuda_ctx_set_dtype): q, k, v, o, dout, dq, dk, dv are bf16 or fp16;
+     * lse, delta and the dQ accumulator fp32 either way */
+    ZT_DISPATCH16(ctx->dtype, E,
+                  return s->head_dim == 64 ? launch_backward<E, 64>(ctx, stream, p, kernel)
+                                           : launch_backward<E, 128>(ctx, stream, p, kernel));
 }
 
 zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream,

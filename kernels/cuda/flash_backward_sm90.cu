@@ -13,13 +13,15 @@
  *   P^T = exp2(S^T scale log2e - lse log2e) masked; dS^T = P^T (dP^T - delta)
  *   dV += P^T dO     wgmma RS m64nD, P^T from registers, dO read transposed (MN-major)
  *   dK += dS^T Q     wgmma RS m64nD (issued with dV)
- * dS^T (bf16) goes to shared memory (128B-swizzled [BC][BR]) for dQ = dS K, read with both operands
+ * dS^T (E) goes to shared memory (128B-swizzled [BC][BR]) for dQ = dS K, read with both operands
  * transposed: D = 128, each warpgroup takes 64 of dQ's columns over all 128 keys; D = 64, each
  * takes its own 64 keys for all columns. The 64 x 64 fp32 result is staged in shared memory and
  * added to the dQ accumulator with one TMA bulk reduce-add (or, ZT_FLASH_BACKWARD_DQ=atomic, with
  * 16-byte atomics from registers); their order varies, so dQ can differ in the last bits between
  * runs; dK, dV are exact. At D = 64 the warpgroups share only the loaded stages and run apart on an
  * mbarrier ring (RING below).
+ * Templated on the element type E (bf16, or f16 for fp16.enabled; flash_common.cuh): the wgmma input
+ * type and the packing of P^T, dS^T, dK and dV follow it; lse, delta and dQ's accumulator are fp32.
  */
 #include <math.h>
 #include "cuda/flash_kernel.h"
@@ -72,7 +74,7 @@ struct bwd_sm90_shape {
  * "empty[s]" when all 256 threads are done with it; a thread waits for "empty" before loading into
  * a stage again. With D = 64 nothing else is shared between the warpgroups (each computes dQ from
  * its own dS^T rows and keys), so one's softmax can run while the other's products do. */
-template <int D, bool BULK, bool RING>
+template <typename E, int D, bool BULK, bool RING>
 __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const flash_params p)
 {
     static_assert(!RING || (D == 64 && BULK), "the ring is for head dim 64 with the bulk dQ path");
@@ -245,14 +247,14 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const f
 #pragma unroll
             for (int kd = 0; kd < D / 16; kd++) {
                 const int off_kv = (kd / 4) * BC * 64 + (kd % 4) * 16, off_q = (kd / 4) * BR * 64 + (kd % 4) * 16;
-                wgmma_ss_m64n64_acc(s, wgmma_desc(wg_k + off_kv, 16, 1024), wgmma_desc(tQ + off_q, 16, 1024),
+                wgmma_ss_m64n64_acc<E>(s, wgmma_desc(wg_k + off_kv, 16, 1024), wgmma_desc(tQ + off_q, 16, 1024),
                                     ZERO || kd);
             }
             if constexpr (D == 64) wgmma_commit();
 #pragma unroll
             for (int kd = 0; kd < D / 16; kd++) {
                 const int off_kv = (kd / 4) * BC * 64 + (kd % 4) * 16, off_q = (kd / 4) * BR * 64 + (kd % 4) * 16;
-                wgmma_ss_m64n64_acc(dp, wgmma_desc(wg_v + off_kv, 16, 1024), wgmma_desc(tdO + off_q, 16, 1024),
+                wgmma_ss_m64n64_acc<E>(dp, wgmma_desc(wg_v + off_kv, 16, 1024), wgmma_desc(tdO + off_q, 16, 1024),
                                     ZERO || kd);
             }
             wgmma_commit();
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const f
             wgmma_fence_operands(s);
 
             /* P^T = exp2(S^T scale log2e - lse log2e), 0 where the mask hides the pair; then
-             * dS^T = P^T (dP^T - delta). Both packed to bf16 A fragments (P^T, dS^T: keys x queries) */
+             * dS^T = P^T (dP^T - delta). Both packed to E A fragments (P^T, dS^T: keys x queries) */
             const bool need_mask = q0 < wg_key0 + 63 || doc || q0 + BR > T || wg_key0 + 64 > T;
             uint32_t pa[BR / 16][4], da[BR / 16][4];
 #pragma unroll
@@ -279,20 +281,20 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const f
             }
 #pragma unroll
             for (int kq = 0; kq < BR / 16; kq++) {
-                pa[kq][0] = pack_bf16(s[2 * kq][0], s[2 * kq][1]);
-                pa[kq][1] = pack_bf16(s[2 * kq][2], s[2 * kq][3]);
-                pa[kq][2] = pack_bf16(s[2 * kq + 1][0], s[2 * kq + 1][1]);
-                pa[kq][3] = pack_bf16(s[2 * kq + 1][2], s[2 * kq + 1][3]);
+                pa[kq][0] = pack16<E>(s[2 * kq][0], s[2 * kq][1]);
+                pa[kq][1] = pack16<E>(s[2 * kq][2], s[2 * kq][3]);
+                pa[kq][2] = pack16<E>(s[2 * kq + 1][0], s[2 * kq + 1][1]);
+                pa[kq][3] = pack16<E>(s[2 * kq + 1][2], s[2 * kq + 1][3]);
             }
             wgmma_wait<0>();
             wgmma_fence_operands(dp);
-            /* dS from the bf16-rounded P, as the mma.sync backward does */
+            /* dS from the E-rounded P, as the mma.sync backward does */
 #pragma unroll
             for (int n = 0; n < BR / 8; n++) {
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     uint32_t packed = pa[n / 2][(n % 2) * 2 + r];
-                    float2 prob = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&packed));
+                    float2 prob = unpack16<E>(packed);
                     int q_local = n * 8 + 2 * t4;
                     dp[n][2 * r] = prob.x * (dp[n][2 * r] - tDelta[q_local]);
                     dp[n][2 * r + 1] = prob.y * (dp[n][2 * r + 1] - tDelta[q_local + 1]);
@@ -300,10 +302,10 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const f
             }
 #pragma unroll
             for (int kq = 0; kq < BR / 16; kq++) {
-                da[kq][0] = pack_bf16(dp[2 * kq][0], dp[2 * kq][1]);
-                da[kq][1] = pack_bf16(dp[2 * kq][2], dp[2 * kq][3]);
-                da[kq][2] = pack_bf16(dp[2 * kq + 1][0], dp[2 * kq + 1][1]);
-                da[kq][3] = pack_bf16(dp[2 * kq + 1][2], dp[2 * kq + 1][3]);
+                da[kq][0] = pack16<E>(dp[2 * kq][0], dp[2 * kq][1]);
+                da[kq][1] = pack16<E>(dp[2 * kq][2], dp[2 * kq][3]);
+                da[kq][2] = pack16<E>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]);
+                da[kq][3] = pack16<E>(dp[2 * kq + 1][2], dp[2 * kq + 1][3]);
             }
             /* dS^T to shared memory for dQ ([BC][BR], one column block). Before the products: the
              * registers of a wgmma's A operand must not be touched until it completes */
@@ -322,17 +324,17 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const f
             for (int kq = 0; kq < BR / 16; kq++) {
                 uint64_t d_do = wgmma_desc(tdO + kq * 16 * 64, BR * 128, 1024);
                 if constexpr (D == 128)
-                    wgmma_rs_m64n128(dv, pa[kq], d_do);
+                    wgmma_rs_m64n128<E>(dv, pa[kq], d_do);
                 else
-                    wgmma_rs_m64n64(dv, pa[kq], d_do);
+                    wgmma_rs_m64n64<E>(dv, pa[kq], d_do);
             }
 #pragma unroll
             for (int kq = 0; kq < BR / 16; kq++) {
                 uint64_t d_q = wgmma_desc(tQ + kq * 16 * 64, BR * 128, 1024);
                 if constexpr (D == 128)
-                    wgmma_rs_m64n128(dk, da[kq], d_q);
+                    wgmma_rs_m64n128<E>(dk, da[kq], d_q);
                 else
-                    wgmma_rs_m64n64(dk, da[kq], d_q);
+                    wgmma_rs_m64n64<E>(dk, da[kq], d_q);
             }
             /* D = 64: not waited for here: they run on while this warpgroup passes the barrier below
              * and queues the dQ product behind them (one wait for all three). D = 128 waits: the
@@ -375,7 +377,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const f
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < KEYS / 16; kk++)
-                wgmma_ss_m64n64_tt_acc(dq, wgmma_desc(a_base + kk * 16 * 64, 64 * 128, 1024),
+                wgmma_ss_m64n64_tt_acc<E>(dq, wgmma_desc(a_base + kk * 16 * 64, 64 * 128, 1024),
                                        wgmma_desc(b_base + kk * 16 * 64, BC * 128, 1024), kk);
             wgmma_commit();
             wgmma_wait<0>();
@@ -459,8 +461,8 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const f
         for (int n = 0; n < D / 8; n++) {
             int col = n * 8 + 2 * t4;
             *reinterpret_cast<uint32_t *>(dk_row + col) =
-                pack_bf16(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
-            *reinterpret_cast<uint32_t *>(dv_row + col) = pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
+                pack16<E>(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(dv_row + col) = pack16<E>(dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
 #else
@@ -469,12 +471,12 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_kernel(const f
 #endif
 }
 
-template <int D, bool BULK, bool RING>
+template <typename E, int D, bool BULK, bool RING>
 zt_status launch_backward_sm90(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p, int launch)
 {
     constexpr size_t smem = bwd_sm90_shape<D, BULK>::SMEM;
     zt_status st =
-        flash_prepare(ctx, "flash attention backward (wgmma)", flash_backward_sm90_kernel<D, BULK, RING>, smem);
+        flash_prepare(ctx, "flash attention backward (wgmma)", flash_backward_sm90_kernel<E, D, BULK, RING>, smem);
     if (st != ZT_OK || !launch) return st;
     if (p.bwd_split < 1 || p.group % p.bwd_split != 0 || p.bwd_chunk < 1 || (p.bwd_split > 1 && !p.dkv_partial))
         return zt_cuda_fail(ZT_ERR_INTERNAL,
@@ -485,8 +487,20 @@ zt_status launch_backward_sm90(zt_cuda_ctx *ctx, cudaStream_t stream, const flas
         return zt_cuda_fail(ZT_ERR_UNSUPPORTED,
                             "flash attention backward (wgmma): %lld blocks exceed the 1-D grid; use a "
                             "smaller batch", (long long)blocks);
-    flash_backward_sm90_kernel<D, BULK, RING><<<(unsigned)blocks, THREADS, smem, stream>>>(p);
+    flash_backward_sm90_kernel<E, D, BULK, RING><<<(unsigned)blocks, THREADS, smem, stream>>>(p);
     return zt_cuda_check_launch("flash attention backward (wgmma)");
+}
+
+template <typename E>
+zt_status launch_backward_sm90_variant(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p, int head_dim,
+                                       int launch)
+{
+    if (head_dim == 128)
+        return p.bwd_dq_bulk ? launch_backward_sm90<E, 128, true, false>(ctx, stream, p, launch)
+                             : launch_backward_sm90<E, 128, false, false>(ctx, stream, p, launch);
+    if (!p.bwd_dq_bulk) return launch_backward_sm90<E, 64, false, false>(ctx, stream, p, launch);
+    return p.bwd_ring ? launch_backward_sm90<E, 64, true, true>(ctx, stream, p, launch)
+                      : launch_backward_sm90<E, 64, true, false>(ctx, stream, p, launch);
 }
 
 } // namespace
@@ -498,10 +512,6 @@ zt_status zt_flash_backward_wgmma(zt_cuda_ctx *ctx, cudaStream_t stream, const f
         return zt_cuda_fail(ZT_ERR_UNSUPPORTED,
                             "flash attention backward (wgmma): this build has no sm_90a code; configure "
                             "with 90 in CMAKE_CUDA_ARCHITECTURES, or set ZT_FLASH_KERNEL=mma");
-    if (head_dim == 128)
-        return p->bwd_dq_bulk ? launch_backward_sm90<128, true, false>(ctx, stream, *p, launch)
-                              : launch_backward_sm90<128, false, false>(ctx, stream, *p, launch);
-    if (!p->bwd_dq_bulk) return launch_backward_sm90<64, false, false>(ctx, stream, *p, launch);
-    return p->bwd_ring ? launch_backward_sm90<64, true, true>(ctx, stream, *p, launch)
-                       : launch_backward_sm90<64, true, false>(ctx, stream, *p, launch);
+    /* the context's 16-bit type (zt_cuda_ctx_set_dtype): q, k, v, dout, dk, dv are bf16 or fp16 */
+    ZT_DISPATCH16(ctx->dtype, E, return launch_backward_sm90_variant<E>(ctx, stream, *p, head_dim, launch));
 }

@@ -1,4 +1,4 @@
-/* Building blocks of the flash attention kernels: bf16 tensor-core MMA (mma.sync m16n8k16, sm_80+),
+/* Building blocks of the flash attention kernels: bf16 / fp16 tensor-core MMA (mma.sync m16n8k16, sm_80+),
  * ldmatrix, cp.async, the swizzled shared-memory tile layout, and the host-side shape checks.
  *
  * Fragment layouts (PTX ISA, "mma.m16n8k16"), lane = 4 * g + t:
@@ -74,6 +74,60 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* The element type of the flash kernels (template parameter E in the kernels, whose T is the
+ * sequence length): bf16, or f16 (IEEE half, fp16.enabled), picked from the context's dtype on the
+ * host (ZT_DISPATCH16). Shared-memory tiles and the 16-bit tensor pointers of
+ * flash_params are typed bf16 but hold either type's bits: cp.async, ldmatrix and TMA only move 16-bit
+ * elements. The type matters only where values are computed: the MMA's input type (.bf16 / .f16,
+ * both with fp32 accumulators), rounding fp32 to it (pack16) and widening it (unpack16). The bf16 forms are the
+ * bf16-only code of before, so the bf16 instantiations compile to the same instructions. */
+template <typename T>
+__device__ __forceinline__ void mma16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16<bf16>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    mma_bf16(c, a, b0, b1);
+}
+template <>
+__device__ __forceinline__ void mma16<f16>(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two fp32 values rounded to T (nearest even; fp16 beyond 65504 -> inf, which the loss scaler sees),
+ * lo in the low half: one 32-bit A-fragment register or a pair of adjacent output elements. */
+template <typename T>
+__device__ __forceinline__ uint32_t pack16(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack16<bf16>(float lo, float hi)
+{
+    return pack_bf16(lo, hi);
+}
+template <>
+__device__ __forceinline__ uint32_t pack16<f16>(float lo, float hi)
+{
+    __half2 v = __float22half2_rn(make_float2(lo, hi));
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* The two T values of a packed register, widened to fp32 (x = low half). */
+template <typename T>
+__device__ __forceinline__ float2 unpack16(uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack16<bf16>(uint32_t v)
+{
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack16<f16>(uint32_t v)
+{
+    return __half22float2(*reinterpret_cast<__half2 *>(&v));
 }
 
 /* Where each lane points ldmatrix_x4 in a swizzled tile with rows of L elements. The four 8x8

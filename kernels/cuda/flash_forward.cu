@@ -1,11 +1,12 @@
-/* Flash attention forward (the FlashAttention-2 algorithm) on bf16 tensor cores.
+/* Flash attention forward (the FlashAttention-2 algorithm) on bf16 or fp16 tensor cores (templated on
+ * the element type E, the context's dtype; see flash_common.cuh).
  *
  * A block owns BR = 128 query rows of one (batch, head); each of its 4 warps owns 32 of them (two
  * 16-row MMA tiles) and keeps their output accumulators (fp32) and running max / sum in registers;
  * two blocks share an SM. Key/value tiles of BC = 64 rows stream through shared memory,
  * double-buffered with cp.async so the next tile loads while this one is computed. Per tile:
  * S = Q K^T (tensor cores), masking, online softmax (rescale O and the row sum when the max grows),
- * O += P V with P packed to bf16 straight from the S accumulators. At the end O /= sum and
+ * O += P V with P packed to E (the element type) straight from the S accumulators. At the end O /= sum and
  * lse = max * scale + log(sum).
  *
  * Work skipped: key tiles after the causal diagonal; with document ids, key tiles before the first
@@ -32,7 +33,7 @@ constexpr size_t forward_smem_bytes()
     return (size_t)(BR * D + 4 * BC * D) * sizeof(bf16) + 2 * BC * sizeof(int32_t);
 }
 
-template <int D>
+template <typename E, int D>
 __global__ void __launch_bounds__(THREADS, 2) flash_forward_kernel(const flash_params p)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -148,8 +149,8 @@ __global__ void __launch_bounds__(THREADS, 2) flash_forward_kernel(const flash_p
                     ldmatrix_x4(kb, columns_first.at_dynamic(tK, np * 16, kd * 16));
 #pragma unroll
                     for (int mt = 0; mt < M_TILES; mt++) {
-                        mma_bf16(s[mt][2 * np], qa[mt], kb[0], kb[1]);
-                        mma_bf16(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+                        mma16<E>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
+                        mma16<E>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
                     }
                 }
             }
@@ -196,16 +197,16 @@ __global__ void __launch_bounds__(THREADS, 2) flash_forward_kernel(const flash_p
                     }
                 }
             }
-            /* O += P V, P packed to bf16 A fragments straight from the accumulators */
+            /* O += P V, P packed to E A fragments straight from the accumulators */
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {
                 uint32_t pa[M_TILES][4];
 #pragma unroll
                 for (int mt = 0; mt < M_TILES; mt++) {
-                    pa[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pa[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pa[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pa[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                    pa[mt][0] = pack16<E>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = pack16<E>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = pack16<E>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = pack16<E>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
                 }
 #pragma unroll
                 for (int np = 0; np < D / 16; np++) {
@@ -213,8 +214,8 @@ __global__ void __launch_bounds__(THREADS, 2) flash_forward_kernel(const flash_p
                     ldmatrix_x4_trans(vb, rows_first.at(tV, kk * 16, np * 16));
 #pragma unroll
                     for (int mt = 0; mt < M_TILES; mt++) {
-                        mma_bf16(acc[mt][2 * np], pa[mt], vb[0], vb[1]);
-                        mma_bf16(acc[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+                        mma16<E>(acc[mt][2 * np], pa[mt], vb[0], vb[1]);
+                        mma16<E>(acc[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
                     }
                 }
             }
@@ -237,21 +238,21 @@ __global__ void __launch_bounds__(THREADS, 2) flash_forward_kernel(const flash_p
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
                 *reinterpret_cast<uint32_t *>(out + n * 8 + 2 * t4) =
-                    pack_bf16(acc[mt][n][2 * r] * inv, acc[mt][n][2 * r + 1] * inv);
+                    pack16<E>(acc[mt][n][2 * r] * inv, acc[mt][n][2 * r + 1] * inv);
             if (t4 == 0)
                 p.lse_out[((int64_t)b * p.heads + h) * T + row] = row_max[mt][r] * p.scale + logf(sum);
         }
     }
 }
 
-template <int D>
+template <typename E, int D>
 zt_status launch_forward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p)
 {
     constexpr size_t smem = forward_smem_bytes<D>();
-    zt_status st = flash_prepare(ctx, "flash attention forward", flash_forward_kernel<D>, smem);
+    zt_status st = flash_prepare(ctx, "flash attention forward", flash_forward_kernel<E, D>, smem);
     if (st != ZT_OK) return st;
     dim3 grid((unsigned)((p.seq + BR - 1) / BR), (unsigned)p.heads, (unsigned)p.batch);
-    flash_forward_kernel<D><<<grid, THREADS, smem, stream>>>(p);
+    flash_forward_kernel<E, D><<<grid, THREADS, smem, stream>>>(p);
     return zt_cuda_check_launch("flash attention forward");
 }
 
@@ -259,7 +260,7 @@ zt_status launch_forward(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_para
 
 const char *zt_cuda_flash_kernel_name(zt_cuda_flash_kernel k)
 {
-    return k == ZT_CUDA_FLASH_MMA ? "mma" : k == ZT_CUDA_FLASH_WGMMA ? "wgmma" : "auto";
+    return k == ZT_CUDA_FLASH_MMA ? "mma" : k == ZT_CUDA_FLASH_WGMMA ? "wgmma" : k == ZT_CUDA_FLASH_WGMMA_WS ? "wgmma-ws" : "auto";
 }
 
 zt_status zt_cuda_flash_kernel_parse(const char *text, zt_cuda_flash_kernel *out)
@@ -270,10 +271,12 @@ zt_status zt_cuda_flash_kernel_parse(const char *text, zt_cuda_flash_kernel *out
         *out = ZT_CUDA_FLASH_MMA;
     else if (!strcmp(text, "wgmma"))
         *out = ZT_CUDA_FLASH_WGMMA;
+    else if (!strcmp(text, "wgmma-ws"))
+        *out = ZT_CUDA_FLASH_WGMMA_WS;
     else
         return zt_cuda_fail(ZT_ERR_INVALID_ARG,
                             "'%s' is not a flash attention kernel: use auto (wgmma on compute "
-                            "capability 9.0 GPUs, else mma), mma or wgmma", text);
+                            "capability 9.0 GPUs, else mma), mma, wgmma or wgmma-ws", text);
     return ZT_OK;
 }
 
@@ -283,7 +286,7 @@ zt_status zt_cuda_flash_kernel_from_env(zt_cuda_flash_kernel *out)
     if (zt_cuda_flash_kernel_parse(text, out) == ZT_OK) return ZT_OK;
     return zt_cuda_fail(ZT_ERR_INVALID_ARG,
                         "ZT_FLASH_KERNEL=%s is not a flash attention kernel: set it to auto (wgmma on "
-                        "compute capability 9.0 GPUs, else mma), mma or wgmma, or unset it", text);
+                        "compute capability 9.0 GPUs, else mma), mma, wgmma or wgmma-ws, or unset it", text);
 }
 
 zt_status zt_cuda_flash_backward_kernel_from_env(zt_cuda_flash_kernel *out)
@@ -293,7 +296,7 @@ zt_status zt_cuda_flash_backward_kernel_from_env(zt_cuda_flash_kernel *out)
     if (zt_cuda_flash_kernel_parse(text, out) == ZT_OK) return ZT_OK;
     return zt_cuda_fail(ZT_ERR_INVALID_ARG,
                         "ZT_FLASH_BACKWARD_KERNEL=%s is not a flash attention kernel: set it to auto, "
-                        "mma or wgmma, or unset it (the backward then follows ZT_FLASH_KERNEL)", text);
+                        "mma, wgmma or wgmma-ws, or unset it (the backward then follows ZT_FLASH_KERNEL)", text);
 }
 
 zt_status zt_cuda_flash_kernel_resolve(zt_cuda_ctx *ctx, const zt_cuda_attention_shape *s,
@@ -335,7 +338,7 @@ zt_status zt_cuda_flash_kernel_resolve(zt_cuda_ctx *ctx, const zt_cuda_attention
                             "flash attention: the wgmma kernel needs a compute capability 9.0 GPU (H100, "
                             "H200); GPU %d is %d.%d. Unset ZT_FLASH_KERNEL or set it to mma or auto",
                             ctx->device, major, minor);
-    *got = ZT_CUDA_FLASH_WGMMA;
+    *got = want; /* wgmma or wgmma-ws (the backward's warp-specialized kernel; same requirements) */
     return ZT_OK;
 }
 
@@ -357,9 +360,13 @@ zt_status zt_cuda_flash_attention_forward_kernel(zt_cuda_ctx *ctx, cudaStream_t 
     p.doc_ids = doc_ids;
     p.o_out = (bf16 *)o;
     p.lse_out = lse;
-    if (kernel == ZT_CUDA_FLASH_WGMMA) return zt_flash_forward_wgmma(ctx, stream, &p, (int)s->head_dim);
-    return s->head_dim == 64 ? launch_forward<64>(ctx, stream, p)
-                             : launch_forward<128>(ctx, stream, p);
+    /* wgmma-ws names a backward kernel; its forward is the wgmma one */
+    if (kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS)
+        return zt_flash_forward_wgmma(ctx, stream, &p, (int)s->head_dim);
+    /* the context's 16-bit type (zt_cuda_ctx_set_dtype): q, k, v and o are bf16 or fp16 */
+    ZT_DISPATCH16(ctx->dtype, E,
+                  return s->head_dim == 64 ? launch_forward<E, 64>(ctx, stream, p)
+                                           : launch_forward<E, 128>(ctx, stream, p));
 }
 
 zt_status zt_cuda_flash_attention_forward(zt_cuda_ctx *ctx, cudaStream_t stream,

@@ -17,7 +17,7 @@
  * document ids a small kernel first finds each query tile's first key tile.
  * Consumer overlap inside a warpgroup: for key tile j the warpgroup issues S_j = Q K_j^T and
  * O += P_{j-1} V_{j-1} together (wgmma, asynchronous), waits for S_j only, masks and exponentiates
- * it while the P V product runs, then waits for that, rescales O and packs P_j to bf16 A fragments.
+ * it while the P V product runs, then waits for that, rescales O and packs P_j to E A fragments.
  * Between warpgroups: they take turns to issue their MMAs (pingpong, named barriers).
  *   S = Q K^T     wgmma m64n128k16, both operands in shared memory (K-major, 128B swizzle)
  *   O += P V      wgmma m64nDk16, P from registers, V in shared memory read transposed (MN-major)
@@ -28,12 +28,16 @@
  * (natural log, max * scale + log(sum)) are those of the mma.sync forward, so either backward takes
  * them.
  *
+ * Templated on the element type E (bf16, or f16 for fp16.enabled; flash_common.cuh): the wgmma input
+ * type, the TMA maps' data type and the packing of P and O follow it, everything else is the same.
+ *
  * Compiled only for sm_90a (kernels/CMakeLists.txt); elsewhere the kernel body is a trap and the
  * host side reports the kernel unavailable, so the mma.sync kernels run.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 #include "cuda/flash_kernel.h"
 #include "cuda/flash_wgmma.cuh"
 #include "cuda/hopper_async.cuh"
@@ -110,7 +114,7 @@ __global__ void __launch_bounds__(256) flash_first_tiles_kernel(const int32_t *d
  * without sm_90a compile the kernel bodies out.) */
 [[maybe_unused]] constexpr int BAR_TURN = 1;
 
-template <int D, int CWGS, bool PINGPONG>
+template <typename E, int D, int CWGS, bool PINGPONG>
 __global__ void __launch_bounds__(sm90_fwd_shape<D, CWGS>::THREADS, 1)
     flash_forward_sm90_kernel(const __grid_constant__ sm90_fwd_args args)
 {
@@ -260,7 +264,7 @@ __global__ void __launch_bounds__(sm90_fwd_shape<D, CWGS>::THREADS, 1)
             /* column block kd / 4, 32 bytes per k16 step inside it */
             uint64_t dq = wgmma_desc(wg_q + (kd / 4) * BR * 64 + (kd % 4) * 16, 16, 1024);
             uint64_t dk = wgmma_desc(tK + (kd / 4) * BC * 64 + (kd % 4) * 16, 16, 1024);
-            wgmma_ss_m64n128_acc(s, dq, dk, kd > 0);
+            wgmma_ss_m64n128_acc<E>(s, dq, dk, kd > 0);
         }
         wgmma_commit();
     };
@@ -272,9 +276,9 @@ __global__ void __launch_bounds__(sm90_fwd_shape<D, CWGS>::THREADS, 1)
         for (int kk = 0; kk < BC / 16; kk++) {
             uint64_t dv = wgmma_desc(tV + kk * 16 * 64, BC * 128, 1024);
             if constexpr (D == 128)
-                wgmma_rs_m64n128(acc, pa[kk], dv);
+                wgmma_rs_m64n128<E>(acc, pa[kk], dv);
             else
-                wgmma_rs_m64n64(acc, pa[kk], dv);
+                wgmma_rs_m64n64<E>(acc, pa[kk], dv);
         }
         wgmma_commit();
     };
@@ -325,14 +329,14 @@ __global__ void __launch_bounds__(sm90_fwd_shape<D, CWGS>::THREADS, 1)
             row_sum[r] = row_sum[r] * correction[r] + sum;
         }
     };
-    /* P as bf16 A fragments straight from S's accumulators. */
+    /* P as E A fragments straight from S's accumulators. */
     auto pack_p = [&]() {
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
-            pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            pa[kk][0] = pack16<E>(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = pack16<E>(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = pack16<E>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = pack16<E>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         }
     };
 
@@ -451,7 +455,7 @@ __global__ void __launch_bounds__(sm90_fwd_shape<D, CWGS>::THREADS, 1)
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
                 *reinterpret_cast<uint32_t *>(out + n * 8 + 2 * t4) =
-                    pack_bf16(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
+                    pack16<E>(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
             if (t4 == 0) p.lse_out[((int64_t)u.b * p.heads + u.h) * T + row] = row_max[r] * p.scale + logf(sum);
         }
     }
@@ -496,12 +500,34 @@ zt_status read_tuning(sm90_tuning *t)
     return ZT_OK;
 }
 
-template <int D, int CWGS, bool PINGPONG>
+/* A [batch][seq][heads][dim] TMA view as zt_hopper_tensor_map_bthd makes it (boxes of box_rows x 64
+ * columns, 128-byte swizzle), with the data type of E: FLOAT16 for fp16 (TMA only copies; the type
+ * names the element size, and keeps the map honest about what it reads). */
+template <typename E>
+zt_status tensor_map_bthd(CUtensorMap *map, const char *what, const void *base, int64_t batch, int64_t seq,
+                          int64_t heads, int64_t dim, int box_rows)
+{
+    if constexpr (!std::is_same<E, f16>::value) {
+        return zt_hopper_tensor_map_bthd(map, what, base, batch, seq, heads, dim, box_rows, 64);
+    } else {
+        if (batch <= 0 || seq <= 0 || heads <= 0 || dim <= 0 || box_rows <= 0)
+            return zt_cuda_fail(ZT_ERR_INVALID_ARG, "%s: TMA view of a [%lld][%lld][%lld][%lld] fp16 tensor: every "
+                                "extent must be positive", what, (long long)batch, (long long)seq, (long long)heads,
+                                (long long)dim);
+        const uint64_t dims[4] = {(uint64_t)dim, (uint64_t)heads, (uint64_t)seq, (uint64_t)batch};
+        const uint64_t strides[3] = {(uint64_t)dim * 2, (uint64_t)(heads * dim) * 2,
+                                     (uint64_t)(seq * heads * dim) * 2};
+        const uint32_t box[4] = {64, 1, (uint32_t)box_rows, 1};
+        return zt_hopper_tensor_map(map, what, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, base, dims, strides, box, 128);
+    }
+}
+
+template <typename E, int D, int CWGS, bool PINGPONG>
 zt_status launch_forward_sm90(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p, int persistent)
 {
     using S = sm90_fwd_shape<D, CWGS>;
     const char *what = "flash attention forward (wgmma)";
-    zt_status st = flash_prepare(ctx, what, flash_forward_sm90_kernel<D, CWGS, PINGPONG>, S::SMEM);
+    zt_status st = flash_prepare(ctx, what, flash_forward_sm90_kernel<E, D, CWGS, PINGPONG>, S::SMEM);
     if (st != ZT_OK) return st;
     const int64_t n_work = (int64_t)((p.seq + S::BR - 1) / S::BR) * p.heads * p.batch;
     if (n_work > INT32_MAX)
@@ -510,12 +536,12 @@ zt_status launch_forward_sm90(zt_cuda_ctx *ctx, cudaStream_t stream, const flash
     sm90_fwd_args args;
     memset(&args, 0, sizeof args);
     args.p = p;
-    if ((st = zt_hopper_tensor_map_bthd(&args.tq, "flash attention forward (wgmma), q", p.q, p.batch, p.seq,
-                                        p.heads, D, S::BR, 64)) != ZT_OK ||
-        (st = zt_hopper_tensor_map_bthd(&args.tk, "flash attention forward (wgmma), k", p.k, p.batch, p.seq,
-                                        p.kv_heads, D, S::BC, 64)) != ZT_OK ||
-        (st = zt_hopper_tensor_map_bthd(&args.tv, "flash attention forward (wgmma), v", p.v, p.batch, p.seq,
-                                        p.kv_heads, D, S::BC, 64)) != ZT_OK)
+    if ((st = tensor_map_bthd<E>(&args.tq, "flash attention forward (wgmma), q", p.q, p.batch, p.seq, p.heads, D,
+                                 S::BR)) != ZT_OK ||
+        (st = tensor_map_bthd<E>(&args.tk, "flash attention forward (wgmma), k", p.k, p.batch, p.seq, p.kv_heads,
+                                 D, S::BC)) != ZT_OK ||
+        (st = tensor_map_bthd<E>(&args.tv, "flash attention forward (wgmma), v", p.v, p.batch, p.seq, p.kv_heads,
+                                 D, S::BC)) != ZT_OK)
         return st;
     /* Persistent: one block per SM walking units, so one unit's loads overlap the previous one's
      * work. With documents the first key tile of every (batch, query tile) is found first, into the
@@ -536,15 +562,25 @@ zt_status launch_forward_sm90(zt_cuda_ctx *ctx, cudaStream_t stream, const flash
         walk = args.first_tiles != nullptr;
     }
     if (walk) blocks = cap;
-    flash_forward_sm90_kernel<D, CWGS, PINGPONG><<<(unsigned)blocks, S::THREADS, S::SMEM, stream>>>(args);
+    flash_forward_sm90_kernel<E, D, CWGS, PINGPONG><<<(unsigned)blocks, S::THREADS, S::SMEM, stream>>>(args);
     return zt_cuda_check_launch(what);
 }
 
-template <int D, int CWGS>
+template <typename E, int D, int CWGS>
 zt_status launch_forward_sm90_pp(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p, const sm90_tuning &t)
 {
-    return t.pingpong ? launch_forward_sm90<D, CWGS, true>(ctx, stream, p, t.persistent)
-                      : launch_forward_sm90<D, CWGS, false>(ctx, stream, p, t.persistent);
+    return t.pingpong ? launch_forward_sm90<E, D, CWGS, true>(ctx, stream, p, t.persistent)
+                      : launch_forward_sm90<E, D, CWGS, false>(ctx, stream, p, t.persistent);
+}
+
+template <typename E>
+zt_status launch_forward_sm90_dim(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params &p, int head_dim,
+                                  const sm90_tuning &t)
+{
+    if (head_dim == 64)
+        return t.hd64_wgs == 2 ? launch_forward_sm90_pp<E, 64, 2>(ctx, stream, p, t)
+                               : launch_forward_sm90_pp<E, 64, 3>(ctx, stream, p, t);
+    return launch_forward_sm90_pp<E, 128, 2>(ctx, stream, p, t);
 }
 
 } // namespace
@@ -567,8 +603,6 @@ zt_status zt_flash_forward_wgmma(zt_cuda_ctx *ctx, cudaStream_t stream, const fl
     sm90_tuning t = {}; /* every field set by read_tuning; {} keeps -O3 GCC from guessing otherwise */
     zt_status st = read_tuning(&t);
     if (st != ZT_OK) return st;
-    if (head_dim == 64)
-        return t.hd64_wgs == 2 ? launch_forward_sm90_pp<64, 2>(ctx, stream, *p, t)
-                               : launch_forward_sm90_pp<64, 3>(ctx, stream, *p, t);
-    return launch_forward_sm90_pp<128, 2>(ctx, stream, *p, t);
+    /* the context's 16-bit type (zt_cuda_ctx_set_dtype): q, k, v and o are bf16 or fp16 */
+    ZT_DISPATCH16(ctx->dtype, E, return launch_forward_sm90_dim<E>(ctx, stream, *p, head_dim, t));
 }

@@ -2,7 +2,8 @@
  * and newer) or the Hopper wgmma kernels (flash_*_sm90.cu, sm_90a builds on compute capability 9.0).
  * zt_cuda_flash_attention_forward and _backward take the choice from the environment:
  * ZT_FLASH_KERNEL=auto|mma|wgmma for both (unset = auto: wgmma where it can run, else mma), and
- * ZT_FLASH_BACKWARD_KERNEL, when set, for the backward alone. Either forward's o and lse feed either
+ * ZT_FLASH_BACKWARD_KERNEL, when set, for the backward alone (also wgmma-ws: the warp-specialized
+ * Hopper backward, opt-in only). Either forward's o and lse feed either
  * backward. Tests and benchmarks name the kernels explicitly (the _kernel functions). */
 #ifndef ZT_KERNELS_CUDA_FLASH_KERNEL_H
 #define ZT_KERNELS_CUDA_FLASH_KERNEL_H
@@ -17,12 +18,16 @@ typedef enum zt_cuda_flash_kernel {
     ZT_CUDA_FLASH_AUTO = 0,
     ZT_CUDA_FLASH_MMA = 1,   /* mma.sync.m16n8k16, sm_80+ */
     ZT_CUDA_FLASH_WGMMA = 2, /* wgmma + 128B-swizzled shared memory, sm_90a */
+    /* "wgmma-ws": the backward's warp-specialized FlashAttention-3-style kernel (TMA producer,
+     * setmaxnreg, flash_backward_sm90_ws.cu; head dim 128, head dim 64 runs wgmma). Never chosen by
+     * auto: not yet verified on a GPU. As a forward choice it means the wgmma forward. */
+    ZT_CUDA_FLASH_WGMMA_WS = 3,
 } zt_cuda_flash_kernel;
 
 const char *zt_cuda_flash_kernel_name(zt_cuda_flash_kernel k);
 /* 1 where this build holds the sm_90a (wgmma) kernels: 90 was among CMAKE_CUDA_ARCHITECTURES. */
 int zt_cuda_flash_wgmma_built(void);
-/* "auto", "mma" or "wgmma"; NULL or "" is auto. ZT_ERR_INVALID_ARG (message recorded) otherwise. */
+/* "auto", "mma", "wgmma" or "wgmma-ws"; NULL or "" is auto. ZT_ERR_INVALID_ARG (message recorded) otherwise. */
 zt_status zt_cuda_flash_kernel_parse(const char *text, zt_cuda_flash_kernel *out);
 /* The choice of the ZT_FLASH_KERNEL environment variable (the forward's; the backward's unless
  * ZT_FLASH_BACKWARD_KERNEL is set). */
@@ -59,6 +64,10 @@ zt_status zt_flash_forward_wgmma(zt_cuda_ctx *ctx, cudaStream_t stream, const fl
  * launch = 0 only checks and raises its shared-memory limit, enqueueing nothing. */
 zt_status zt_flash_backward_wgmma(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params *p,
                                   int head_dim, int launch);
+/* The same for the warp-specialized kernel (flash_backward_sm90_ws.cu): head_dim 128 only, the bulk
+ * dQ layout (p->bwd_dq_bulk must be 1). */
+zt_status zt_flash_backward_wgmma_ws(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params *p,
+                                     int head_dim, int launch);
 #endif
 
 #endif

@@ -258,4 +258,15 @@ __device__ __forceinline__ void bulk_wait()
     asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* ---- appended for the warp-specialized backward (flash_backward_sm90_ws.cu) ------------------- */
+
+/* Announces `bytes` more bytes of asynchronous (TMA) transfer for the current phase of `bar`
+ * without arriving: issue it before the loads it counts; the issuing thread arrives later (e.g.
+ * after writing other data of the same stage with st.shared), so the phase cannot complete before. */
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(hopper_smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
 #endif

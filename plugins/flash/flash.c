@@ -1,7 +1,9 @@
 /* The flash attention plugin: causal attention in bf16 on NVIDIA GPUs (compute capability 8.0 or
- * newer) for training. Head sizes 64 and 128 run the FlashAttention-2 kernels of kernels/cuda
- * (tiles in shared memory, nothing of size T x T ever stored, K/V heads of a group never repeated;
- * wgmma kernels on Hopper, mma.sync elsewhere: ZT_FLASH_KERNEL=auto|mma|wgmma);
+ * newer) for training; in fp16 with fp16.enabled (the kernels follow the run's compute type; the
+ * trainer lets fp16 runs use flash only with ZT_FLASH_FP16=1 until those kernels are verified on a
+ * GPU). Head sizes 64 and 128 run the FlashAttention-2 kernels of kernels/cuda (tiles in shared
+ * memory, nothing of size T x T ever stored, K/V heads of a group never repeated; wgmma kernels
+ * on Hopper, mma.sync elsewhere: ZT_FLASH_KERNEL=auto|mma|wgmma);
  * any other head size up to 256 runs the exact kernels of exact.cu, correct but slow, so that small
  * models (tests, the HF fixtures) train on the GPU too; the plugin logs once when it uses them.
  * Packed rows: a query sees only keys of its own document (batch->doc_ids). docs/gpu.md.
@@ -24,6 +26,7 @@ typedef struct flash_state {
     const zt_host *host;
     zt_cuda_ctx *ctx;     /* created by the first call, sized for the backward's scratch */
     int32_t exact_logged; /* the exact kernels' notice was logged */
+    int32_t dtype;        /* the run's 16-bit compute type: ZT_BF16, or ZT_F16 with fp16.enabled */
 } flash_state;
 
 /* What forward keeps for backward. */
@@ -48,16 +51,17 @@ static zt_status fail(const flash_state *s, zt_status st, const char *op, const 
 
 /* ---- argument checks --------------------------------------------------------------------------- */
 
-/* A contiguous bf16 device tensor [d0, d1, d2, d3]. */
+/* A contiguous device tensor [d0, d1, d2, d3] in the run's 16-bit type (bf16, or fp16 with fp16.enabled). */
 static zt_status check_tensor(const flash_state *s, const char *op, const char *name, const zt_tensor *t,
                               int64_t d0, int64_t d1, int64_t d2, int64_t d3)
 {
     const int64_t want[4] = {d0, d1, d2, d3};
     if (!t->data) return fail(s, ZT_ERR_INVALID_ARG, op, "%s has no data (NULL)", name);
-    if (t->dtype != ZT_BF16)
+    if (t->dtype != s->dtype)
         return fail(s, ZT_ERR_UNSUPPORTED, op,
-                    "%s has dtype %d; flash attention computes in bf16 only (ZT_BF16, the CUDA path); use naive "
-                    "attention for fp32 on the CPU", name, (int)t->dtype);
+                    "%s has dtype %d; flash attention computes in bf16 (ZT_BF16), or fp16 (ZT_F16) with "
+                    "fp16.enabled, and this run's type is %s; use naive attention for fp32 on the CPU", name,
+                    (int)t->dtype, s->dtype == ZT_F16 ? "fp16 (ZT_F16)" : "bf16 (ZT_BF16)");
     if (t->device_type != ZT_DEVICE_CUDA)
         return fail(s, ZT_ERR_UNSUPPORTED, op, "%s is not in CUDA device memory; flash attention runs on the GPU only",
                     name);
@@ -142,8 +146,8 @@ static zt_status flash_forward(void *state, const zt_attn_args *a, void **saved)
         if (st != ZT_OK) st = zt_plugin_cuda_failed(h, st, "flash attention forward");
     } else {
         log_exact_once(s, &shape, "the flash kernels take head sizes 64 and 128 only");
-        cudaError_t e = zt_flash_exact_forward(stream, &shape, a->q.data, a->k.data, a->v.data, doc_ids, a->out.data,
-                                               lse);
+        cudaError_t e = zt_flash_exact_forward(stream, s->dtype, &shape, a->q.data, a->k.data, a->v.data, doc_ids,
+                                               a->out.data, lse);
         if (e != cudaSuccess) st = cuda_launch_failed(s, "forward", e);
     }
     flash_saved *keep = NULL;
@@ -189,7 +193,7 @@ static zt_status backward_exact(flash_state *s, const zt_attn_args *a, const zt_
     uint64_t delta_bytes = (uint64_t)(shape->batch * shape->heads * shape->seq) * sizeof(float);
     float *delta = h->alloc(h->ctx, ZT_POOL_WORKSPACE, ZT_MEM_DEVICE, delta_bytes, 0, "flash attention rowsum(dO*O)");
     if (!delta) return ZT_ERR_OUT_OF_MEMORY;
-    cudaError_t e = zt_flash_exact_backward(zt_plugin_stream(h), shape, a->q.data, a->k.data, a->v.data,
+    cudaError_t e = zt_flash_exact_backward(zt_plugin_stream(h), s->dtype, shape, a->q.data, a->k.data, a->v.data,
                                             a->batch->doc_ids, a->out.data, lse, a->dout.data, delta, a->dq.data,
                                             a->dk.data, a->dv.data);
     h->free(h->ctx, delta);
@@ -281,6 +285,7 @@ static zt_status flash_init(const zt_host *host, void **state)
     if (!s) return ZT_ERR_OUT_OF_MEMORY;
     memset(s, 0, sizeof *s);
     s->host = host;
+    s->dtype = zt_plugin_compute_dtype16(host); /* the kernel context computes in it too (zt_plugin_cuda_ctx) */
     *state = s;
     return ZT_OK;
 }

@@ -1,7 +1,14 @@
 /* Flash attention (kernels/cuda) against the naive fp32 attention of kernels/cpu: forward output
  * and log-sum-exp, and all three gradients, on shapes that exercise partial tiles, grouped-query
  * heads, packed documents (monotone and arbitrary document ids) and both head dimensions; every
- * kernel (mma.sync, and wgmma on Hopper) explicitly, each backward on each forward's output. */
+ * kernel (mma.sync, and wgmma on Hopper) explicitly, each backward on each forward's output; the
+ * warp-specialized Hopper backward (wgmma-ws, opt-in, bf16 only) too.
+ * Everything runs twice, as test_ops.c does: in bf16, then in fp16 (the context set to ZT_F16, the
+ * kernels' __half instantiations; inputs rounded to fp16 and the fp16 tolerances: 2e-3 relative L2
+ * for o, dq, dk, dv instead of 1.5e-2; lse keeps 1e-4), plus fp16 runs with a loss-scaled dO (2^10,
+ * as fp16 training feeds the backward) whose gradients must stay finite and as accurate.
+ * ZT_TEST_FLASH_BACKWARDS=name[,name...] runs only the named backward kernels (e.g. wgmma-ws under
+ * compute-sanitizer, which is slow); the forwards all run. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +57,9 @@ static int check_bthd(const char *what, const float *got, const float *ref, int6
         diff_sq += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
     }
     if (n > 0 && sqrt(ref_sq / (double)n) < 1e-4 && isfinite(diff_sq)) {
+        /* that noise comes from fp32 summation order, whatever the 16-bit type: the fp16 pass keeps the
+         * bf16 pass's absolute allowance (1.5e-2 x 1e-4) instead of tightening it with its tolerance */
+        if (tol < TOL_BF16_CHAIN_VALUE) tol = TOL_BF16_CHAIN_VALUE;
         double err = sqrt(diff_sq / (double)n) / 1e-4;
         printf("%s %s: reference at noise level (rms %.3g): rms error / 1e-4 = %.3g (tolerance %g)\n",
                err <= tol ? "ok  " : "FAIL", what, sqrt(ref_sq / (double)n), err, tol);
@@ -85,16 +95,23 @@ static int check_bthd(const char *what, const float *got, const float *ref, int6
  * every backward on every forward's output. The wgmma kernels run where zt_cuda_flash_kernel_resolve
  * allows them (an sm_90a build on a compute capability 9.0 GPU); elsewhere main says so once, and on
  * such a GPU with such a build they must run. */
-static const zt_cuda_flash_kernel k_kernels[] = {ZT_CUDA_FLASH_MMA, ZT_CUDA_FLASH_WGMMA};
-static int g_kernel_runs[2];
+static const zt_cuda_flash_kernel k_kernels[] = {ZT_CUDA_FLASH_MMA, ZT_CUDA_FLASH_WGMMA, ZT_CUDA_FLASH_WGMMA_WS};
+enum { N_FORWARDS = 2, N_BACKWARDS = 3 }; /* wgmma-ws is a backward kernel only */
+static int g_kernel_runs[N_BACKWARDS];
+static int g_backward_selected[N_BACKWARDS];
+/* dO is multiplied by this (a power of two: exact in both types) for the loss-scaled runs; the CPU
+ * reference's gradients scale with it. */
+static float g_dout_scale = 1.0f;
 
 static void test_shape(zt_cuda_ctx *ctx, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
                        doc_layout layout)
 {
-    char label[160], name[256];
+    char label[200], name[300], what[64];
     static const char *const layouts[] = {"no documents", "packed documents", "scattered doc ids"};
-    snprintf(label, sizeof label, "B=%lld T=%lld H=%lld Hkv=%lld D=%lld, %s", (long long)B,
-             (long long)T, (long long)H, (long long)Hkv, (long long)D, layouts[layout]);
+    const char *type = cuda_test_dtype16_name();
+    snprintf(label, sizeof label, "B=%lld T=%lld H=%lld Hkv=%lld D=%lld, %s, %s%s", (long long)B,
+             (long long)T, (long long)H, (long long)Hkv, (long long)D, layouts[layout], type,
+             g_dout_scale != 1.0f ? ", dO x 1024" : "");
     zt_attention_shape cs = {.batch = B, .seq = T, .heads = H, .kv_heads = Hkv, .head_dim = D,
                              .scale = 1.0f / sqrtf((float)D)};
     zt_cuda_attention_shape gs = {.batch = B, .seq = T, .heads = H, .kv_heads = Hkv,
@@ -102,6 +119,7 @@ static void test_shape(zt_cuda_ctx *ctx, int64_t B, int64_t T, int64_t H, int64_
     int64_t nq = B * T * H * D, nkv = B * T * Hkv * D, nl = B * H * T;
     float *q = random_bf16_values(nq, 2.0f), *k = random_bf16_values(nkv, 2.0f);
     float *v = random_bf16_values(nkv, 1.0f), *dout = random_bf16_values(nq, 1.0f);
+    for (int64_t i = 0; i < nq; i++) dout[i] *= g_dout_scale;
     int32_t *doc = make_doc_ids(B, T, layout);
     float *o = host_f32(nq), *lse = host_f32(nl), *dq = host_f32(nq), *dk = host_f32(nkv);
     float *dv = host_f32(nkv);
@@ -114,7 +132,7 @@ static void test_shape(zt_cuda_ctx *ctx, int64_t B, int64_t T, int64_t H, int64_
     float *d_lse = device_alloc(nl * 4);
     int32_t *d_doc = doc ? device_i32(doc, B * T) : NULL;
 
-    for (int ki = 0; ki < 2; ki++) {
+    for (int ki = 0; ki < N_FORWARDS; ki++) {
         if (!g_kernel_runs[ki]) continue; /* main reported why, once */
         zt_cuda_flash_kernel kern = k_kernels[ki];
         const char *kname = zt_cuda_flash_kernel_name(kern);
@@ -125,12 +143,13 @@ static void test_shape(zt_cuda_ctx *ctx, int64_t B, int64_t T, int64_t H, int64_
         ZT_CHECK(check_ok(name, zt_cuda_flash_attention_forward_kernel(ctx, 0, &gs, kern, d_q, d_k, d_v,
                                                                        d_doc, d_o, d_lse)));
         float *g_o = download_bf16(d_o, nq), *g_lse = download_f32(d_lse, nl);
-        ZT_CHECK(check_bthd("  o (bf16)", g_o, o, B, T, H, D, TOL_BF16_CHAIN));
+        snprintf(what, sizeof what, "  o (%s)", type);
+        ZT_CHECK(check_bthd(what, g_o, o, B, T, H, D, TOL_BF16_CHAIN));
         ZT_CHECK(check_bthd("  lse (fp32)", g_lse, lse, B * H, T, 1, 1, 1e-4));
 
         /* each backward kernel on this forward's o and lse */
-        for (int kj = 0; kj < 2; kj++) {
-            if (!g_kernel_runs[kj]) continue;
+        for (int kj = 0; kj < N_BACKWARDS; kj++) {
+            if (!g_kernel_runs[kj] || !g_backward_selected[kj]) continue;
             zt_cuda_flash_kernel bkern = k_kernels[kj];
             device_poison(d_dq, nq * 2);
             device_poison(d_dk, nkv * 2);
@@ -142,9 +161,12 @@ static void test_shape(zt_cuda_ctx *ctx, int64_t B, int64_t T, int64_t H, int64_
                                                                             d_dk, d_dv)));
             float *g_dq = download_bf16(d_dq, nq), *g_dk = download_bf16(d_dk, nkv);
             float *g_dv = download_bf16(d_dv, nkv);
-            ZT_CHECK(check_bthd("  dq (bf16)", g_dq, dq, B, T, H, D, TOL_BF16_CHAIN));
-            ZT_CHECK(check_bthd("  dk (bf16)", g_dk, dk, B, T, Hkv, D, TOL_BF16_CHAIN));
-            ZT_CHECK(check_bthd("  dv (bf16)", g_dv, dv, B, T, Hkv, D, TOL_BF16_CHAIN));
+            snprintf(what, sizeof what, "  dq (%s)", type);
+            ZT_CHECK(check_bthd(what, g_dq, dq, B, T, H, D, TOL_BF16_CHAIN));
+            snprintf(what, sizeof what, "  dk (%s)", type);
+            ZT_CHECK(check_bthd(what, g_dk, dk, B, T, Hkv, D, TOL_BF16_CHAIN));
+            snprintf(what, sizeof what, "  dv (%s)", type);
+            ZT_CHECK(check_bthd(what, g_dv, dv, B, T, Hkv, D, TOL_BF16_CHAIN));
 
             /* dK and dV are summed in registers in a fixed order (only dQ uses atomics): a second
              * run must give the same bits, which a race would not */
@@ -188,15 +210,47 @@ static void choose_kernels(zt_cuda_ctx *ctx)
     int hopper = prop.major == 9 && prop.minor == 0;
     zt_status st = zt_cuda_flash_kernel_resolve(ctx, &s, ZT_CUDA_FLASH_WGMMA, &got);
     g_kernel_runs[1] = st == ZT_OK;
+    zt_cuda_flash_kernel got_ws = ZT_CUDA_FLASH_AUTO;
+    zt_status st_ws = zt_cuda_flash_kernel_resolve(ctx, &s, ZT_CUDA_FLASH_WGMMA_WS, &got_ws);
+    g_kernel_runs[2] = st_ws == ZT_OK;
     if (hopper && zt_cuda_flash_wgmma_built()) {
         ZT_CHECK(check_ok("wgmma kernel resolves on this compute capability 9.0 GPU", st));
+        ZT_CHECK(check_ok("wgmma-ws kernel resolves on this compute capability 9.0 GPU", st_ws));
+        ZT_CHECK(got_ws == ZT_CUDA_FLASH_WGMMA_WS);
+        /* opt-in only: auto never picks wgmma-ws */
         ZT_CHECK(check_ok("auto resolves", zt_cuda_flash_kernel_resolve(ctx, &s, ZT_CUDA_FLASH_AUTO, &got)));
         ZT_CHECK(got == ZT_CUDA_FLASH_WGMMA);
     } else {
         ZT_CHECK(check_fails("wgmma kernel where it cannot run", st, ZT_ERR_UNSUPPORTED, "wgmma kernel"));
+        ZT_CHECK(check_fails("wgmma-ws kernel where it cannot run", st_ws, ZT_ERR_UNSUPPORTED, "wgmma kernel"));
         printf("NOTE: the wgmma kernel is not tested here (%s GPU %d.%d, sm_90a code %s): only the mma "
                "kernel runs\n", prop.name, prop.major, prop.minor,
                zt_cuda_flash_wgmma_built() ? "built" : "not built");
+    }
+    /* wgmma-ws has bf16 kernels only: in the fp16 pass it must refuse, with a message, and is skipped */
+    if (g_kernel_runs[2] && zt_cuda_ctx_dtype(ctx) == ZT_F16) {
+        g_kernel_runs[2] = 0;
+        printf("NOTE: wgmma-ws (bf16 only) is skipped in the fp16 pass\n");
+    }
+    /* ZT_TEST_FLASH_BACKWARDS: the backward kernels to run (all by default) */
+    const char *only = getenv("ZT_TEST_FLASH_BACKWARDS");
+    for (int i = 0; i < N_BACKWARDS; i++) g_backward_selected[i] = !only || !*only;
+    if (only && *only) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", only);
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            zt_cuda_flash_kernel kern;
+            int found = 0;
+            if (zt_cuda_flash_kernel_parse(tok, &kern) == ZT_OK)
+                for (int i = 0; i < N_BACKWARDS; i++)
+                    if (k_kernels[i] == kern) g_backward_selected[i] = found = 1;
+            if (!found) {
+                fprintf(stderr, "ZT_TEST_FLASH_BACKWARDS=%s: '%s' is not a backward kernel (mma, wgmma, wgmma-ws)\n",
+                        only, tok);
+                exit(2);
+            }
+        }
+        printf("NOTE: ZT_TEST_FLASH_BACKWARDS=%s: only these backward kernels run\n", only);
     }
 }
 
@@ -225,6 +279,9 @@ static void test_errors(zt_cuda_ctx *ctx)
                          ZT_ERR_INVALID_ARG, "not a flash attention kernel"));
     ZT_CHECK(check_ok("ZT_FLASH_KERNEL=wgmma", zt_cuda_flash_kernel_parse("wgmma", &kern)));
     ZT_CHECK(kern == ZT_CUDA_FLASH_WGMMA);
+    ZT_CHECK(check_ok("ZT_FLASH_BACKWARD_KERNEL=wgmma-ws", zt_cuda_flash_kernel_parse("wgmma-ws", &kern)));
+    ZT_CHECK(kern == ZT_CUDA_FLASH_WGMMA_WS);
+    ZT_CHECK(!strcmp(zt_cuda_flash_kernel_name(ZT_CUDA_FLASH_WGMMA_WS), "wgmma-ws"));
     ZT_CHECK(check_ok("ZT_FLASH_KERNEL unset", zt_cuda_flash_kernel_parse(NULL, &kern)));
     ZT_CHECK(kern == ZT_CUDA_FLASH_AUTO);
     /* the environment reaches the forward: a bad value fails it, with the variable named */
@@ -245,6 +302,20 @@ static void test_errors(zt_cuda_ctx *ctx)
                                                                      p, p, p, p, p, p),
                              ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_SPLIT=3"));
         unsetenv("ZT_FLASH_BACKWARD_SPLIT");
+        setenv("ZT_FLASH_BACKWARD_SPLIT", "3", 1);
+        s.head_dim = 128;
+        ZT_CHECK(check_fails("wgmma-ws backward under ZT_FLASH_BACKWARD_SPLIT=3 (group 1)",
+                             zt_cuda_flash_attention_backward_kernel(ctx, 0, &s, ZT_CUDA_FLASH_WGMMA_WS, p, p, p,
+                                                                     NULL, p, p, p, p, p, p),
+                             ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_SPLIT=3"));
+        unsetenv("ZT_FLASH_BACKWARD_SPLIT");
+        setenv("ZT_FLASH_BACKWARD_WS_STAGES", "4", 1);
+        ZT_CHECK(check_fails("wgmma-ws backward under ZT_FLASH_BACKWARD_WS_STAGES=4",
+                             zt_cuda_flash_attention_backward_kernel(ctx, 0, &s, ZT_CUDA_FLASH_WGMMA_WS, p, p, p,
+                                                                     NULL, p, p, p, p, p, p),
+                             ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_WS_STAGES=4"));
+        unsetenv("ZT_FLASH_BACKWARD_WS_STAGES");
+        s.head_dim = 64;
         setenv("ZT_FLASH_BACKWARD_DQ", "fast", 1);
         ZT_CHECK(check_fails("wgmma backward under ZT_FLASH_BACKWARD_DQ=fast",
                              zt_cuda_flash_attention_backward_kernel(ctx, 0, &s, ZT_CUDA_FLASH_WGMMA, p, p, p, NULL,
@@ -261,10 +332,13 @@ static void test_errors(zt_cuda_ctx *ctx)
     device_free(p);
 }
 
-int main(void)
+/* Every shape and kernel variant in the current 16-bit type (cuda_test_set_dtype16). */
+static void run_pass(int32_t dtype)
 {
-    cuda_test_init("test_cuda_attention");
+    cuda_test_set_dtype16(dtype);
+    printf("==== %s pass ====\n", cuda_test_dtype16_name());
     zt_cuda_ctx *ctx = cuda_test_ctx(0);
+    ZT_CHECK(zt_cuda_ctx_dtype(ctx) == dtype);
     choose_kernels(ctx);
     test_shape(ctx, 2, 200, 4, 4, 64, NO_DOCS);      /* partial tiles */
     test_shape(ctx, 1, 300, 8, 2, 128, NO_DOCS);     /* grouped-query heads */
@@ -277,6 +351,7 @@ int main(void)
     test_shape(ctx, 2, 777, 4, 2, 64, NO_DOCS);       /* hd 64, many tiles, odd length */
     test_shape(ctx, 1, 1500, 2, 1, 128, SCATTERED_DOCS); /* many pipelined tiles, arbitrary ids */
     test_shape(ctx, 2, 512, 16, 2, 64, PACKED_DOCS);  /* GQA group 8 (the 1b model's) with documents */
+    test_shape(ctx, 2, 640, 8, 2, 128, NO_DOCS);      /* hd 128 GQA: several heads per block, ring wraps */
     /* The wgmma backward splits a small problem's groups over blocks (dK/dV partial sums, here all
      * 8 heads apart); other splits, and none, by the tuning variable: */
     static const char *const splits[] = {"2", "1"};
@@ -294,13 +369,37 @@ int main(void)
     test_shape(ctx, 2, 520, 6, 3, 64, PACKED_DOCS);
     test_shape(ctx, 1, 1500, 2, 1, 128, SCATTERED_DOCS);
     unsetenv("ZT_FLASH_BACKWARD_DQ");
+    /* the wgmma-ws backward's 3-stage ring (no document ids; with them it runs its 2 stages) */
+    printf("NOTE: ZT_FLASH_BACKWARD_WS_STAGES=3 for the next shapes\n");
+    setenv("ZT_FLASH_BACKWARD_WS_STAGES", "3", 1);
+    test_shape(ctx, 1, 300, 8, 2, 128, NO_DOCS);
+    test_shape(ctx, 2, 640, 8, 2, 128, NO_DOCS);
+    test_shape(ctx, 1, 1, 2, 1, 128, NO_DOCS);
+    test_shape(ctx, 2, 384, 4, 1, 128, PACKED_DOCS);
+    unsetenv("ZT_FLASH_BACKWARD_WS_STAGES");
     /* head dim 64's warpgroups meeting at a block barrier per tile instead of the mbarrier ring */
     printf("NOTE: ZT_FLASH_BACKWARD_RING=0 for the next shapes\n");
     setenv("ZT_FLASH_BACKWARD_RING", "0", 1);
     test_shape(ctx, 2, 520, 6, 3, 64, PACKED_DOCS);
     test_shape(ctx, 1, 257, 2, 2, 64, SCATTERED_DOCS);
     unsetenv("ZT_FLASH_BACKWARD_RING");
-    test_errors(ctx);
+    if (dtype == ZT_F16) {
+        /* fp16 training scales the loss (2^10 .. 2^16 typically): dO arrives scaled, and dP, dS and the
+         * gradients with it (here up to ~1e4): fp16's range (65504) must hold them, at the same precision */
+        g_dout_scale = 1024.0f;
+        test_shape(ctx, 2, 200, 4, 4, 64, NO_DOCS);
+        test_shape(ctx, 1, 300, 8, 2, 128, NO_DOCS);
+        test_shape(ctx, 2, 520, 6, 3, 64, PACKED_DOCS);
+        g_dout_scale = 1.0f;
+    }
+    if (dtype == ZT_BF16) test_errors(ctx);
     zt_cuda_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+    cuda_test_init("test_cuda_attention");
+    run_pass(ZT_BF16);
+    run_pass(ZT_F16);
     return zt_test_result();
 }
