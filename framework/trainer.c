@@ -473,24 +473,6 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
                             "bf16.enabled is false and fp16.enabled is false, but zt's GPU path computes in 16 bits "
                             "(fp32 master weights): set bf16.enabled to true, or fp16.enabled to true (with dynamic "
                             "loss scaling), or train on the CPU in fp32 (device = cpu)");
-    /* Flash attention's fp16 kernels (kernels/cuda/flash_*, instantiated for __half) have not run on a
-     * GPU yet: fp16 with flash is opt-in (ZT_FLASH_FP16=1) until they are verified (docs/cuda.md, "fp16");
-     * then remove this check. */
-    if (t->on_gpu && t->set.fp16 && !strcmp(t->attention_lp->desc.name, "flash")) {
-        const char *opt_in = getenv("ZT_FLASH_FP16");
-        if (opt_in && *opt_in && strcmp(opt_in, "0") && strcmp(opt_in, "1"))
-            return zt_error_set(err, ZT_ERR_CONFIG,
-                                "ZT_FLASH_FP16=%s: expected 1 (run flash attention's fp16 kernels, not yet verified "
-                                "on a GPU) or 0 / unset", opt_in);
-        if (!opt_in || strcmp(opt_in, "1"))
-            return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                                "fp16.enabled is true, but flash attention runs in bf16 only for now; with "
-                                "fp16.enabled use --plugins naive (or bf16: bf16.enabled true, fp16.enabled false). "
-                                "Flash's fp16 kernels exist but are not verified on a GPU yet: set ZT_FLASH_FP16=1 "
-                                "to use them");
-        zt_log(ZT_LOG_WARN, "ZT_FLASH_FP16=1: flash attention runs its fp16 kernels, which are not yet verified on "
-               "a GPU (docs/cuda.md, \"fp16\")");
-    }
     /* a model plugin older than ABI 1.2 never reads zt_unit_call.loss_scale: its gradients would arrive
      * unscaled and then be divided by the scale */
     if (t->on_gpu && t->set.fp16 && t->model_lp->plugin->abi_minor < 2)

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The first GPU run of the warp-specialized Hopper flash backward (wgmma-ws,
-# kernels/cuda/flash_backward_sm90_ws.cu, written without a GPU), in one call on an H100/H200 of at
-# most 10 minutes: build (sm_90 + sm_90a), test_cuda_attention (every kernel, wgmma-ws included,
+# The warp-specialized Hopper flash backward (wgmma-ws, kernels/cuda/flash_backward_sm90_ws.cu,
+# auto's backward on Hopper) checked and timed in one call on an H100/H200 of at most 10 minutes: build (sm_90 + sm_90a), test_cuda_attention (every kernel, wgmma-ws included,
 # against the CPU reference, dK/dV determinism), compute-sanitizer memcheck of the test with the
 # wgmma-ws backward only, zt-bench-flash wgmma vs wgmma-ws (each also checked against the mma
 # kernels at the benchmark shape), and run.py's table against PyTorch SDPA with wgmma vs
@@ -62,18 +61,16 @@ if [ "${ZT_WS_SANITIZE:-1}" = 1 ]; then
     done
 fi
 
-# 3. speed: the backward alone is fwd_bwd_ms - fwd_ms (same wgmma forward in all); wgmma-ws3 is
-# wgmma-ws with its 3-stage ring (ZT_FLASH_BACKWARD_WS_STAGES=3; the default is 2)
-step "zt-bench-flash: wgmma vs wgmma-ws (2 and 3 stages) backward (each checked against the mma kernels)"
+# 3. speed: the backward alone is fwd_bwd_ms - fwd_ms (same wgmma forward in all); head dim 128 shapes,
+# then the 125m and 1b models' attention (head dim 64)
+step "zt-bench-flash: wgmma vs wgmma-ws backward (each checked against the mma kernels)"
 for shape in "--batch 4 --seq 4096 --heads 32 --dim 128" "--batch 8 --seq 2048 --heads 32 --dim 128" \
-             "--batch 32 --seq 512 --heads 32 --dim 128" "--batch 2 --seq 2048 --heads 32 --kv-heads 8 --dim 128"; do
-    for bwd in wgmma wgmma-ws wgmma-ws3; do
-        stages=2
-        [ $bwd = wgmma-ws3 ] && stages=3
+             "--batch 32 --seq 512 --heads 32 --dim 128" "--batch 2 --seq 2048 --heads 32 --kv-heads 8 --dim 128" \
+             "--batch 16 --seq 512 --heads 12 --dim 64" "--batch 16 --seq 512 --heads 32 --kv-heads 4 --dim 64"; do
+    for bwd in wgmma wgmma-ws; do
         # shellcheck disable=SC2086
-        ZT_FLASH_BACKWARD_WS_STAGES=$stages timeout 60 "$build/bin/zt-bench-flash" --kernel wgmma \
-            --backward-kernel "${bwd%3}" $shape --iters "$iters" 2>&1 |
-            sed "s/backward_kernel=wgmma-ws /backward_kernel=$bwd /" | tee -a "$out/bench.log" || status=1
+        timeout 60 "$build/bin/zt-bench-flash" --kernel wgmma --backward-kernel "$bwd" $shape --iters "$iters" 2>&1 |
+            tee -a "$out/bench.log" || status=1
     done
 done
 python3 - "$out/bench.log" <<'EOF' || true
@@ -85,12 +82,12 @@ for line in open(sys.argv[1]):
     f = dict(x.split("=", 1) for x in line.split()[1:])
     key = (f["batch"], f["seq"], f["heads"], f["kv_heads"], f["dim"])
     rows.setdefault(key, {})[f["backward_kernel"]] = float(f["fwd_bwd_ms"]) - float(f["fwd_ms"])
-print("backward ms (fwd_bwd - fwd): batch x seq, heads / kv, dim | wgmma | wgmma-ws | speedup | wgmma-ws3 | speedup")
+print("backward ms (fwd_bwd - fwd): batch x seq, heads / kv, dim | wgmma | wgmma-ws | speedup")
 for (b, t, h, kv, d), r in rows.items():
     if "wgmma" not in r:
         continue
     cells = [f"{r['wgmma']:.3f}"]
-    for k in ("wgmma-ws", "wgmma-ws3"):
+    for k in ("wgmma-ws",):
         cells += [f"{r[k]:.3f}", f"{r['wgmma'] / r[k]:.2f}x"] if k in r else ["failed", ""]
     print(f"  {b} x {t}, {h} / {kv}, {d} | " + " | ".join(cells))
 EOF
@@ -108,8 +105,7 @@ if [ "${ZT_WS_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then
     grep -E "flash_backward|Duration|Throughput|Pipe|Registers|Issue Slots|Stall|Warp Cycles" "$out/profile.log" | head -n 40
 fi
 
-# 4. against PyTorch SDPA (head dim 128 shapes of the issue, and the 1b model's head dim 64, where
-# wgmma-ws runs the wgmma kernel)
+# 4. against PyTorch SDPA (head dim 128 shapes of the issue, and head dim 64)
 left=$((570 - (SECONDS - start)))
 if [ $left -gt 60 ]; then
     step "run.py: wgmma vs wgmma/wgmma-ws against SDPA (time left $left s)"

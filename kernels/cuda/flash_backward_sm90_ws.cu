@@ -1,7 +1,8 @@
 /* Flash attention backward for Hopper (sm_90a), warp-specialized in the FlashAttention-3 style: the
- * "wgmma-ws" backward kernel (ZT_FLASH_BACKWARD_KERNEL=wgmma-ws, never chosen by auto). Head dim 128
- * only; head dim 64 runs the wgmma kernel of flash_backward_sm90.cu. NOT YET RUN ON A GPU (written
- * and compiled on 2026-11-30 without one): scripts/flash-bwd-ws-check.sh verifies and times it.
+ * "wgmma-ws" backward kernel, auto's choice on compute capability 9.0 (flash_backward.cu), head dim
+ * 64 and 128, bf16 and fp16. First run on an H200 on 2026-11-30 (head dim 128, bf16): 1.5-2.1x
+ * faster than the wgmma kernel of flash_backward_sm90.cu; scripts/flash-bwd-ws-check.sh verifies
+ * and times it.
  *
  * Same work and contract as flash_backward_sm90.cu: a block owns BC = 128 keys of one (batch, kv
  * head) and one split of its GQA group's query heads (the same 1-D grid, chunks and split, decoded
@@ -12,7 +13,7 @@
  * What differs: the structure. 3 warpgroups, 384 threads:
  *   - warpgroup 0, the producer, gives its registers back (setmaxnreg.dec 24). Its warp 0 decides
  *     the work items (query head, query tile; the document skipping too) and feeds a ring of STAGES
- *     stages (2; 3 with ZT_FLASH_BACKWARD_WS_STAGES=3 and no document ids, see ws_shape): per item
+ *     stages: per item
  *     one lane waits for the stage's "empty" mbarrier, announces the bytes (expect_tx) and issues
  *     the TMA loads of Q and dO (rows past seq zero-filled), while the 32
  *     lanes copy lse (times log2 e), delta and the query documents and the item number, then arrive
@@ -24,13 +25,15 @@
  *       P^T = exp2(S^T scale log2e - lse log2e) (ex2.approx), masked; dS^T = P^T (dP^T - delta),
  *       both to bf16
  *       dS^T -> shared memory (double-buffered [2][BC][BR], own 64 rows)
- *       dV += P^T dO, dK += dS^T Q   (wgmma RS m64n128, A from registers; not waited for)
- *       named barriers: this half of dS^T is in (arrive), the other half is in (sync; see BAR_DS)
+ *       dV += P^T dO, dK += dS^T Q   (wgmma RS m64n{D}, A from registers; not waited for)
+ *       head dim 128: named barriers: this half of dS^T is in (arrive), the other half is in
+ *       (sync; see BAR_DS), then
  *       dQ[:, 64 cw..] = dS K         (wgmma SS m64n64, both operands read transposed, 128 keys; 64
  *                                      when the second warpgroup's keys all lie after the tile)
+ *       head dim 64: each consumer's dQ (all 64 columns) over its own 64 keys, no exchange (as the
+ *       wgmma kernel does at 64: two 16 KiB reduce-adds per item, the same traffic as at 128)
  *       once dV, dK completed every thread arrives on "empty" (Q, dO read; dQ may still run);
- *       after dQ's wait the 64 x 64 fp32 dQ tile goes to a staging buffer (2 per warpgroup; 1 with
- *       3 stages) and,
+ *       after dQ's wait the 64 x 64 fp32 dQ tile goes to a staging buffer (2 per warpgroup) and,
  *       after a warpgroup named barrier, one thread adds it to dq_accum with one
  *       cp.reduce.async.bulk.
  *     No block-wide barrier after setup: the consumers meet only at the dS^T exchange, the
@@ -56,7 +59,7 @@
 
 namespace {
 
-constexpr int D = 128, BC = 128, BR = 64, THREADS = 384;
+constexpr int BC = 128, BR = 64, THREADS = 384, STAGES = 2;
 constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 /* 168 at launch (__launch_bounds__(384, 1)); what the producer frees covers what the consumers take,
  * or their setmaxnreg.inc would wait forever */
@@ -74,23 +77,19 @@ static_assert(LAUNCH_REGS - PRODUCER_REGS >= 2 * (CONSUMER_REGS - LAUNCH_REGS), 
 constexpr int BAR_DS = 1, BAR_DQ = 5;
 static_assert(BAR_DQ >= BAR_DS + 4 && BAR_DQ + 1 <= 15, "4 dS^T barrier ids, then 2 for the dQ handoffs");
 
-/* Shared memory per ring depth. STAGES = 2: double-buffered dQ staging and the query documents per
- * stage (any input). STAGES = 3 (no document ids only, the host's choice): the third Q/dO stage
- * takes the second dQ staging buffer and the documents' array; with one staging buffer a warpgroup
- * waits for its previous reduce-add to have read it (issued an item earlier) before writing again. */
-template <int STAGES>
+/* Shared memory: K, V, the Q/dO ring, dS^T (double-buffered), dQ staging (double-buffered per
+ * consumer), lse/delta/query documents/item per stage, the mbarriers. A third ring stage was measured
+ * no faster at head dim 128 (4 shapes, within 1%) and spilled: two it is. */
+template <int D>
 struct ws_shape {
-    static_assert(STAGES == 2 || STAGES == 3, "a ring of 2 or 3 stages");
-    static constexpr int DQ_BUFS = STAGES == 2 ? 2 : 1; /* dQ staging tiles per consumer */
-    static constexpr bool QDOC = STAGES == 2;           /* query documents per stage */
     static constexpr size_t KV_BYTES = (size_t)BC * D * 2, QT_BYTES = (size_t)BR * D * 2;
     static constexpr size_t DS_BYTES = (size_t)BC * BR * 2;  /* one dS^T buffer */
     static constexpr size_t DQ_BYTES = (size_t)64 * 64 * 4; /* one dQ staging tile */
     static constexpr size_t K_OFF = 0, V_OFF = KV_BYTES, Q_OFF = 2 * KV_BYTES,
                             DO_OFF = Q_OFF + STAGES * QT_BYTES, DS_OFF = DO_OFF + STAGES * QT_BYTES,
-                            DQ_OFF = DS_OFF + 2 * DS_BYTES, LSE_OFF = DQ_OFF + DQ_BUFS * 2 * DQ_BYTES,
+                            DQ_OFF = DS_OFF + 2 * DS_BYTES, LSE_OFF = DQ_OFF + 2 * 2 * DQ_BYTES,
                             DELTA_OFF = LSE_OFF + STAGES * BR * 4, QDOC_OFF = DELTA_OFF + STAGES * BR * 4,
-                            ITEM_OFF = QDOC_OFF + (QDOC ? STAGES * BR * 4 : 0),
+                            ITEM_OFF = QDOC_OFF + STAGES * BR * 4,
                             BAR_OFF = (ITEM_OFF + STAGES * 4 + 7) / 8 * 8, INT_OFF = BAR_OFF + (2 * STAGES + 1) * 8;
     /* the swizzled tiles need 1024-byte alignment, which the kernel makes by skipping up to 1023 bytes */
     static constexpr size_t SMEM = 1024 + INT_OFF + 16;
@@ -117,11 +116,12 @@ struct ws_args {
     flash_params p;
 };
 
-template <int STAGES>
+/* E: bf16 or fp16 (the wgmma and conversion type; shared tiles are 16-bit storage either way) */
+template <typename E, int D>
 __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(const __grid_constant__ ws_args args)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using S = ws_shape<STAGES>;
+    using S = ws_shape<D>;
     const flash_params &p = args.p;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024 - (shared_address(smem_raw) & 1023)) & 1023);
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
     float *sdQ = reinterpret_cast<float *>(smem + S::DQ_OFF); /* [2 buffers][2 consumers][64 * 64] */
     float *sLse = reinterpret_cast<float *>(smem + S::LSE_OFF);     /* [STAGES][BR], times log2 e */
     float *sDelta = reinterpret_cast<float *>(smem + S::DELTA_OFF); /* [STAGES][BR] */
-    int32_t *sQueryDoc = reinterpret_cast<int32_t *>(smem + S::QDOC_OFF); /* [STAGES][BR] (S::QDOC) */
+    int32_t *sQueryDoc = reinterpret_cast<int32_t *>(smem + S::QDOC_OFF); /* [STAGES][BR] */
     int *sItem = reinterpret_cast<int *>(smem + S::ITEM_OFF);             /* [STAGES]: item, -1 = end */
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + S::BAR_OFF);    /* [STAGES] */
     uint64_t *empty = full + STAGES;                                     /* [STAGES] */
@@ -155,8 +155,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
     const int sp = unit % split, kv_head = unit / split % p.kv_heads, b = unit / split / p.kv_heads;
     const int k0 = key_tile * BC, heads_per_split = p.group / split;
     const int head0 = kv_head * p.group + sp * heads_per_split;
-    /* (the 3-stage ring has no room for query documents: the host runs it without document ids) */
-    const int32_t *doc = S::QDOC && p.doc_ids ? p.doc_ids + (int64_t)b * T : nullptr;
+    const int32_t *doc = p.doc_ids ? p.doc_ids + (int64_t)b * T : nullptr;
     /* items: (query head of this split, query tile at or after this key tile), head-major */
     const int n_q_tiles = (T + BR - 1) / BR, first_q_tile = k0 / BR;
     const int tiles_per_head = n_q_tiles - first_q_tile;
@@ -241,7 +240,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
                 const int64_t row = ((int64_t)b * p.heads + h) * T + q;
                 sLse[stage * BR + r + lane] = q < T ? p.lse[row] * 1.4426950408889634f : 0.0f;
                 sDelta[stage * BR + r + lane] = q < T ? p.delta[row] : 0.0f;
-                if constexpr (S::QDOC) sQueryDoc[stage * BR + r + lane] = doc && q < T ? doc[q] : INT32_MIN;
+                sQueryDoc[stage * BR + r + lane] = doc && q < T ? doc[q] : INT32_MIN;
             }
             mbar_arrive(&full[stage]); /* release: this lane's st.shared, before the consumers read */
             if (++stage == STAGES) stage = 0, phase ^= 1;
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
     for (int n = 0; n < D / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
-    int dq_tiles = 0; /* dQ tiles this warpgroup added: staging buffer dq_tiles % DQ_BUFS is next */
+    int dq_tiles = 0; /* dQ tiles this warpgroup added: staging buffer dq_tiles % 2 is next */
 
     mbar_wait_or_exit(kv_full, 0);
     /* it: the item count (its parity picks the dS^T buffer and barrier ids); stage, phase: the ring */
@@ -303,13 +302,13 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
 #pragma unroll
             for (int kd = 0; kd < D / 16; kd++) {
                 const int off_kv = (kd / 4) * BC * 64 + (kd % 4) * 16, off_q = (kd / 4) * BR * 64 + (kd % 4) * 16;
-                wgmma_ss_m64n64_acc<bf16>(s, wgmma_desc(wg_k + off_kv, 16, 1024), wgmma_desc(tQ + off_q, 16, 1024), 1);
+                wgmma_ss_m64n64_acc<E>(s, wgmma_desc(wg_k + off_kv, 16, 1024), wgmma_desc(tQ + off_q, 16, 1024), 1);
             }
             wgmma_commit();
 #pragma unroll
             for (int kd = 0; kd < D / 16; kd++) {
                 const int off_kv = (kd / 4) * BC * 64 + (kd % 4) * 16, off_q = (kd / 4) * BR * 64 + (kd % 4) * 16;
-                wgmma_ss_m64n64_acc<bf16>(dp, wgmma_desc(wg_v + off_kv, 16, 1024), wgmma_desc(tdO + off_q, 16, 1024), kd);
+                wgmma_ss_m64n64_acc<E>(dp, wgmma_desc(wg_v + off_kv, 16, 1024), wgmma_desc(tdO + off_q, 16, 1024), kd);
             }
             wgmma_commit();
             wgmma_wait<1>(); /* S^T; dP^T still runs */
@@ -340,17 +339,17 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
                     for (int e = 0; e < 4; e++) {
                         const int c = n * 8 + (e & 1), q_local = c + 2 * t4, r = e >> 1;
                         const bool visible =
-                            c >= lo[r] && c < hi && (!S::QDOC || !doc || tDoc[q_local] == key_doc[r]);
+                            c >= lo[r] && c < hi && (!doc || tDoc[q_local] == key_doc[r]);
                         s[n][e] = visible ? ex2_ftz(fmaf(s[n][e], p.scale_log2, -((e & 1) ? l.y : l.x))) : 0.0f;
                     }
                 }
             }
 #pragma unroll
             for (int kq = 0; kq < BR / 16; kq++) {
-                pa[kq][0] = pack_bf16(s[2 * kq][0], s[2 * kq][1]);
-                pa[kq][1] = pack_bf16(s[2 * kq][2], s[2 * kq][3]);
-                pa[kq][2] = pack_bf16(s[2 * kq + 1][0], s[2 * kq + 1][1]);
-                pa[kq][3] = pack_bf16(s[2 * kq + 1][2], s[2 * kq + 1][3]);
+                pa[kq][0] = pack16<E>(s[2 * kq][0], s[2 * kq][1]);
+                pa[kq][1] = pack16<E>(s[2 * kq][2], s[2 * kq][3]);
+                pa[kq][2] = pack16<E>(s[2 * kq + 1][0], s[2 * kq + 1][1]);
+                pa[kq][3] = pack16<E>(s[2 * kq + 1][2], s[2 * kq + 1][3]);
             }
             wgmma_wait<0>();
             wgmma_fence_operands(dp);
@@ -360,7 +359,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     uint32_t packed = pa[n / 2][(n % 2) * 2 + r];
-                    float2 prob = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&packed));
+                    float2 prob = unpack16<E>(packed);
                     int q_local = n * 8 + 2 * t4;
                     dp[n][2 * r] = prob.x * (dp[n][2 * r] - tDelta[q_local]);
                     dp[n][2 * r + 1] = prob.y * (dp[n][2 * r + 1] - tDelta[q_local + 1]);
@@ -368,10 +367,10 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
             }
 #pragma unroll
             for (int kq = 0; kq < BR / 16; kq++) {
-                da[kq][0] = pack_bf16(dp[2 * kq][0], dp[2 * kq][1]);
-                da[kq][1] = pack_bf16(dp[2 * kq][2], dp[2 * kq][3]);
-                da[kq][2] = pack_bf16(dp[2 * kq + 1][0], dp[2 * kq + 1][1]);
-                da[kq][3] = pack_bf16(dp[2 * kq + 1][2], dp[2 * kq + 1][3]);
+                da[kq][0] = pack16<E>(dp[2 * kq][0], dp[2 * kq][1]);
+                da[kq][1] = pack16<E>(dp[2 * kq][2], dp[2 * kq][3]);
+                da[kq][2] = pack16<E>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]);
+                da[kq][3] = pack16<E>(dp[2 * kq + 1][2], dp[2 * kq + 1][3]);
             }
             /* dS^T to shared memory before the products: a wgmma's A registers must not be read
              * until it completes */
@@ -387,45 +386,72 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
              * bytes) per k16 step, column blocks BR * 128 bytes apart */
             wgmma_fence();
 #pragma unroll
-            for (int kq = 0; kq < BR / 16; kq++)
-                wgmma_rs_m64n128<bf16>(dv, pa[kq], wgmma_desc(tdO + kq * 16 * 64, BR * 128, 1024));
+            for (int kq = 0; kq < BR / 16; kq++) {
+                const uint64_t d_do = wgmma_desc(tdO + kq * 16 * 64, BR * 128, 1024);
+                if constexpr (D == 128)
+                    wgmma_rs_m64n128<E>(dv, pa[kq], d_do);
+                else
+                    wgmma_rs_m64n64<E>(dv, pa[kq], d_do);
+            }
 #pragma unroll
-            for (int kq = 0; kq < BR / 16; kq++)
-                wgmma_rs_m64n128<bf16>(dk, da[kq], wgmma_desc(tQ + kq * 16 * 64, BR * 128, 1024));
+            for (int kq = 0; kq < BR / 16; kq++) {
+                const uint64_t d_q = wgmma_desc(tQ + kq * 16 * 64, BR * 128, 1024);
+                if constexpr (D == 128)
+                    wgmma_rs_m64n128<E>(dk, da[kq], d_q);
+                else
+                    wgmma_rs_m64n64<E>(dk, da[kq], d_q);
+            }
             /* not waited for: they run on while this warpgroup hands over its dS^T and waits for the
              * other's, and the dQ product queues behind them (the A fragments stay live until they
              * complete: no spills at 240 registers, ptxas 13.0) */
             wgmma_commit();
         }
         fence_proxy_async_shared(); /* dS^T written with st.shared, read by wgmma */
-        named_bar_arrive(BAR_DS + 2 * cw + (it & 1), 256); /* this half of dS^T is in */
-        /* the staging buffer this warpgroup fills next was read by the reduce-add DQ_BUFS items ago
-         * (the sync below orders this thread's wait before the others' staging writes) */
-        if (ctid % 128 == 0) bulk_wait_read<S::DQ_BUFS - 1>();
-        named_bar_sync(BAR_DS + 2 * (1 - cw) + (it & 1), 256); /* the other half is in */
+        /* the staging buffer this warpgroup fills next was read by the reduce-add two items ago (the
+         * barrier below orders this thread's wait before the others' staging writes) */
+        if constexpr (D == 128) {
+            named_bar_arrive(BAR_DS + 2 * cw + (it & 1), 256); /* this half of dS^T is in */
+            if (ctid % 128 == 0) bulk_wait_read<1>();
+            named_bar_sync(BAR_DS + 2 * (1 - cw) + (it & 1), 256); /* the other half is in */
+        } else {
+            /* head dim 64: this warpgroup's dQ reads only the dS^T rows it wrote itself */
+            if (ctid % 128 == 0) bulk_wait_read<1>();
+            named_bar_sync(BAR_DS + cw, 128);
+        }
 
-        /* dQ[:, 64 cw ..] (BR x 64) = dS K over the block's keys: A = dS^T [keys][queries] and
-         * B = K [keys][D] (column block cw) both read transposed; the second 64 keys only when
-         * their dS^T rows were written */
+        /* dQ (BR x 64) = dS K, A = dS^T [keys][queries] and B = K [keys][D] both read transposed.
+         * Head dim 128: columns 64 cw.. over the block's keys (the second 64 keys only when their
+         * dS^T rows were written); head dim 64: all columns over this warpgroup's own 64 keys (none
+         * when inactive: its dS^T rows were not written, and its share of dQ is zero) */
         float dq[8][4];
-        const bf16 *b_base = sK + cw * BC * 64;
+        const bf16 *a_base = D == 128 ? tdS : tdS + cw * 64 * BR;
+        const bf16 *b_base = D == 128 ? sK + cw * BC * 64 : sK + cw * 64 * 64;
         /* two whole chains rather than predicated steps, which ptxas splits into groups with a dummy
          * wgmma each */
         auto issue_dq = [&](auto n_steps) {
 #pragma unroll
             for (int kk = 0; kk < decltype(n_steps)::value; kk++)
-                wgmma_ss_m64n64_tt_acc<bf16>(dq, wgmma_desc(tdS + kk * 16 * 64, 64 * 128, 1024),
-                                       wgmma_desc(b_base + kk * 16 * 64, BC * 128, 1024), kk);
+                wgmma_ss_m64n64_tt_acc<E>(dq, wgmma_desc(a_base + kk * 16 * 64, 64 * 128, 1024),
+                                          wgmma_desc(b_base + kk * 16 * 64, BC * 128, 1024), kk);
             wgmma_commit();
         };
+        const bool dq_here = D == 128 || active;
         wgmma_fence();
-        if (second_active)
+        if (D == 128 && second_active)
             issue_dq(std::integral_constant<int, BC / 16>());
-        else
+        else if (dq_here)
             issue_dq(std::integral_constant<int, 64 / 16>());
         /* dV, dK (the group before dQ's) completed: this thread is done with the stage (its MMAs
          * read Q and dO; lse, delta and the documents were read), which the producer may refill
          * while dQ still runs */
+        if (!dq_here) { /* head dim 64, keys all after this tile: nothing to add (and nothing pending) */
+            wgmma_wait<0>();
+            wgmma_fence_operands(dv);
+            wgmma_fence_operands(dk);
+            mbar_arrive(&empty[stage]);
+            if (++stage == STAGES) stage = 0, phase ^= 1;
+            continue;
+        }
         wgmma_wait<1>();
         wgmma_fence_operands(dv);
         wgmma_fence_operands(dk);
@@ -436,7 +462,7 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
         /* dQ tile (64 queries x this warpgroup's 64 columns) to staging, 16-byte chunk c of row r at
          * c ^ (r % 8) (conflict-free float2 stores), then one bulk reduce-add of its 16 KiB into
          * dq_accum ([B][H][D/64][T rounded up to 64][64], the same order) */
-        float *stage_dq = sdQ + ((dq_tiles % S::DQ_BUFS) * 2 + cw) * 64 * 64;
+        float *stage_dq = sdQ + ((dq_tiles & 1) * 2 + cw) * 64 * 64;
 #pragma unroll
         for (int n = 0; n < 8; n++)
 #pragma unroll
@@ -448,7 +474,8 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
         fence_proxy_async_shared();
         named_bar_sync(BAR_DQ + cw, 128);
         if (ctid % 128 == 0) {
-            float *dst = p.dq_accum + ((((int64_t)b * p.heads + h) * (D / 64) + cw) * (n_q_tiles * BR) + q0) * 64;
+            const int col_block = D == 128 ? cw : 0;
+            float *dst = p.dq_accum + ((((int64_t)b * p.heads + h) * (D / 64) + col_block) * (n_q_tiles * BR) + q0) * 64;
             bulk_reduce_add_f32(dst, stage_dq, 64 * 64 * 4);
             bulk_commit();
         }
@@ -486,8 +513,8 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
         for (int n = 0; n < D / 8; n++) {
             int col = n * 8 + 2 * t4;
             *reinterpret_cast<uint32_t *>(dk_row + col) =
-                pack_bf16(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
-            *reinterpret_cast<uint32_t *>(dv_row + col) = pack_bf16(dv[n][2 * r], dv[n][2 * r + 1]);
+                pack16<E>(dk[n][2 * r] * p.scale, dk[n][2 * r + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(dv_row + col) = pack16<E>(dv[n][2 * r], dv[n][2 * r + 1]);
         }
     }
 #else
@@ -496,37 +523,17 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
 #endif
 }
 
-/* The ring depth: ZT_FLASH_BACKWARD_WS_STAGES=2|3 (for measurements; default 2, whose consumers
- * compile without spills; 3 spills 40 bytes, reloaded ~6 times per item, ptxas 13.0), 2 whenever
- * there are document ids (the 3-stage layout has no room for them). 0 for a bad value (message
- * recorded). */
-int ws_stages(const flash_params &p)
-{
-    const char *text = getenv("ZT_FLASH_BACKWARD_WS_STAGES");
-    int stages = 2;
-    if (text && *text) {
-        if (strcmp(text, "2") && strcmp(text, "3")) {
-            zt_cuda_fail(ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_WS_STAGES=%s: expected 2 (the default) or 3 "
-                         "(with document ids the wgmma-ws backward always runs 2)", text);
-            return 0;
-        }
-        stages = text[0] - '0';
-    }
-    return p.doc_ids ? 2 : stages;
-}
-
-template <int STAGES>
+template <typename E, int D>
 zt_status launch_ws(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params *p, int launch)
 {
     const char *what = "flash attention backward (wgmma-ws)";
-    using S = ws_shape<STAGES>;
-    zt_status st = flash_prepare(ctx, what, flash_backward_sm90_ws_kernel<STAGES>, S::SMEM);
+    using S = ws_shape<D>;
+    zt_status st = flash_prepare(ctx, what, flash_backward_sm90_ws_kernel<E, D>, S::SMEM);
     if (st != ZT_OK || !launch) return st;
     if (p->bwd_split < 1 || p->group % p->bwd_split != 0 || p->bwd_chunk < 1 || (p->bwd_split > 1 && !p->dkv_partial) ||
-        !p->bwd_dq_bulk || (!S::QDOC && p->doc_ids))
-        return zt_cuda_fail(ZT_ERR_INTERNAL, "%s: bad work split %d (group %d) / chunk %d / dq layout %d / %d stages "
-                            "with document ids %d", what, p->bwd_split, p->group, p->bwd_chunk, p->bwd_dq_bulk, STAGES,
-                            p->doc_ids != nullptr);
+        !p->bwd_dq_bulk)
+        return zt_cuda_fail(ZT_ERR_INTERNAL, "%s: bad work split %d (group %d) / chunk %d / dq layout %d", what,
+                            p->bwd_split, p->group, p->bwd_chunk, p->bwd_dq_bulk);
     const int64_t blocks = (int64_t)((p->seq + BC - 1) / BC) * p->batch * p->kv_heads * p->bwd_split;
     if (blocks > INT32_MAX)
         return zt_cuda_fail(ZT_ERR_UNSUPPORTED, "%s: %lld blocks exceed the 1-D grid; use a smaller batch", what,
@@ -543,7 +550,7 @@ zt_status launch_ws(zt_cuda_ctx *ctx, cudaStream_t stream, const flash_params *p
         (st = zt_hopper_tensor_map_bthd(&args.tv, "flash attention backward (wgmma-ws), v", p->v, p->batch, p->seq,
                                         p->kv_heads, D, BC, 64)) != ZT_OK)
         return st;
-    flash_backward_sm90_ws_kernel<STAGES><<<(unsigned)blocks, THREADS, S::SMEM, stream>>>(args);
+    flash_backward_sm90_ws_kernel<E, D><<<(unsigned)blocks, THREADS, S::SMEM, stream>>>(args);
     return zt_cuda_check_launch(what);
 }
 
@@ -557,10 +564,11 @@ zt_status zt_flash_backward_wgmma_ws(zt_cuda_ctx *ctx, cudaStream_t stream, cons
         return zt_cuda_fail(ZT_ERR_UNSUPPORTED,
                             "%s: this build has no sm_90a code; configure with 90 in CMAKE_CUDA_ARCHITECTURES, "
                             "or set ZT_FLASH_BACKWARD_KERNEL=mma", what);
-    if (head_dim != D)
-        return zt_cuda_fail(ZT_ERR_INTERNAL, "%s: head_dim %d reached the kernel; it is built for %d only "
-                            "(flash_backward.cu runs the wgmma kernel for 64)", what, head_dim, D);
-    const int stages = ws_stages(*p);
-    if (stages == 0) return ZT_ERR_INVALID_ARG;
-    return stages == 3 ? launch_ws<3>(ctx, stream, p, launch) : launch_ws<2>(ctx, stream, p, launch);
+    if (head_dim != 64 && head_dim != 128)
+        return zt_cuda_fail(ZT_ERR_INTERNAL, "%s: head_dim %d reached the kernel; it is built for 64 and 128", what,
+                            head_dim);
+    /* the context's 16-bit type (zt_cuda_ctx_set_dtype): q, k, v, dout, dk, dv are bf16 or fp16 */
+    ZT_DISPATCH16(ctx->dtype, E,
+                  return head_dim == 128 ? launch_ws<E, 128>(ctx, stream, p, launch)
+                                         : launch_ws<E, 64>(ctx, stream, p, launch));
 }

@@ -2,8 +2,8 @@
  * and newer) or the Hopper wgmma kernels (flash_*_sm90.cu, sm_90a builds on compute capability 9.0).
  * zt_cuda_flash_attention_forward and _backward take the choice from the environment:
  * ZT_FLASH_KERNEL=auto|mma|wgmma for both (unset = auto: wgmma where it can run, else mma), and
- * ZT_FLASH_BACKWARD_KERNEL, when set, for the backward alone (also wgmma-ws: the warp-specialized
- * Hopper backward, opt-in only). Either forward's o and lse feed either
+ * ZT_FLASH_BACKWARD_KERNEL, when set, for the backward alone (auto there: wgmma-ws, the
+ * warp-specialized Hopper backward, where wgmma can run). Either forward's o and lse feed either
  * backward. Tests and benchmarks name the kernels explicitly (the _kernel functions). */
 #ifndef ZT_KERNELS_CUDA_FLASH_KERNEL_H
 #define ZT_KERNELS_CUDA_FLASH_KERNEL_H
@@ -19,8 +19,8 @@ typedef enum zt_cuda_flash_kernel {
     ZT_CUDA_FLASH_MMA = 1,   /* mma.sync.m16n8k16, sm_80+ */
     ZT_CUDA_FLASH_WGMMA = 2, /* wgmma + 128B-swizzled shared memory, sm_90a */
     /* "wgmma-ws": the backward's warp-specialized FlashAttention-3-style kernel (TMA producer,
-     * setmaxnreg, flash_backward_sm90_ws.cu; head dim 128, head dim 64 runs wgmma). Never chosen by
-     * auto: not yet verified on a GPU. As a forward choice it means the wgmma forward. */
+     * setmaxnreg, flash_backward_sm90_ws.cu), auto's backward where wgmma can run. As a forward
+     * choice it means the wgmma forward. */
     ZT_CUDA_FLASH_WGMMA_WS = 3,
 } zt_cuda_flash_kernel;
 

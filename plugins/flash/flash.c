@@ -1,9 +1,9 @@
 /* The flash attention plugin: causal attention in bf16 on NVIDIA GPUs (compute capability 8.0 or
- * newer) for training; in fp16 with fp16.enabled (the kernels follow the run's compute type; the
- * trainer lets fp16 runs use flash only with ZT_FLASH_FP16=1 until those kernels are verified on a
- * GPU). Head sizes 64 and 128 run the FlashAttention-2 kernels of kernels/cuda (tiles in shared
+ * newer) for training; in fp16 with fp16.enabled (the kernels follow the run's compute type).
+ * Head sizes 64 and 128 run the FlashAttention-2 kernels of kernels/cuda (tiles in shared
  * memory, nothing of size T x T ever stored, K/V heads of a group never repeated; wgmma kernels
- * on Hopper, mma.sync elsewhere: ZT_FLASH_KERNEL=auto|mma|wgmma);
+ * on Hopper, mma.sync elsewhere: ZT_FLASH_KERNEL=auto|mma|wgmma; ZT_FLASH_BACKWARD_KERNEL=wgmma-ws,
+ * auto's Hopper backward, for the backward alone);
  * any other head size up to 256 runs the exact kernels of exact.cu, correct but slow, so that small
  * models (tests, the HF fixtures) train on the GPU too; the plugin logs once when it uses them.
  * Packed rows: a query sees only keys of its own document (batch->doc_ids). docs/gpu.md.

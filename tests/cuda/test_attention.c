@@ -2,7 +2,7 @@
  * and log-sum-exp, and all three gradients, on shapes that exercise partial tiles, grouped-query
  * heads, packed documents (monotone and arbitrary document ids) and both head dimensions; every
  * kernel (mma.sync, and wgmma on Hopper) explicitly, each backward on each forward's output; the
- * warp-specialized Hopper backward (wgmma-ws, opt-in, bf16 only) too.
+ * warp-specialized Hopper backward (wgmma-ws, auto's backward on Hopper) too.
  * Everything runs twice, as test_ops.c does: in bf16, then in fp16 (the context set to ZT_F16, the
  * kernels' __half instantiations; inputs rounded to fp16 and the fp16 tolerances: 2e-3 relative L2
  * for o, dq, dk, dv instead of 1.5e-2; lse keeps 1e-4), plus fp16 runs with a loss-scaled dO (2^10,
@@ -217,7 +217,7 @@ static void choose_kernels(zt_cuda_ctx *ctx)
         ZT_CHECK(check_ok("wgmma kernel resolves on this compute capability 9.0 GPU", st));
         ZT_CHECK(check_ok("wgmma-ws kernel resolves on this compute capability 9.0 GPU", st_ws));
         ZT_CHECK(got_ws == ZT_CUDA_FLASH_WGMMA_WS);
-        /* opt-in only: auto never picks wgmma-ws */
+        /* auto's forward is wgmma (its backward wgmma-ws: flash_backward.cu) */
         ZT_CHECK(check_ok("auto resolves", zt_cuda_flash_kernel_resolve(ctx, &s, ZT_CUDA_FLASH_AUTO, &got)));
         ZT_CHECK(got == ZT_CUDA_FLASH_WGMMA);
     } else {
@@ -226,11 +226,6 @@ static void choose_kernels(zt_cuda_ctx *ctx)
         printf("NOTE: the wgmma kernel is not tested here (%s GPU %d.%d, sm_90a code %s): only the mma "
                "kernel runs\n", prop.name, prop.major, prop.minor,
                zt_cuda_flash_wgmma_built() ? "built" : "not built");
-    }
-    /* wgmma-ws has bf16 kernels only: in the fp16 pass it must refuse, with a message, and is skipped */
-    if (g_kernel_runs[2] && zt_cuda_ctx_dtype(ctx) == ZT_F16) {
-        g_kernel_runs[2] = 0;
-        printf("NOTE: wgmma-ws (bf16 only) is skipped in the fp16 pass\n");
     }
     /* ZT_TEST_FLASH_BACKWARDS: the backward kernels to run (all by default) */
     const char *only = getenv("ZT_TEST_FLASH_BACKWARDS");
@@ -309,12 +304,6 @@ static void test_errors(zt_cuda_ctx *ctx)
                                                                      NULL, p, p, p, p, p, p),
                              ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_SPLIT=3"));
         unsetenv("ZT_FLASH_BACKWARD_SPLIT");
-        setenv("ZT_FLASH_BACKWARD_WS_STAGES", "4", 1);
-        ZT_CHECK(check_fails("wgmma-ws backward under ZT_FLASH_BACKWARD_WS_STAGES=4",
-                             zt_cuda_flash_attention_backward_kernel(ctx, 0, &s, ZT_CUDA_FLASH_WGMMA_WS, p, p, p,
-                                                                     NULL, p, p, p, p, p, p),
-                             ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_WS_STAGES=4"));
-        unsetenv("ZT_FLASH_BACKWARD_WS_STAGES");
         s.head_dim = 64;
         setenv("ZT_FLASH_BACKWARD_DQ", "fast", 1);
         ZT_CHECK(check_fails("wgmma backward under ZT_FLASH_BACKWARD_DQ=fast",
@@ -369,14 +358,6 @@ static void run_pass(int32_t dtype)
     test_shape(ctx, 2, 520, 6, 3, 64, PACKED_DOCS);
     test_shape(ctx, 1, 1500, 2, 1, 128, SCATTERED_DOCS);
     unsetenv("ZT_FLASH_BACKWARD_DQ");
-    /* the wgmma-ws backward's 3-stage ring (no document ids; with them it runs its 2 stages) */
-    printf("NOTE: ZT_FLASH_BACKWARD_WS_STAGES=3 for the next shapes\n");
-    setenv("ZT_FLASH_BACKWARD_WS_STAGES", "3", 1);
-    test_shape(ctx, 1, 300, 8, 2, 128, NO_DOCS);
-    test_shape(ctx, 2, 640, 8, 2, 128, NO_DOCS);
-    test_shape(ctx, 1, 1, 2, 1, 128, NO_DOCS);
-    test_shape(ctx, 2, 384, 4, 1, 128, PACKED_DOCS);
-    unsetenv("ZT_FLASH_BACKWARD_WS_STAGES");
     /* head dim 64's warpgroups meeting at a block barrier per tile instead of the mbarrier ring */
     printf("NOTE: ZT_FLASH_BACKWARD_RING=0 for the next shapes\n");
     setenv("ZT_FLASH_BACKWARD_RING", "0", 1);

@@ -5,7 +5,7 @@
 #   2. ctest -R "cuda.attention|fp16": every flash kernel (mma.sync and wgmma, forward and backward,
 #      every variant) in bf16 and in fp16 against the CPU reference (tests/cuda/test_attention.c), and
 #      the fp16 training tests, among them gpu.fp16_loss_curve_flash: 30 steps of fp16 + flash
-#      (ZT_FLASH_FP16=1) against the CPU's fp32 curve;
+#      against the CPU's fp32 curve;
 #   3. measures (unless ZT_FLASH_FP16_BENCH=0, or past ZT_FLASH_FP16_DEADLINE seconds, default 420):
 #      the attention plugin's GPU time per micro-batch (ZT_CUDA_PROFILE=1) and tok/s of the 1b model
 #      (head dim 128) and 125m (head dim 64) in bf16 + flash, fp16 + flash and fp16 + naive.
@@ -59,7 +59,7 @@ if [ "${ZT_FLASH_FP16_BENCH:-1}" != 0 ]; then
             dtype=(--set bf16.enabled=true --set fp16.enabled=false)
             [ "$1" = fp16 ] && dtype=(--set bf16.enabled=false --set fp16.enabled=true)
             log=$out/$model-$1-$2.log
-            ZT_FLASH_FP16=1 ZT_CUDA_PROFILE=1 "$build/bin/zt-run" --data "$data" --output-dir "$out/run-$model-$1-$2" \
+            ZT_CUDA_PROFILE=1 "$build/bin/zt-run" --data "$data" --output-dir "$out/run-$model-$1-$2" \
                 --plugins "$2" --set device=cuda "${dtype[@]}" --set model.preset="$model" \
                 --set model.vocab_size=32000 --set train_micro_batch_size_per_gpu=16 --set data.seq_len=512 \
                 --set steps=$steps --set scheduler.type=constant --set optimizer.params.lr=1e-5 \

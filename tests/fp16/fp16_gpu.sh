@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fp16 training with dynamic loss scaling on a GPU (fp16.enabled; docs/cuda.md, "fp16"), end to end
-# through zt-run with llama + naive attention + adamw + zero0 (loss_curve_flash: flash attention's fp16
-# kernels, opt-in with ZT_FLASH_FP16=1 until verified on a GPU). One test per call:
+# through zt-run with llama + naive attention + adamw + zero0 (loss_curve_flash: with flash attention's
+# fp16 kernels). One test per call:
 #   fp16_gpu.sh ZT_RUN CUDA_DEVICES FIXTURE_DATA_MAKER FIXTURES SOURCE_DIR WORK_DIR TEST
 # Every test skips (exit 77, "SKIP: no CUDA device ...") where CUDA_DEVICES finds no GPU. loss_curve
 # trains on the example tasks ($ZT_GPU_TEST_DATA, or tokenized here by ZT_PREP when set); the others
@@ -46,18 +46,14 @@ loss_curve() {
 }
 
 # The same with flash attention's fp16 kernels on the GPU (head_dim 64: the flash kernels proper, the wgmma
-# ones on an H100/H200), opted in with ZT_FLASH_FP16=1; without it the run is refused (errors below).
+# ones on an H100/H200).
 loss_curve_flash() {
     curve_against_cpu flash
 }
 
 # curve_against_cpu ATTENTION: the CPU fp32 run (naive) against the GPU fp16 run with ATTENTION.
 curve_against_cpu() {
-    local attention=$1 gpu_env=() gpu_needles=("fp16: IEEE half compute with dynamic loss scaling from 1024")
-    if [ "$attention" = flash ]; then
-        gpu_env=(ZT_FLASH_FP16=1)
-        gpu_needles+=("ZT_FLASH_FP16=1: flash attention runs its fp16 kernels")
-    fi
+    local attention=$1 gpu_needles=("fp16: IEEE half compute with dynamic loss scaling from 1024")
     need_gpu
     local DATA=${ZT_GPU_TEST_DATA:-}
     if [ -z "$DATA" ]; then
@@ -73,7 +69,7 @@ curve_against_cpu() {
                --set eval.every=30 --set eval.batches=4 --set checkpoint.final=false)
     expect_ok -- "$zt_run" "${run[@]}" --set device=cpu --plugins naive --output-dir "$out/cpu"
     expect_ok "${gpu_needles[@]}" -- \
-        env "${gpu_env[@]}" "$zt_run" "${run[@]}" --set device=cuda --plugins "$attention" --set fp16.enabled=true \
+        "$zt_run" "${run[@]}" --set device=cuda --plugins "$attention" --set fp16.enabled=true \
         --set bf16.enabled=false --set fp16.initial_scale_power=10 --output-dir "$out/gpu"
     check curves "$out/cpu/metrics.jsonl" "$out/gpu/metrics.jsonl"
 }
@@ -145,17 +141,6 @@ errors() {
     fixture_data
     local base
     read -r -a base <<<"$(on_fixture)"
-    # flash's fp16 kernels are opt-in (ZT_FLASH_FP16=1) until verified on a GPU
-    expect_fail "flash attention runs in bf16 only for now; with fp16.enabled use --plugins naive" \
-        "set ZT_FLASH_FP16=1 to use them" -- \
-        "$zt_run" "${base[@]}" --set device=cuda --plugins flash --set fp16.enabled=true --set bf16.enabled=false \
-        --set steps=1 --output-dir "$out/x"
-    expect_fail "flash attention runs in bf16 only for now" -- \
-        env ZT_FLASH_FP16=0 "$zt_run" "${base[@]}" --set device=cuda --plugins flash --set fp16.enabled=true \
-        --set bf16.enabled=false --set steps=1 --output-dir "$out/x"
-    expect_fail "ZT_FLASH_FP16=yes: expected 1" -- \
-        env ZT_FLASH_FP16=yes "$zt_run" "${base[@]}" --set device=cuda --plugins flash --set fp16.enabled=true \
-        --set bf16.enabled=false --set steps=1 --output-dir "$out/x"
     expect_fail "bf16.enabled is false and fp16.enabled is false" -- \
         "$zt_run" "${base[@]}" --set device=cuda --plugins naive --set bf16.enabled=false --set steps=1 \
         --output-dir "$out/x"
