@@ -6,7 +6,7 @@
  *
  * --kernel picks the kernels (default: ZT_FLASH_KERNEL, else auto), --backward-kernel the backward's
  * alone (default: ZT_FLASH_BACKWARD_KERNEL, else as --kernel; wgmma-ws: the warp-specialized Hopper
- * backward, not yet verified on a GPU; as --kernel it means the wgmma forward with that backward).
+ * backward, auto's backward on Hopper; as --kernel it means the wgmma forward with that backward).
  * With a wgmma kernel (or wgmma-ws) it also runs the
  * mma kernel once on the same inputs and prints the relative L2 difference of the outputs
  * (vs_mma_rel_l2: o for the forward, dq, dk, dv for the backward, the largest), a correctness check

@@ -6,8 +6,8 @@ h32, 4096 b4 h32), and head dim 64 at seq 512 b16 h32 (the 1b model). For each s
 SDPA (the backend torch picks by default, and its FlashAttention-2 backend for reference) with CUDA
 events, median of --iters runs after warm-up, and runs zt-bench-flash (bench_flash.c, same method)
 once per zt kernel choice (--kernels: mma, wgmma, or FORWARD/BACKWARD such as wgmma/mma; default
-mma,wgmma,wgmma/mma; wgmma/wgmma-ws times the warp-specialized Hopper backward, opt-in and not yet
-verified on a GPU). --shapes SEQ:BATCH:HEADS[:KV_HEADS]:DIM,... replaces the default shapes; the
+mma,wgmma,wgmma/wgmma-ws: wgmma/wgmma-ws, the warp-specialized Hopper backward after the wgmma
+forward, is what auto runs on an H100/H200). --shapes SEQ:BATCH:HEADS[:KV_HEADS]:DIM,... replaces the default shapes; the
 backward's own time is fwd+bwd - fwd (zt and SDPA alike). Prints a table with the ratios zt time / SDPA time (the target is <= 1.2 for
 forward + backward) and writes it to --out. A kernel that fails (wgmma off Hopper: pass --kernels
 mma there; or a wgmma result off the mma kernels' by more than 2e-2) is reported in its rows and
@@ -78,7 +78,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", required=True, help="path of the zt-bench-flash executable")
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--kernels", default="mma,wgmma,wgmma/mma",
+    parser.add_argument("--kernels", default="mma,wgmma,wgmma/wgmma-ws",
                         help="zt kernels to time, comma-separated: K (forward and backward) or FORWARD/BACKWARD")
     parser.add_argument("--shapes", help="SEQ:BATCH:HEADS[:KV_HEADS]:DIM,... instead of the default shapes "
                         "(KV_HEADS < HEADS: grouped-query; SDPA then gets K/V repeated to HEADS)")

@@ -48,8 +48,7 @@ uint64_t zt_cuda_ctx_scratch_bytes(const zt_cuda_ctx *ctx);
 /* The context's 16-bit compute type: ZT_BF16 (the default) or ZT_F16 (IEEE half, fp16.enabled).
  * Every uint16_t* tensor below (activations, GEMM inputs and 16-bit outputs, compute copies) holds
  * that type; the functions named *_bf16 cast/add in it too. Set once, before the first kernel (the
- * model plugin does, from fp16.enabled); GEMM plans are cached per type. Flash attention computes in
- * bf16 only for now (docs/cuda.md, "fp16"). */
+ * model plugin does, from fp16.enabled); GEMM plans are cached per type. */
 zt_status zt_cuda_ctx_set_dtype(zt_cuda_ctx *ctx, int32_t dtype);
 int32_t zt_cuda_ctx_dtype(const zt_cuda_ctx *ctx); /* ZT_BF16 for NULL */
 

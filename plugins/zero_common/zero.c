@@ -2063,8 +2063,9 @@ static int estimate_step_in_backward(const zero_state *s, double d)
  *   stage 1: bf16 2P + master 4P/d; gradients 4P (4U); state 4kP/d
  *   stage 2: bf16 2P + master 4P/d; gradient shard 4P/d + one unit's transient full gradients 4U
  *            (stepping in the backward: only the unit's shard 4U/d); state 4kP/d
- *   stage 3: bf16 shard 2P/d + two gathered units 2 x 2U (current and prefetched) + master 4P/d;
- *            gradients as stage 2; state 4kP/d
+ *   stage 3: two gathered units 2 x 2U (current and prefetched) + master 4P/d (each gather casts
+ *            the master shard into its slot: cast_gather); gradients as stage 2; state 4kP/d; with an
+ *            offload also a bf16 shard 2P/d, the gathers' source
  * offload_optimizer: master, state and gradient shards in pinned host memory, plus two bf16 upload
  * staging buffers and two fp32 gradient download buffers of one unit's shard on the host (one in
  * flight while the other is used);
@@ -2081,7 +2082,7 @@ static void estimate_gpu(const zero_state *s, double n, double k, double d, doub
         dev[ZT_POOL_OPTIMIZER] += 4.0 * k * n;
     } else {
         if (SHARDED_PARAMS) {
-            (off_param ? host : dev)[ZT_POOL_PARAMS] += 2.0 * n / d;
+            if (off_opt || off_param) (off_param ? host : dev)[ZT_POOL_PARAMS] += 2.0 * n / d;
             dev[ZT_POOL_PARAMS] += 2.0 * 2.0 * touched;
         } else {
             dev[ZT_POOL_PARAMS] += 2.0 * n;

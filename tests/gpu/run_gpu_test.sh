@@ -114,9 +114,7 @@ errors() {
     # device = cuda without --plugins now defaults to flash: default_attention.sh checks it
     expect_fail "device is cpu, but attention plugin 'flash' runs on CUDA GPUs only" -- \
         "$zt_run" "${run[@]}" --set device=cpu --plugins flash
-    # fp16 trains on GPUs with naive attention (tests/fp16); flash is bf16-only for now
-    expect_fail "flash attention runs in bf16 only for now; with fp16.enabled use --plugins naive" -- \
-        "$zt_run" "${run[@]}" "${gpu[@]}" --set fp16.enabled=true --set bf16.enabled=false
+    # (fp16, with flash or naive attention, trains on GPUs: tests/fp16)
     expect_fail "model.intermediate_size is 500, but the bf16 kernels need a multiple of 8" -- \
         "$zt_run" "${run[@]}" "${gpu[@]}" --set model.intermediate_size=500
     # (zero1-3 train on GPUs since they declare ZT_CAP_CUDA: tests/zero/gpu2.sh covers them)

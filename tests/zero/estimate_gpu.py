@@ -70,7 +70,8 @@ def expected(stage, off_opt, off_param, d, sib=False):
         dev["optimizer"] = 4 * K * N
     else:
         if stage == 3:
-            (host if off_param else dev)["params"] += 2 * N / d
+            if off_opt or off_param:             # the bf16 shard gathers read (else: cast from the master)
+                (host if off_param else dev)["params"] += 2 * N / d
             dev["params"] += 2 * 2 * U           # current and prefetched unit, bf16
         else:
             dev["params"] += 2 * N
