@@ -481,6 +481,17 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
                             "fp16 loss scaling (1.2): rebuild it against this SDK, or train in bf16 (fp16.enabled "
                             "false)", t->model_lp->desc.name, (unsigned)t->model_lp->plugin->abi_major,
                             (unsigned)t->model_lp->plugin->abi_minor);
+    /* the plugins whose GPU code reads and writes the 16-bit tensors must have fp16 kernels (one with
+     * bf16 kernels alone would read fp16 bits as bf16); the optimizer says so per call instead
+     * (ZT_OPTIM_WRITES_COMPUTE_COPY_F16) */
+    const zt_loaded_plugin *sixteen_bit[] = {t->model_lp, t->zero_lp, t->attention_lp};
+    for (size_t i = 0; t->on_gpu && t->set.fp16 && i < sizeof sixteen_bit / sizeof sixteen_bit[0]; i++)
+        if (!(sixteen_bit[i]->plugin->caps & ZT_CAP_FP16))
+            return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                                "fp16.enabled is true, but %s plugin '%s' has no fp16 GPU code (it does not "
+                                "declare ZT_CAP_FP16): train in bf16 (bf16.enabled true, fp16.enabled false) or "
+                                "choose a %s plugin that declares it", zt_kind_name(sixteen_bit[i]->desc.kind),
+                                sixteen_bit[i]->desc.name, zt_kind_name(sixteen_bit[i]->desc.kind));
     if (t->set.fp16 && !t->on_gpu)
         zt_log(ZT_LOG_WARN, "fp16.enabled is ignored on the CPU, which trains in fp32");
     t->fp16 = t->on_gpu && t->set.fp16;

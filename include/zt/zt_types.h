@@ -141,7 +141,8 @@ typedef struct zt_option {
 #define ZT_CAP_CUDA         (1ull << 1)  /* runs on NVIDIA GPUs */
 #define ZT_CAP_MULTI_RANK   (1ull << 2)  /* correct with more than one rank */
 #define ZT_CAP_BF16         (1ull << 3)
-#define ZT_CAP_FP16         (1ull << 4)
+#define ZT_CAP_FP16         (1ull << 4)  /* GPU code in IEEE half too: fp16.enabled needs it of the model,
+                                            zero and attention plugins */
 #define ZT_CAP_OFFLOAD      (1ull << 5)  /* can keep state in host memory */
 #define ZT_CAP_PACKED       (1ull << 6)  /* attention: honours document boundaries in packed rows */
 #define ZT_CAP_KV_CACHE     (1ull << 7)  /* attention: supports decode against a KV cache */

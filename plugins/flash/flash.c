@@ -316,7 +316,7 @@ static const zt_plugin k_plugin = {
     .description = "causal attention in bf16 on NVIDIA GPUs (FlashAttention-2 kernels for head_dim 64/128, "
                    "wgmma on Hopper), "
                    "packed documents, grouped-query",
-    .caps = ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_PACKED | ZT_CAP_GQA,
+    .caps = ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16 | ZT_CAP_PACKED | ZT_CAP_GQA,
     .probe = flash_probe,
     .init = flash_init,
     .fini = flash_fini,

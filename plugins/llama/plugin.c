@@ -384,7 +384,7 @@ static const zt_plugin k_plugin = {
     .n_options = sizeof k_options / sizeof k_options[0],
     .caps = ZT_CAP_CPU | ZT_CAP_RECOMPUTE
 #ifdef ZT_PLUGIN_CUDA
-            | ZT_CAP_CUDA | ZT_CAP_BF16
+            | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16
 #endif
     ,
     .probe = llama_probe,

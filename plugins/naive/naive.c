@@ -572,7 +572,7 @@ static const zt_plugin k_plugin = {
                    "unfused bf16-in fp32-scores on CUDA where built with it (training only)",
     .caps = ZT_CAP_CPU | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE
 #ifdef ZT_PLUGIN_CUDA
-            | ZT_CAP_CUDA | ZT_CAP_BF16
+            | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16
 #endif
     ,
     .probe = naive_probe,

@@ -2178,7 +2178,7 @@ static const zt_plugin zero_plugin = {
     .options = zero_options,
     .n_options = sizeof zero_options / sizeof zero_options[0],
     .caps = ZT_CAP_CPU | ZT_CAP_MULTI_RANK | (STAGE >= 1 ? ZT_CAP_OFFLOAD : 0) |
-            (GPU_CAPABLE ? ZT_CAP_CUDA | ZT_CAP_BF16 : 0),
+            (GPU_CAPABLE ? ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16 : 0),
     .probe = zero_probe,
     .init = zero_init,
     .fini = zero_fini,
