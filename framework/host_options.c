@@ -38,8 +38,7 @@ static const zt_option k_host_options[] = {
      "fp32. fp16.enabled true takes precedence over this default; both set true is an error."},
     {"fp16.enabled", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
      "GPUs: compute in float16 (IEEE half) with fp32 master weights and dynamic loss scaling; the "
-     "CPU trains in fp32 and ignores it. Not with bf16.enabled set true, nor with flash attention "
-     "(for now: use naive). docs/cuda.md, \"fp16\"."},
+     "CPU trains in fp32 and ignores it. Not with bf16.enabled set true. docs/cuda.md, \"fp16\"."},
     {"fp16.initial_scale_power", ZT_OPT_INT, MIN_MAX, "16", 0, 32, NULL,
      "fp16: the loss scale starts at 2^initial_scale_power."},
     {"fp16.loss_scale_window", ZT_OPT_INT, MIN_ONLY, "1000", 1, 0, NULL,

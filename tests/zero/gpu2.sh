@@ -2,8 +2,7 @@
 # ZeRO stages 0-3 on GPUs: each stage on 2 GPUs (zt-run --nproc 2, NCCL) against the same stage on 1 GPU
 # with the same global batch, plus step_in_backward on 1 and 2 GPUs; losses and final weights compared,
 # and a table of per-rank peak device memory by pool, which must fall as the stage rises; and a 2-GPU
-# stage-3 checkpoint resumed on 1 GPU under stage 1 against the uninterrupted 1-GPU run (added after
-# the last GPU run of 2026-11-30: not yet run on a GPU).
+# stage-3 checkpoint resumed on 1 GPU under stage 1 against the uninterrupted 1-GPU run.
 #
 #   tests/zero/gpu2.sh BUILD_DIR
 #
