@@ -344,63 +344,19 @@ __global__ void __launch_bounds__(THREADS, 1) flash_backward_sm90_ws_kernel(cons
                     }
                 }
             }
-#pragma unroll
-            for (int kq = 0; kq < BR / 16; kq++) {
-                pa[kq][0] = pack16<E>(s[2 * kq][0], s[2 * kq][1]);
-                pa[kq][1] = pack16<E>(s[2 * kq][2], s[2 * kq][3]);
-                pa[kq][2] = pack16<E>(s[2 * kq + 1][0], s[2 * kq + 1][1]);
-                pa[kq][3] = pack16<E>(s[2 * kq + 1][2], s[2 * kq + 1][3]);
-            }
+            pack_a_fragments<E>(s, pa);
             wgmma_wait<0>();
             wgmma_fence_operands(dp);
-            /* dS^T = P^T (dP^T - delta), from the bf16-rounded P as the other backwards do */
-#pragma unroll
-            for (int n = 0; n < BR / 8; n++) {
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    uint32_t packed = pa[n / 2][(n % 2) * 2 + r];
-                    float2 prob = unpack16<E>(packed);
-                    int q_local = n * 8 + 2 * t4;
-                    dp[n][2 * r] = prob.x * (dp[n][2 * r] - tDelta[q_local]);
-                    dp[n][2 * r + 1] = prob.y * (dp[n][2 * r + 1] - tDelta[q_local + 1]);
-                }
-            }
-#pragma unroll
-            for (int kq = 0; kq < BR / 16; kq++) {
-                da[kq][0] = pack16<E>(dp[2 * kq][0], dp[2 * kq][1]);
-                da[kq][1] = pack16<E>(dp[2 * kq][2], dp[2 * kq][3]);
-                da[kq][2] = pack16<E>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]);
-                da[kq][3] = pack16<E>(dp[2 * kq + 1][2], dp[2 * kq + 1][3]);
-            }
+            ds_from_p<E>(dp, pa, tDelta, t4);
+            pack_a_fragments<E>(dp, da);
             /* dS^T to shared memory before the products: a wgmma's A registers must not be read
              * until it completes */
-#pragma unroll
-            for (int kq = 0; kq < BR / 16; kq++) {
-                int col = kq * 16 + 2 * t4;
-                *reinterpret_cast<uint32_t *>(tdS + sw128_offset<BC>(key_row, col)) = da[kq][0];
-                *reinterpret_cast<uint32_t *>(tdS + sw128_offset<BC>(key_row + 8, col)) = da[kq][1];
-                *reinterpret_cast<uint32_t *>(tdS + sw128_offset<BC>(key_row, col + 8)) = da[kq][2];
-                *reinterpret_cast<uint32_t *>(tdS + sw128_offset<BC>(key_row + 8, col + 8)) = da[kq][3];
-            }
+            store_a_fragments<BC>(tdS, key_row, t4, da);
             /* dV += P^T dO, dK += dS^T Q: dO and Q [queries][D] read transposed, 16 queries (2048
              * bytes) per k16 step, column blocks BR * 128 bytes apart */
             wgmma_fence();
-#pragma unroll
-            for (int kq = 0; kq < BR / 16; kq++) {
-                const uint64_t d_do = wgmma_desc(tdO + kq * 16 * 64, BR * 128, 1024);
-                if constexpr (D == 128)
-                    wgmma_rs_m64n128<E>(dv, pa[kq], d_do);
-                else
-                    wgmma_rs_m64n64<E>(dv, pa[kq], d_do);
-            }
-#pragma unroll
-            for (int kq = 0; kq < BR / 16; kq++) {
-                const uint64_t d_q = wgmma_desc(tQ + kq * 16 * 64, BR * 128, 1024);
-                if constexpr (D == 128)
-                    wgmma_rs_m64n128<E>(dk, da[kq], d_q);
-                else
-                    wgmma_rs_m64n64<E>(dk, da[kq], d_q);
-            }
+            wgmma_rs_accumulate<E, D>(dv, pa, tdO, BR * 128);
+            wgmma_rs_accumulate<E, D>(dk, da, tQ, BR * 128);
             /* not waited for: they run on while this warpgroup hands over its dS^T and waits for the
              * other's, and the dQ product queues behind them (the A fragments stay live until they
              * complete: no spills at 240 registers, ptxas 13.0) */

@@ -241,4 +241,71 @@ __device__ __forceinline__ void wgmma_ss_m64n64_tt_acc(float (&d)[8][4], uint64_
 }
 #undef WGMMA_SS_M64N64_TT_ACC_ASM
 
+/* ---- what the two Hopper backwards (flash_backward_sm90.cu, flash_backward_sm90_ws.cu) share ---- */
+
+/* An m64nN fp32 accumulator x ([N/8][4], layout above) rounded to T and packed as the register A
+ * operand of N/16 k16 steps: how P^T and dS^T go from their products to the dV and dK products. */
+template <typename T, int N8>
+__device__ __forceinline__ void pack_a_fragments(const float (&x)[N8][4], uint32_t (&a)[N8 / 2][4])
+{
+#pragma unroll
+    for (int kq = 0; kq < N8 / 2; kq++) {
+        a[kq][0] = pack16<T>(x[2 * kq][0], x[2 * kq][1]);
+        a[kq][1] = pack16<T>(x[2 * kq][2], x[2 * kq][3]);
+        a[kq][2] = pack16<T>(x[2 * kq + 1][0], x[2 * kq + 1][1]);
+        a[kq][3] = pack16<T>(x[2 * kq + 1][2], x[2 * kq + 1][3]);
+    }
+}
+
+/* dS^T = P^T (dP^T - delta) in place over dp (keys x queries), from the T-rounded P^T (pa, as
+ * pack_a_fragments made it), as the mma.sync backward does; delta indexed by the query column. */
+template <typename T, int N8>
+__device__ __forceinline__ void ds_from_p(float (&dp)[N8][4], const uint32_t (&pa)[N8 / 2][4], const float *delta,
+                                          int t4)
+{
+#pragma unroll
+    for (int n = 0; n < N8; n++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float2 prob = unpack16<T>(pa[n / 2][(n % 2) * 2 + r]);
+            int q_local = n * 8 + 2 * t4;
+            dp[n][2 * r] = prob.x * (dp[n][2 * r] - delta[q_local]);
+            dp[n][2 * r + 1] = prob.y * (dp[n][2 * r + 1] - delta[q_local + 1]);
+        }
+    }
+}
+
+/* Register A fragments (a thread's rows `row` and row + 8, 16 columns per k16 step) stored into a
+ * swizzled [ROWS][16 K16] tile of one column block: dS^T for the dQ product. */
+template <int ROWS, int K16>
+__device__ __forceinline__ void store_a_fragments(bf16 *tile, int row, int t4, const uint32_t (&a)[K16][4])
+{
+#pragma unroll
+    for (int kq = 0; kq < K16; kq++) {
+        int col = kq * 16 + 2 * t4;
+        *reinterpret_cast<uint32_t *>(tile + sw128_offset<ROWS>(row, col)) = a[kq][0];
+        *reinterpret_cast<uint32_t *>(tile + sw128_offset<ROWS>(row + 8, col)) = a[kq][1];
+        *reinterpret_cast<uint32_t *>(tile + sw128_offset<ROWS>(row, col + 8)) = a[kq][2];
+        *reinterpret_cast<uint32_t *>(tile + sw128_offset<ROWS>(row + 8, col + 8)) = a[kq][3];
+    }
+}
+
+/* acc (64 x D) += A (registers, K16 k16 steps) * B, B a swizzled [16 K16 rows][D] tile read
+ * transposed (16 rows, 2048 bytes, per k16 step; column blocks `block_bytes` apart): dV += P^T dO
+ * and dK += dS^T Q. Issued only: the caller fences, commits and waits. */
+template <typename T, int D, int K16>
+__device__ __forceinline__ void wgmma_rs_accumulate(float (&acc)[D / 8][4], const uint32_t (&a)[K16][4],
+                                                    const bf16 *b, uint32_t block_bytes)
+{
+    static_assert(D == 64 || D == 128, "head dim 64 or 128");
+#pragma unroll
+    for (int kq = 0; kq < K16; kq++) {
+        const uint64_t desc = wgmma_desc(b + kq * 16 * 64, block_bytes, 1024);
+        if constexpr (D == 128)
+            wgmma_rs_m64n128<T>(acc, a[kq], desc);
+        else
+            wgmma_rs_m64n64<T>(acc, a[kq], desc);
+    }
+}
+
 #endif
