@@ -265,7 +265,7 @@ static void check_cuda_refused(void)
         ZT_CHECK_CONTAINS(why, "llama: CUDA device 0 cannot be used");
         ZT_CHECK_CONTAINS(why, "or train on the CPU (device = cpu)");
     }
-    ZT_CHECK_INT(plugin->caps, ZT_CAP_CPU | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_RECOMPUTE);
+    ZT_CHECK_INT(plugin->caps, ZT_CAP_CPU | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16 | ZT_CAP_RECOMPUTE);
     mh_close(&e);
 }
 
