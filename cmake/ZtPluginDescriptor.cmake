@@ -1,4 +1,4 @@
-# Plugin descriptors (format: framework/registry.h, docs/plugins.md). Used by zt_add_plugin at
+# Plugin descriptors (format: framework/host/registry.h, docs/plugins.md). Used by zt_add_plugin at
 # configure time for the build tree, and by `cmake --install` for the installed tree, in the zt
 # source tree and in an installed SDK alike.
 

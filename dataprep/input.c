@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checksum.h"
-#include "json.h"
+#include "base/checksum.h"
+#include "base/json.h"
 
 #define BAD_RECORDS_SHOWN 10
 

@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "json.h"
-#include "loader.h"
+#include "base/json.h"
+#include "data/loader.h"
 
 #define LOSS_OPEN_PLAIN "\xe2\x9f\xa6"  /* U+27E6 ⟦ : start of tokens that carry loss */
 #define LOSS_CLOSE_PLAIN "\xe2\x9f\xa7" /* U+27E7 ⟧ */

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "threadpool.h"
+#include "base/args.h"
+#include "base/threadpool.h"
 
 volatile int prep_interrupted;
 
@@ -186,7 +186,7 @@ static int run_prep(const prep_options *opt)
 {
     zt_error err;
     zt_error_clear(&err);
-    prep_template tpl;
+    zt_template tpl;
     prep_tokenizer tok;
     prep_outdir od;
     prep_stats stats;
@@ -207,7 +207,7 @@ static int run_prep(const prep_options *opt)
         return 1;
     }
     /* Everything that can be checked cheaply is checked before any slow work. */
-    st = prep_template_load(opt->template_arg, &tpl, &err);
+    st = zt_template_load(opt->template_arg, &tpl, &err);
     if (st == ZT_OK) st = check_inputs(opt, &err);
     if (st == ZT_OK)
         st = prep_tokenizer_open(&tok, opt->tokenizer_plugin, opt->plugin_dirs, opt->n_plugin_dirs,
@@ -271,7 +271,7 @@ done:
     prep_outdir_abandon(&od);
     prep_outdir_free(&od);
     prep_tokenizer_close(&tok);
-    prep_template_free(&tpl);
+    zt_template_free(&tpl);
     prep_counter_free(&stats.unknown_fields);
     free(sink.samples);
     free(inputs);

@@ -22,9 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checksum.h"
-#include "json.h"
-#include "shard_format.h"
+#include "base/checksum.h"
+#include "base/json.h"
+#include "data/shard_format.h"
 
 #define TMP_PREFIX ".zt-prep-tmp-"
 #define MANIFEST "manifest.json"
@@ -447,7 +447,7 @@ static void write_manifest(FILE *f, const prep_run *run, const shard_info *shard
                "    \"pad_id\": %d,\n    \"unk_id\": %d\n  },\n",
             ti->vocab_size, ti->bos_id, ti->eos_id, ti->pad_id, ti->unk_id);
     fputs("  \"template\": ", f);
-    prep_template_write_json(run->tpl, f, "  ");
+    zt_template_write_json(run->tpl, f, "  ");
     fprintf(f, ",\n  \"options\": {\n    \"max_len\": %d,\n    \"layout\": \"%s\",\n"
                "    \"val_fraction\": %.17g,\n    \"seed\": %" PRIu64 ",\n    \"shuffle\": %s,\n"
                "    \"strict\": %s,\n    \"overlong\": \"%s\",\n    \"shard_tokens\": %" PRIu64 ",\n"

@@ -34,7 +34,7 @@ typedef struct progress {
 
 struct prep_pipeline {
     const prep_options *opt;
-    const prep_template *tpl;
+    const zt_template *tpl;
     prep_tokenizer *tok;
     prep_sink *sink;
 
@@ -131,7 +131,7 @@ static void truncate_sample(int32_t *ids, uint8_t *mask, uint32_t n_bos, uint32_
 static zt_status build_sample(const prep_pipeline *p, worker_scratch *w, prep_batch *b,
                               const prep_record *r, prep_result *res, zt_error *err)
 {
-    const prep_template *tpl = p->tpl;
+    const zt_template *tpl = p->tpl;
     const zt_tokenizer_info *info = &p->tok->info;
     const char *arena = b->text.data;
     memset(res, 0, sizeof *res);
@@ -168,8 +168,9 @@ static zt_status build_sample(const prep_pipeline *p, worker_scratch *w, prep_ba
 
         w->text.len = 0;
         if (t > 0) prep_buf_append(&w->text, tpl->turn_separator, strlen(tpl->turn_separator));
-        prep_template_render_prompt(tpl, &w->text, t == 0 ? system : NULL, system_len,
-                                    arena + user.off, user.len, arena + input.off, input.len);
+        if (zt_template_render_prompt(tpl, &w->text, t == 0 ? system : NULL, system_len, arena + user.off,
+                                      user.len, arena + input.off, input.len) != 0)
+            prep_out_of_memory("a rendered prompt");
         st = encode_into(p->tok, w, b, w->text.data, w->text.len, 0, err);
         if (st != ZT_OK) break;
         if (last) prompt_end = b->n_ids;
@@ -183,9 +184,9 @@ static zt_status build_sample(const prep_pipeline *p, worker_scratch *w, prep_ba
         } else {
             st = encode_into(p->tok, w, b, arena + answer.off, answer.len, loss, err);
         }
-        if (!last && tpl->turn_tokens != PREP_TURN_NONE) {
+        if (!last && tpl->turn_tokens != ZT_TURN_NONE) {
             batch_push(b, info->eos_id, loss);
-            if (tpl->turn_tokens == PREP_TURN_EOS_BOS && has_bos) batch_push(b, info->bos_id, 0);
+            if (tpl->turn_tokens == ZT_TURN_EOS_BOS && has_bos) batch_push(b, info->bos_id, 0);
         }
     }
     if (st != ZT_OK) return st;
@@ -379,7 +380,7 @@ static zt_status drain_oldest(prep_pipeline *p, zt_error *err)
     return st;
 }
 
-zt_status prep_pipeline_start(const prep_options *opt, const prep_template *tpl,
+zt_status prep_pipeline_start(const prep_options *opt, const zt_template *tpl,
                               prep_tokenizer *tok, prep_sink *sink, uint64_t total_input_bytes,
                               prep_pipeline **out, zt_error *err)
 {

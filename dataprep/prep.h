@@ -17,10 +17,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "error.h"
-#include "fileio.h"
-#include "registry.h"
-#include "runtime.h"
+#include "base/buf.h"
+#include "base/error.h"
+#include "base/fileio.h"
+#include "host/registry.h"
+#include "host/runtime.h"
+#include "data/prompt_template.h"
 #include "zt/zt_tokenizer.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -35,14 +37,13 @@ void *prep_xmalloc(size_t n, const char *what);
 void *prep_xrealloc(void *p, size_t n, const char *what);
 char *prep_xstrdup(const char *s);
 
-/* A growable byte buffer. */
-typedef struct prep_buf {
-    char *data;
-    size_t len, cap;
-} prep_buf;
+/* zt_buf (base/buf.h), growing or ending the run. */
+typedef zt_buf prep_buf;
 void prep_buf_reserve(prep_buf *b, size_t extra); /* room for `extra` more bytes */
 void prep_buf_append(prep_buf *b, const void *p, size_t n);
-void prep_buf_free(prep_buf *b);
+#define prep_buf_free zt_buf_free
+/* Ends the run with "out of memory" naming `what`. */
+void prep_out_of_memory(const char *what) __attribute__((noreturn));
 
 /* Messages to the user on stderr, prefixed "zt-prep: ". */
 void prep_info(const char *fmt, ...) ZT_PRINTF(1, 2);
@@ -93,48 +94,6 @@ typedef struct prep_options {
     int force;
     int progress;         /* 1: a bar on a terminal, log lines otherwise; 0: none */
 } prep_options;
-
-/* ---- templates (template.c) --------------------------------------------------------------------- */
-
-/* A format string compiled into literal runs and placeholders. */
-enum prep_part_kind { PREP_PART_TEXT, PREP_PART_SYSTEM, PREP_PART_INSTRUCTION, PREP_PART_INPUT };
-typedef struct prep_part {
-    int kind;
-    const char *text; /* PREP_PART_TEXT: points into the owning string */
-    size_t len;
-} prep_part;
-typedef struct prep_format {
-    char *source;
-    prep_part *parts;
-    int n_parts;
-} prep_format;
-
-/* Special ids inserted after each earlier answer of a conversation (history). */
-enum prep_turn_tokens { PREP_TURN_NONE = 0, PREP_TURN_EOS = 1, PREP_TURN_EOS_BOS = 2 };
-
-typedef struct prep_template {
-    char name[64];
-    char *file;              /* path of a user template file, NULL for a built-in */
-    uint64_t file_hash;      /* FNV-1a 64 of that file */
-    char *system;            /* default system text for a turn with input ("" = none) */
-    char *system_no_input;   /* default system text for a turn without input */
-    prep_format system_format;   /* how a non-empty system text is written at {system} */
-    prep_format prompt;          /* a user turn with a non-empty input */
-    prep_format prompt_no_input; /* a user turn whose input is empty */
-    char *answer_suffix;     /* appended to every assistant answer, tokenized with it */
-    char *turn_separator;    /* text between an earlier answer and the next user turn */
-    int turn_tokens;         /* prep_turn_tokens */
-} prep_template;
-
-zt_status prep_template_load(const char *name_or_file, prep_template *out, zt_error *err);
-void prep_template_free(prep_template *t);
-const char *prep_template_builtin_names(void); /* "alpaca, vicuna, llama2, chatml" */
-/* Append the user turn text: `system` NULL for turns after the first. */
-void prep_template_render_prompt(const prep_template *t, prep_buf *out, const char *system,
-                                 size_t system_len, const char *instruction, size_t instruction_len,
-                                 const char *input, size_t input_len);
-/* Write the template as a JSON object (its format strings) for the manifest. */
-void prep_template_write_json(const prep_template *t, FILE *f, const char *indent);
 
 /* ---- tokenizer (tokenizer.c) -------------------------------------------------------------------- */
 
@@ -276,7 +235,7 @@ typedef struct prep_sink {
     prep_stats *stats;
 } prep_sink;
 
-zt_status prep_pipeline_start(const prep_options *opt, const prep_template *tpl,
+zt_status prep_pipeline_start(const prep_options *opt, const zt_template *tpl,
                               prep_tokenizer *tok, prep_sink *sink, uint64_t total_input_bytes,
                               prep_pipeline **out, zt_error *err);
 /* The batch the reader appends records to. */
@@ -312,7 +271,7 @@ void prep_outdir_free(prep_outdir *o);
 
 typedef struct prep_run {
     const prep_options *opt;
-    const prep_template *tpl;
+    const zt_template *tpl;
     prep_tokenizer *tok;
     prep_input_file *inputs;
     prep_stats *stats;

@@ -36,28 +36,20 @@ char *prep_xstrdup(const char *s)
     return d;
 }
 
+void prep_out_of_memory(const char *what)
+{
+    prep_fail("out of memory growing %s", what);
+    exit(1);
+}
+
 void prep_buf_reserve(prep_buf *b, size_t extra)
 {
-    if (b->len + extra <= b->cap) return;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra) cap *= 2;
-    b->data = prep_xrealloc(b->data, cap, "a text buffer");
-    b->cap = cap;
+    if (zt_buf_reserve(b, extra) != 0) prep_out_of_memory("a text buffer");
 }
 
 void prep_buf_append(prep_buf *b, const void *p, size_t n)
 {
-    prep_buf_reserve(b, n + 1);
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-void prep_buf_free(prep_buf *b)
-{
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
+    if (zt_buf_append(b, p, n) != 0) prep_out_of_memory("a text buffer");
 }
 
 static void vmessage(const char *prefix, const char *fmt, va_list ap)

@@ -49,7 +49,7 @@ void spm_model_file_free(spm_model_file *f);
  * Returns a malloc'ed serialized ModelProto in *out (*out_size bytes), or NULL when out of memory. */
 unsigned char *spm_model_file_without_normalizer(const spm_model_file *f, size_t *out_size);
 
-/* FNV-1a 64, the checksum zt uses everywhere (framework/checksum.c); a plugin links nothing from
+/* FNV-1a 64, the checksum zt uses everywhere (framework/base/checksum.c); a plugin links nothing from
  * the host, so it carries its own copy of these few lines. */
 uint64_t spm_fnv1a64(const void *data, size_t n);
 

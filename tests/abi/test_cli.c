@@ -1,9 +1,9 @@
-/* framework/cli.c: edit distances worked out by hand, the "did you mean" rule, and the option
+/* framework/base/args.c: edit distances worked out by hand, the "did you mean" rule, and the option
  * parser's forms (--name VALUE, --name=VALUE, repeatable options in order, errors). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "base/args.h"
 #include "ztest.h"
 
 static void test_edit_distance(void)

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
-#include "registry.h"
-#include "runtime.h"
+#include "config/config.h"
+#include "host/registry.h"
+#include "host/runtime.h"
 #include "ztest.h"
 
 typedef struct sgd_run {

@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "checkpoint.h"
+#include "state/checkpoint.h"
 
 #define FIX_UNITS 4
 #define FIX_PARAMS 9

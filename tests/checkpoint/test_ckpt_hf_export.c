@@ -3,8 +3,8 @@
  * shard boundaries), in fp32 and in sharded bf16; a config that does not match is refused. */
 #include "safetensors/test_util.h"
 
-#include "checkpoint.h"
-#include "hf_model.h"
+#include "state/checkpoint.h"
+#include "state/hf_model.h"
 
 #define DP 3
 #define ALIGN 4

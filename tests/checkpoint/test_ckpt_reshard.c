@@ -3,7 +3,7 @@
  * logical tensor comes back exactly, padding reads as zero and never reaches the file. */
 #include "ckpt_fixture.h"
 
-#include "json.h"
+#include "base/json.h"
 
 /* Every rank of a run with `readers` ranks reads its slice of every unit and group; compare with
  * the flat buffers this run would have built from the logical values (padding 0). */

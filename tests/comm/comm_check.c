@@ -30,9 +30,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "launch.h"
-#include "runtime.h"
+#include "config/config.h"
+#include "dist/launch.h"
+#include "host/runtime.h"
 #include "ztest.h"
 
 #define MAX_RANKS 16

@@ -1,4 +1,4 @@
-/* The NCCL backend (framework/comm_nccl.c) through the runtime, on 2 GPUs: every collective on
+/* The NCCL backend (framework/dist/comm_nccl.c) through the runtime, on 2 GPUs: every collective on
  * device buffers, compared with values this program computes on the host from each member's world
  * rank (never from another rank's output); outputs are poisoned (0xff bytes) before each call.
  *
@@ -27,9 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "launch.h"
-#include "runtime.h"
+#include "config/config.h"
+#include "dist/launch.h"
+#include "device/device.h"
+#include "host/runtime.h"
 #include "ztest.h"
 
 static int g_rank;
@@ -478,7 +479,7 @@ int main(int argc, char **argv)
     if (argc >= 4 && strcmp(argv[1], "--nproc") == 0) {
         int n_gpus = 0;
         zt_error err;
-        if (zt_runtime_cuda_devices(&n_gpus, &err) != ZT_OK) ZT_SKIP("no usable GPU: %s", err.msg);
+        if (zt_device_cuda_count(&n_gpus, &err) != ZT_OK) ZT_SKIP("no usable GPU: %s", err.msg);
         if (n_gpus < atoi(argv[2])) ZT_SKIP("%s ranks need %s GPUs; this machine has %d", argv[2], argv[2], n_gpus);
         if (zt_launch_local_mode(argv[2], ZT_NPROC_GPU, argc, argv, &err) != ZT_OK) {
             fprintf(stderr, "nccl_check: error: %s\n", err.msg);

@@ -1,4 +1,4 @@
-/* How a process learns its rank (framework/launch.c), in one process: each launcher's variables,
+/* How a process learns its rank (framework/dist/launch.c), in one process: each launcher's variables,
  * which launcher wins, every malformed value with its message, zt_launch_local's refusals, and the
  * runtime's messages when a multi-rank job cannot get its MPI backend. Expected values are the
  * variables as set here, written out by hand. */
@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "launch.h"
-#include "runtime.h"
+#include "config/config.h"
+#include "dist/launch.h"
+#include "device/device.h"
+#include "host/runtime.h"
 #include "ztest.h"
 
 static const char *const k_launch_vars[] = {
@@ -179,7 +180,7 @@ static void test_launch_local_refusals(void)
     set_env(NULL);
     int n_gpus = 0;
     zt_error cuda_err;
-    int have_gpus = zt_runtime_cuda_devices(&n_gpus, &cuda_err) == ZT_OK;
+    int have_gpus = zt_device_cuda_count(&n_gpus, &cuda_err) == ZT_OK;
     char nproc_text[16];
     snprintf(nproc_text, sizeof nproc_text, "%d", have_gpus ? n_gpus + 1 : 2);
     char *cuda_argv[] = {"zt-run", "--nproc", nproc_text, "--set", "device=cuda", "--data", "d", NULL};

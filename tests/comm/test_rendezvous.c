@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "launch.h"
+#include "dist/launch.h"
 #include "ztest.h"
 
 static unsigned char g_id[128];

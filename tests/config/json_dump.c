@@ -1,4 +1,4 @@
-/* Helper of json_vs_python.py: runs framework/json.c over many documents so that Python's json
+/* Helper of json_vs_python.py: runs framework/base/json.c over many documents so that Python's json
  * module can judge the results.
  *
  * stdin holds records "<byte count>\n<bytes>". For each record stdout gets one block ending in "END":
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "base/json.h"
 
 static void dump_document(const char *text, size_t len)
 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Differential test: zt's JSON reader (framework/json.c, through json_dump) against Python's json
+"""Differential test: zt's JSON reader (framework/base/json.c, through json_dump) against Python's json
 module, a second, independent implementation.
 
 For thousands of generated documents (valid ones with every kind of escape, and mutated ones that

@@ -1,4 +1,4 @@
-/* framework/config.c + host_options.c: every error message, defaults, precedence, value parsing, and
+/* framework/config/config.c + host_options.c: every error message, defaults, precedence, value parsing, and
  * the resolved config. Expected values are written out by hand (from docs/config.md and the JSON
  * texts below), never taken from the code under test.
  *
@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "json.h"
+#include "config/config.h"
+#include "base/json.h"
 #include "ztest.h"
 
 /* What an optimizer plugin would declare (the real one lives in plugins/). */

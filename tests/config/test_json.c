@@ -1,11 +1,11 @@
-/* framework/json.c: syntax errors (message text with line:column), the token tree, and string
+/* framework/base/json.c: syntax errors (message text with line:column), the token tree, and string
  * decoding against hand-computed UTF-8 bytes (RFC 3629 / RFC 8259 examples). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "base/json.h"
 #include "ztest.h"
 
 /* Parse `text` expecting failure; the message must contain `expected`. */

@@ -1,6 +1,6 @@
-/* The dynamic loss scaler (framework/loss_scale.c) against hand-written sequences: hysteresis,
+/* The dynamic loss scaler (framework/train/loss_scale.c) against hand-written sequences: hysteresis,
  * halving to min_loss_scale, doubling after loss_scale_window good steps, collapse at the minimum. */
-#include "loss_scale.h"
+#include "train/loss_scale.h"
 #include "ztest.h"
 
 #define SKIP ZT_LOSS_SCALE_SKIPPED

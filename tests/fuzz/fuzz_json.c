@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
-#include "loader.h"
-#include "log.h"
+#include "base/json.h"
+#include "data/loader.h"
+#include "base/log.h"
 #include "shard_writer.h"
 
 static char *g_dir;        /* data set directory: one fixed shard, a new manifest per input */

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader.h"
-#include "log.h"
+#include "data/loader.h"
+#include "base/log.h"
 #include "shard_writer.h"
 
 static char *g_dir; /* one data set directory, rewritten for every input */

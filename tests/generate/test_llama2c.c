@@ -1,4 +1,4 @@
-/* llama2.c's formats (framework/llama2c.c) against independent references:
+/* llama2.c's formats (framework/state/llama2c.c) against independent references:
  *   - the tokenizer: LLaMA's 32000-token vocabulary as a llama2.c tokenizer.bin must encode the 262
  *     texts of tokenizers/llama2_tokenizer_golden.jsonl to the ids the SentencePiece library gives
  *     with the same vocabulary as a .model, and decode them back to the text; hand-made small
@@ -17,10 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fileio.h"
-#include "hf_model.h"
-#include "json.h"
-#include "llama2c.h"
+#include "base/fileio.h"
+#include "state/hf_model.h"
+#include "base/json.h"
+#include "state/llama2c.h"
 #include "safetensors_min.h"
 #include "ztest.h"
 

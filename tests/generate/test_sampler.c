@@ -1,4 +1,4 @@
-/* The sampler of zt-run --generate (framework/generate.h) against hand-computed distributions:
+/* The sampler of zt-run --generate (framework/generate/generate.h) against hand-computed distributions:
  * temperature as p_i^(1/T) renormalised, top-p as transformers' TopPLogitsWarper keeps tokens (the
  * smallest most-likely set reaching top_p), greedy as torch.argmax; then the draws: their
  * frequencies follow the distribution, a seed repeats them, and excluded tokens never come out.
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "generate.h"
+#include "generate/generate.h"
 #include "ztest.h"
 
 #define V 4

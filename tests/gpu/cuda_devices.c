@@ -3,13 +3,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "device/device.h"
+#include "host/runtime.h"
 
 int main(void)
 {
     int n = 0;
     zt_error err;
-    if (zt_runtime_cuda_devices(&n, &err) != ZT_OK) {
+    if (zt_device_cuda_count(&n, &err) != ZT_OK) {
         const char *prefix = strncmp(err.msg, "no CUDA device", 14) == 0 ? "" : "no CUDA device: ";
         printf("SKIP: %s%s\n", prefix, err.msg);
         return 77;

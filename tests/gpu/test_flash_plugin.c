@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "cuda_test.h"
-#include "registry.h"
-#include "runtime.h"
+#include "host/registry.h"
+#include "host/runtime.h"
 #include "ztest.h"
 
 typedef struct fixture {

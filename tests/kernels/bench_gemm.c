@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 #include "cpu/kernels.h"
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 void openblas_set_num_threads(int n);
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 #ifndef FIXTURE_DIR
 #error "FIXTURE_DIR must point at tests/reference/fixtures"

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 #include "cpu/kernels.h"
-#include "json.h"
+#include "base/json.h"
 #include "safetensors_min.h"
 
 /* One <name>.safetensors + <name>.json pair. */

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "json.h"
+#include "base/json.h"
 #include "safetensors_min.h"
 
 /* ---- loading --------------------------------------------------------------------------------- */

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 #include "cpu/kernels.h"
-#include "error.h"
+#include "base/error.h"
 
 typedef struct llama_config {
     int64_t vocab, hidden, layers, heads, kv_heads, head_dim, ffn;

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "loader.h"
+#include "data/loader.h"
 
 static void print_row(const char *name, const zt_loader_batch *b)
 {

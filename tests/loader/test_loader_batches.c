@@ -2,7 +2,7 @@
  * boundaries, positions, spans, truncation, single passes, several shards and 4-byte token ids. */
 #include <stdlib.h>
 
-#include "loader.h"
+#include "data/loader.h"
 #include "shard_writer.h"
 #include "ztest.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "loader.h"
+#include "data/loader.h"
 #include "shard_writer.h"
 #include "ztest.h"
 

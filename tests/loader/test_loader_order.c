@@ -2,7 +2,7 @@
  * data-parallel split, equal step counts, and exact resumption from a saved position. */
 #include <stdlib.h>
 
-#include "loader.h"
+#include "data/loader.h"
 #include "shard_writer.h"
 #include "ztest.h"
 

@@ -12,9 +12,9 @@
 
 #include <stdint.h>
 
-#include "config.h"
-#include "registry.h"
-#include "runtime.h"
+#include "config/config.h"
+#include "host/registry.h"
+#include "host/runtime.h"
 #include "zt/zt_plugin.h"
 
 typedef struct mh_env {

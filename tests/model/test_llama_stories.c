@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "base/json.h"
 #include "model_harness.h"
 #include "ztest.h"
 

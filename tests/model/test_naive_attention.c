@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "base/json.h"
 #include "model_harness.h"
 #include "safetensors_min.h"
 #include "ztest.h"

@@ -28,7 +28,7 @@ def check_eq(got, want, what):
     return True
 
 
-# ---- FNV-1a 64 and the shard layout (framework/shard_format.h, written out again here) ----------
+# ---- FNV-1a 64 and the shard layout (framework/data/shard_format.h, written out again here) ----------
 
 M64 = (1 << 64) - 1
 

@@ -4,7 +4,7 @@
  * the fixtures and HF LLaMA checkpoints use (F32, F16, BF16, I32, I64). Strict: every header
  * field is checked (types, shapes, offsets inside the file, sizes matching shapes, no overlaps),
  * and every failure says which file and tensor, what is wrong and what to do.
- * It exists beside framework/safetensors.c (the product's reader, which maps files and knows only the
+ * It exists beside framework/state/safetensors.c (the product's reader, which maps files and knows only the
  * floating-point dtypes weights use) because the fixtures also hold integer tensors (token ids,
  * labels). Its names carry the ref_st_ prefix so a test can link both.
  *
@@ -18,7 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "error.h"
+#include "base/error.h"
 #include "zt/zt_types.h"
 
 typedef struct ref_st_tensor {

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime.h"
+#include "host/runtime.h"
 #include "stderr_capture.h"
 #include "ztest.h"
 

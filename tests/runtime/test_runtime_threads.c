@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime.h"
+#include "host/runtime.h"
 #include "ztest.h"
 
 static zt_runtime *make_runtime(int n_threads)

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "state/safetensors.h"
 
 static char g_path[] = "/tmp/zt-fuzz-safetensors-XXXXXX";
 

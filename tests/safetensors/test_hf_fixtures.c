@@ -6,7 +6,7 @@
 
 #include <dirent.h>
 
-#include "hf_model.h"
+#include "state/hf_model.h"
 
 typedef struct copy_ctx {
     const zt_hf_model *model;

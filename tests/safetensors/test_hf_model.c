@@ -3,8 +3,8 @@
  * and tied embeddings, and export that reads back to the same values. */
 #include "test_util.h"
 
-#include "hf_model.h"
-#include "json.h"
+#include "state/hf_model.h"
+#include "base/json.h"
 #include "runtime/stderr_capture.h"
 
 static char *g_dir;

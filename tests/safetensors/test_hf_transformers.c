@@ -7,7 +7,7 @@
 
 #include <sys/wait.h>
 
-#include "hf_model.h"
+#include "state/hf_model.h"
 
 static int name_key(const char *name)
 {

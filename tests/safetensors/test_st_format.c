@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "json.h"
+#include "base/json.h"
 
 /* ---- conversions ----------------------------------------------------------------------------- */
 

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "state/safetensors.h"
 #include "ztest.h"
 
 /* Value i of reference tensor k: a float32 division, as st_reference.py's value(k, i). */

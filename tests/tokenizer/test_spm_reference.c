@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checksum.h"
+#include "base/checksum.h"
 #include "tk_common.h"
 #include "ztest.h"
 

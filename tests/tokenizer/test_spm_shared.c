@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checksum.h"
-#include "json.h"
+#include "base/checksum.h"
+#include "base/json.h"
 #include "tk_common.h"
 #include "ztest.h"
 

@@ -7,8 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "registry.h"
-#include "runtime.h"
+#include "host/registry.h"
+#include "host/runtime.h"
 
 typedef struct tk_plugin {
     zt_registry *registry;

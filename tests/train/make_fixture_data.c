@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
+#include "state/safetensors.h"
 #include "shard_writer.h"
 
 static int64_t *read_i64(const zt_st_file *f, const char *name, int64_t *rows, int64_t *cols)

@@ -4,10 +4,10 @@
  * usage: test_adamw LIBZT_ADAMW_SO FIXTURE_DIR */
 #include <math.h>
 
-#include "config.h"
-#include "registry.h"
-#include "runtime.h"
-#include "safetensors.h"
+#include "config/config.h"
+#include "host/registry.h"
+#include "host/runtime.h"
+#include "state/safetensors.h"
 #include "ztest.h"
 
 typedef struct optimizer {

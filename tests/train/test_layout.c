@@ -2,7 +2,7 @@
  * decay flags, declaration checks, and initialisation that does not depend on the layout. */
 #include <math.h>
 
-#include "layout.h"
+#include "train/layout.h"
 #include "ztest.h"
 
 /* A three-unit model shaped like a small tied LLaMA (sizes chosen so nothing is a multiple of 16).

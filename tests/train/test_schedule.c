@@ -2,8 +2,8 @@
  * (deepspeed/runtime/lr_schedules.py, warmup_type "linear"), with i = step - 1. */
 #include <math.h>
 
-#include "config.h"
-#include "schedule.h"
+#include "config/config.h"
+#include "train/schedule.h"
 #include "ztest.h"
 
 /* The optimizer plugin's lr key, declared as adamw declares it. */

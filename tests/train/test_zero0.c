@@ -5,11 +5,11 @@
  * usage: test_zero0 LIBZT_ZERO0_SO FIXTURE_DIR */
 #include <math.h>
 
-#include "config.h"
-#include "layout.h"
-#include "registry.h"
-#include "runtime.h"
-#include "safetensors.h"
+#include "config/config.h"
+#include "train/layout.h"
+#include "host/registry.h"
+#include "host/runtime.h"
+#include "state/safetensors.h"
 #include "ztest.h"
 
 /* unit 0: embed [100]                    <- fixture t0

@@ -24,9 +24,9 @@
 
 #include <zt/zt.h>
 
-#include "config.h"
-#include "layout.h"
-#include "runtime.h"
+#include "config/config.h"
+#include "train/layout.h"
+#include "host/runtime.h"
 #include "ztest.h"
 
 #ifndef ZT_ZERO_STAGE

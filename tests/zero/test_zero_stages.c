@@ -11,10 +11,10 @@
  * usage: test_zero_stages ZERO0_SO ZERO1_SO ZERO2_SO ZERO3_SO */
 #include <math.h>
 
-#include "config.h"
-#include "layout.h"
-#include "registry.h"
-#include "runtime.h"
+#include "config/config.h"
+#include "train/layout.h"
+#include "host/registry.h"
+#include "host/runtime.h"
 #include "ztest.h"
 
 /* unit 0: embed [100]

@@ -1,0 +1,142 @@
+/* The host's own config keys. DeepSpeed's names are used wherever DeepSpeed has the concept (so a
+ * ds_config.json works unchanged), MindFormers' names where only MindFormers has it (recompute,
+ * parallel_config, auto_trans_ckpt), zt's own otherwise. docs/config.md documents every key; keep the
+ * two in step. Plugins declare their own keys (optimizer.params.*, zero_optimization.offload_*, ...).
+ */
+#include "config/config.h"
+
+#define MIN_ONLY ZT_OPT_HAS_MIN
+#define MIN_MAX (ZT_OPT_HAS_MIN | ZT_OPT_HAS_MAX)
+
+static const char *const k_scheduler_types[] = {"constant", "WarmupLR", "WarmupDecayLR",
+                                                "WarmupCosineLR", NULL};
+static const char *const k_data_modes[] = {"packed", "padded", NULL};
+static const char *const k_devices[] = {"auto", "cpu", "cuda", NULL};
+
+static const zt_option k_host_options[] = {
+    /* ---- batch and steps (DeepSpeed names) ---- */
+    {"train_micro_batch_size_per_gpu", ZT_OPT_INT, MIN_ONLY, "4", 1, 0, NULL,
+     "Sequences per micro-batch on each data-parallel rank (DeepSpeed's name)."},
+    {"gradient_accumulation_steps", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+     "Micro-batches whose gradients are summed before each optimizer step."},
+    {"train_batch_size", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 1, 0, NULL,
+     "Global batch per optimizer step; when given it must equal train_micro_batch_size_per_gpu x "
+     "gradient_accumulation_steps x parallel_config.data_parallel (as in DeepSpeed)."},
+    {"steps", ZT_OPT_INT, MIN_ONLY, "1000", 1, 0, NULL,
+     "Optimizer steps to train (one step = gradient_accumulation_steps micro-batches)."},
+    {"epochs", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 1, 0, NULL,
+     "Passes over the data; when given, training stops after this many epochs or `steps`, whichever "
+     "comes first."},
+    {"gradient_clipping", ZT_OPT_FLOAT, MIN_ONLY, "1.0", 0, 0, NULL,
+     "Clip the global gradient L2 norm to this value before each step; 0 disables clipping."},
+    {"seed", ZT_OPT_INT, MIN_ONLY, "1234", 0, 0, NULL,
+     "Seed for weight initialisation, data shuffling and dropout; the same seed gives the same run."},
+
+    /* ---- precision (DeepSpeed names) ---- */
+    {"bf16.enabled", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "Compute in bfloat16 with fp32 master weights on GPUs; ignored on the CPU, which computes in "
+     "fp32. fp16.enabled true takes precedence over this default; both set true is an error."},
+    {"fp16.enabled", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "GPUs: compute in float16 (IEEE half) with fp32 master weights and dynamic loss scaling; the "
+     "CPU trains in fp32 and ignores it. Not with bf16.enabled set true. docs/cuda.md, \"fp16\"."},
+    {"fp16.initial_scale_power", ZT_OPT_INT, MIN_MAX, "16", 0, 32, NULL,
+     "fp16: the loss scale starts at 2^initial_scale_power."},
+    {"fp16.loss_scale_window", ZT_OPT_INT, MIN_ONLY, "1000", 1, 0, NULL,
+     "fp16: consecutive steps without overflow after which the loss scale is doubled."},
+    {"fp16.hysteresis", ZT_OPT_INT, MIN_ONLY, "2", 1, 0, NULL,
+     "fp16: consecutive overflowing steps (skipped) before the loss scale is halved; once halved, "
+     "each further overflow halves it until a step succeeds."},
+    {"fp16.min_loss_scale", ZT_OPT_FLOAT, MIN_ONLY | ZT_OPT_MIN_OPEN, "1", 0, 0, NULL,
+     "fp16: the loss scale never drops below this value; 2 x hysteresis overflowing steps in a row "
+     "at it stop training with an error (the scale has collapsed)."},
+
+    /* ---- plugins chosen by the config ---- */
+    {"zero_optimization.stage", ZT_OPT_INT, MIN_MAX, "0", 0, 3, NULL,
+     "ZeRO stage 0-3: selects the plugin zero0..zero3 (0: replicated optimizer state, 1: partitioned "
+     "optimizer state, 2: + gradients, 3: + parameters)."},
+    {"optimizer.no_decay", ZT_OPT_STRING, 0, "norms", 0, 0, NULL,
+     "parameter groups excluded from weight decay, comma-separated: norms (RMSNorm weights, as the HF Trainer), embeddings (the token embedding and a tied LM head); \"\" decays every parameter (as torch.optim.AdamW(model.parameters()))"},
+    {"optimizer.type", ZT_OPT_STRING, 0, "adamw", 0, 0, NULL,
+     "Optimizer plugin to load, by name (e.g. adamw, lion; zt-run --list-plugins shows them)."},
+
+    /* ---- learning-rate schedule (DeepSpeed names) ---- */
+    {"scheduler.type", ZT_OPT_ENUM, 0, "WarmupCosineLR", 0, 0, k_scheduler_types,
+     "Learning-rate schedule: constant, WarmupLR (warm up, then constant), WarmupDecayLR (warm up, "
+     "then linear decay to 0), WarmupCosineLR (warm up, then cosine decay to cos_min_ratio x peak)."},
+    {"scheduler.params.warmup_num_steps", ZT_OPT_INT, MIN_ONLY, "0", 0, 0, NULL,
+     "Optimizer steps of linear warm-up."},
+    {"scheduler.params.warmup_min_lr", ZT_OPT_FLOAT, MIN_ONLY, "0", 0, 0, NULL,
+     "Learning rate at the start of warm-up."},
+    {"scheduler.params.warmup_max_lr", ZT_OPT_FLOAT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "Peak learning rate reached after warm-up; unset: the optimizer's lr (optimizer.params.lr)."},
+    {"scheduler.params.total_num_steps", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 1, 0, NULL,
+     "Steps over which the schedule decays; unset: `steps`."},
+    {"scheduler.params.cos_min_ratio", ZT_OPT_FLOAT, MIN_MAX, "0.1", 0, 1, NULL,
+     "WarmupCosineLR: the final learning rate as a fraction of the peak."},
+
+    /* ---- model (MindFormers names) ---- */
+    {"recompute", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "Activation checkpointing: recompute activations in the backward pass to save memory "
+     "(MindFormers' name)."},
+    {"trainable_params", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "Comma-separated parameter-name patterns to train (MindFormers style, e.g. \"q_proj,v_proj\"); "
+     "all other parameters are frozen. Unset: train everything."},
+
+    /* ---- data ---- */
+    {"data.path", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "Directory of tokenized shards written by zt-prep."},
+    {"data.mode", ZT_OPT_ENUM, 0, "packed", 0, 0, k_data_modes,
+     "packed: concatenate samples into full rows of seq_len tokens (attention stays within each "
+     "sample); padded: one sample per row, padded to seq_len."},
+    {"data.seq_len", ZT_OPT_INT, MIN_MAX, "512", 16, 1048576, NULL,
+     "Tokens per training row."},
+    {"data.shuffle", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "Shuffle the sample order every epoch (seeded by `seed`)."},
+
+    /* ---- evaluation, checkpoints, logging, output ---- */
+    {"eval.every", ZT_OPT_INT, MIN_ONLY, "0", 0, 0, NULL,
+     "Evaluate on the held-out split every N optimizer steps; 0: never."},
+    {"eval.batches", ZT_OPT_INT, MIN_ONLY, "16", 1, 0, NULL,
+     "Micro-batches per evaluation."},
+    {"checkpoint.every", ZT_OPT_INT, MIN_ONLY, "0", 0, 0, NULL,
+     "Save a checkpoint every N optimizer steps; 0: only at the end."},
+    {"checkpoint.dir", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "Where checkpoints go; unset: <output_dir>/checkpoints."},
+    {"checkpoint.keep", ZT_OPT_INT, MIN_ONLY, "3", 1, 0, NULL,
+     "Keep the newest N checkpoints and delete older ones."},
+    {"checkpoint.final", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "Save a checkpoint when training ends; false skips it (benchmarks, throwaway runs). An "
+     "interrupted run (Ctrl-C) saves one either way."},
+    {"log.every", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+     "Log loss, learning rate and throughput every N optimizer steps."},
+    {"output_dir", ZT_OPT_STRING, 0, "out", 0, 0, NULL,
+     "Directory for the run's outputs (config.resolved.json, final weights, logs)."},
+    {"threads", ZT_OPT_INT, MIN_ONLY, "0", 0, 0, NULL,
+     "CPU worker threads; 0: one per online core."},
+    {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "Cap on GPU memory zt allocates per device, e.g. \"20GiB\"; unset: no cap."},
+    {"device", ZT_OPT_ENUM, 0, "auto", 0, 0, k_devices,
+     "Where training computes: cpu (fp32), cuda (bf16 on the GPU, fp32 master weights), or auto: cuda "
+     "when a GPU is present and every plugin of the run can run on it, else cpu (docs/gpu.md)."},
+
+    /* ---- parallelism (MindFormers names) ---- */
+    {"parallel_config.data_parallel", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+     "Data-parallel ranks (model replicas); when not given, the number of launched ranks."},
+    {"parallel_config.model_parallel", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+     "Tensor-parallel ranks each layer is split across."},
+    {"parallel_config.pipeline_stage", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+     "Pipeline stages the layers are split into."},
+    {"parallel_config.micro_batch_num", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+     "Micro-batches in flight through the pipeline per step."},
+    {"auto_trans_ckpt", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "Convert a checkpoint saved under another parallel layout when loading it (MindFormers' name)."},
+    {"comm.timeout_s", ZT_OPT_FLOAT, MIN_ONLY, "300", 0, 0, NULL,
+     "Multi-rank runs: a collective not completed after this many seconds ends every rank with a "
+     "message naming it, instead of hanging; 0 waits forever (docs/distributed.md)."},
+};
+
+const zt_option *zt_host_options(uint32_t *n)
+{
+    *n = (uint32_t)(sizeof k_host_options / sizeof k_host_options[0]);
+    return k_host_options;
+}

@@ -1,0 +1,71 @@
+/* The seam between the runtime and the hardware a run computes on.
+ *
+ * The runtime never calls a device API directly: it picks one backend for the run and goes through
+ * this table for everything that is not pageable host memory (which it allocates itself).
+ *
+ *   framework/device/device_cpu.c   zt_device_cpu: CPU runs. There is no device memory; "pinned" host
+ *                            memory is ordinary host memory (nothing is ever transferred).
+ *   framework/device/device_cuda.c  CUDA runs: the MODULE libzt-device-cuda.so, which links the CUDA
+ *                            runtime so that zt-run and zt_core never do (they run where CUDA is
+ *                            not installed). The runtime dlopens it for a CUDA run and calls its one
+ *                            export, ZT_DEVICE_CUDA_ENTRY (docs/gpu.md): cudaSetDevice in init,
+ *                            the three streams in the zt_device_ctx, stream-ordered cudaMallocAsync
+ *                            on compute_stream for ZT_MEM_DEVICE (a free does not stall the host),
+ *                            cudaHostAlloc for ZT_MEM_PINNED, cudaMemcpyAsync, cudaStreamSynchronize.
+ *
+ * Backend functions report failures through err (what failed and how to fix it); the runtime adds
+ * the pool, tag and memory use around an allocation failure.
+ */
+#ifndef ZT_FRAMEWORK_DEVICE_H
+#define ZT_FRAMEWORK_DEVICE_H
+
+#include "zt/zt_host.h"
+#include "base/error.h"
+
+typedef struct zt_device_backend {
+    const char *name; /* "cpu", "cuda" */
+
+    /* Select device `index` and fill every field of ctx except n_threads (the runtime's). Creates
+     * whatever streams and handles the backend exposes there. */
+    zt_status (*init)(int index, zt_device_ctx *ctx, zt_error *err);
+    /* Release what init created. ctx is the one init filled. */
+    void (*shutdown)(zt_device_ctx *ctx);
+
+    /* `where` is ZT_MEM_PINNED or ZT_MEM_DEVICE (pageable host memory never reaches a backend).
+     * alignment is a power of two >= sizeof(void *). bytes may be 0: return a unique pointer all
+     * the same (the runtime tells allocations apart by address). Returns NULL with err set on failure:
+     * ZT_ERR_OUT_OF_MEMORY when the memory is exhausted, ZT_ERR_UNSUPPORTED when this backend
+     * has no such memory at all. */
+    void *(*alloc)(const zt_device_ctx *ctx, int where, uint64_t bytes, uint64_t alignment,
+                   zt_error *err);
+    void (*free)(const zt_device_ctx *ctx, int where, void *ptr);
+
+    /* Copy between any two buffers of this run (host, pinned or device; they may overlap), ordered
+     * on `stream` (a cudaStream_t; ignored on CPU, where the copy is done on return). */
+    zt_status (*memcpy)(const zt_device_ctx *ctx, void *dst, const void *src, uint64_t bytes,
+                        void *stream, zt_error *err);
+    /* Wait for all work queued on `stream` (NULL: all of the device's work). */
+    zt_status (*sync)(const zt_device_ctx *ctx, void *stream, zt_error *err);
+} zt_device_backend;
+
+extern const zt_device_backend zt_device_cpu;
+
+/* The backend of device type `device_type` (zt_device_type): zt_device_cpu, or CUDA's, loading zt's
+ * CUDA backend (libzt-device-cuda.so) on first use. The module is never closed: the CUDA runtime it
+ * links cannot be unloaded and started again cleanly within one process. */
+zt_status zt_device_backend_open(int device_type, const zt_device_backend **out, zt_error *err);
+
+/* How many CUDA devices this process can use, loading the CUDA backend on first use. ZT_OK with
+ * *n_devices >= 1, else the reason there is none: no CUDA in this build, the module or the CUDA
+ * runtime missing, no driver or no GPU (device = auto falls back to the CPU then). */
+zt_status zt_device_cuda_count(int *n_devices, zt_error *err);
+
+/* The export of libzt-device-cuda.so. The version is in the name, so a module whose table differs is
+ * refused by dlsym instead of being called with the wrong layout. It fills *backend and the number
+ * of CUDA devices this process can use; when there is none (no driver, no GPU, CUDA_VISIBLE_DEVICES
+ * empty) it returns ZT_ERR_UNSUPPORTED and err says why. */
+#define ZT_DEVICE_CUDA_ENTRY "zt_device_cuda_open_v1"
+typedef zt_status (*zt_device_cuda_open_fn)(const zt_device_backend **backend, int *n_devices,
+                                            zt_error *err);
+
+#endif

@@ -1,0 +1,203 @@
+/* The CUDA device backend (device.h): the MODULE libzt-device-cuda.so. It links the CUDA runtime;
+ * zt-run does not, and loads this module only for a CUDA run (runtime.c), so zt-run keeps working on
+ * machines without CUDA.
+ *
+ * Device memory comes from the device's stream-ordered pool (cudaMallocAsync / cudaFreeAsync on the
+ * compute stream): plugins free activations every layer, and cudaFree would wait for the whole
+ * device each time, so the host could never run ahead of the GPU. The pool keeps freed memory for
+ * reuse (release threshold: unlimited), as PyTorch's caching allocator does.
+ */
+#include "device/device.h"
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Everything a failed CUDA call needs in its message: the call, CUDA's words and the error's name. */
+static zt_status cuda_failed(zt_error *err, cudaError_t e, const char *call)
+{
+    zt_status st = e == cudaErrorMemoryAllocation ? ZT_ERR_OUT_OF_MEMORY : ZT_ERR_DEVICE;
+    cudaGetLastError(); /* clear a non-sticky error so the next call does not report it again */
+    return zt_error_set(err, st, "%s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* The backend keeps no state of its own: the streams live in the zt_device_ctx. */
+static cudaStream_t compute_stream_of(const zt_device_ctx *ctx)
+{
+    return (cudaStream_t)ctx->compute_stream;
+}
+
+static void destroy_streams(zt_device_ctx *ctx)
+{
+    void **streams[] = {&ctx->compute_stream, &ctx->comm_stream, &ctx->copy_stream};
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
+        if (*streams[i]) cudaStreamDestroy((cudaStream_t)*streams[i]);
+        *streams[i] = NULL;
+    }
+}
+
+static zt_status cuda_init(int index, zt_device_ctx *ctx, zt_error *err)
+{
+    memset(ctx, 0, sizeof *ctx);
+    ctx->struct_size = sizeof *ctx;
+    ctx->device_type = ZT_DEVICE_CUDA;
+    ctx->device_index = index;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return cuda_failed(err, e, "cudaGetDeviceCount");
+    if (index < 0 || index >= n)
+        return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                            "CUDA device %d does not exist: this process sees %d device%s (0 to %d); check "
+                            "CUDA_VISIBLE_DEVICES and the rank's device index",
+                            index, n, n == 1 ? "" : "s", n - 1);
+    struct cudaDeviceProp prop;
+    if ((e = cudaSetDevice(index)) != cudaSuccess) return cuda_failed(err, e, "cudaSetDevice");
+    if ((e = cudaGetDeviceProperties(&prop, index)) != cudaSuccess)
+        return cuda_failed(err, e, "cudaGetDeviceProperties");
+    if (prop.major < 8)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "CUDA device %d (%s) has compute capability %d.%d, but zt's bf16 kernels need 8.0 "
+                            "or newer (A100, RTX 30xx and later); train on the CPU (device = cpu)",
+                            index, prop.name, prop.major, prop.minor);
+    int pools = 0;
+    cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, index);
+    if (!pools)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "CUDA device %d (%s) has no stream-ordered memory pools (cudaMallocAsync), which zt "
+                            "allocates from; update the NVIDIA driver (CUDA 11.2 or newer)", index, prop.name);
+    cudaMemPool_t pool;
+    uint64_t keep_everything = UINT64_MAX;
+    if ((e = cudaDeviceGetDefaultMemPool(&pool, index)) != cudaSuccess ||
+        (e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything)) != cudaSuccess)
+        return cuda_failed(err, e, "configuring the device's memory pool");
+    ctx->cc_major = prop.major;
+    ctx->cc_minor = prop.minor;
+    ctx->sm_count = prop.multiProcessorCount;
+    ctx->total_memory = prop.totalGlobalMem;
+    cudaStream_t streams[3];
+    for (int i = 0; i < 3; i++) {
+        if ((e = cudaStreamCreate(&streams[i])) != cudaSuccess) {
+            destroy_streams(ctx);
+            return cuda_failed(err, e, "cudaStreamCreate");
+        }
+        void **slot[] = {&ctx->compute_stream, &ctx->comm_stream, &ctx->copy_stream};
+        *slot[i] = streams[i];
+    }
+    return ZT_OK;
+}
+
+static void cuda_shutdown(zt_device_ctx *ctx)
+{
+    cudaDeviceSynchronize();
+    destroy_streams(ctx);
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, ctx->device_index) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+}
+
+/* What is free on the device, for an out-of-memory message. */
+static void describe_free_memory(zt_error *err)
+{
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+        zt_error_append(err, " (the device has %.2f GiB free of %.2f GiB; other processes may hold some)",
+                        (double)free_bytes / (1 << 30), (double)total_bytes / (1 << 30));
+}
+
+static void *cuda_alloc(const zt_device_ctx *ctx, int where, uint64_t bytes, uint64_t alignment, zt_error *err)
+{
+    void *ptr = NULL;
+    size_t size = bytes ? (size_t)bytes : 1; /* a unique pointer also for 0 bytes */
+    if (bytes > SIZE_MAX) {
+        zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%llu bytes are more than this machine can address",
+                     (unsigned long long)bytes);
+        return NULL;
+    }
+    cudaError_t e;
+    if (where == ZT_MEM_DEVICE) {
+        e = cudaMallocAsync(&ptr, size, compute_stream_of(ctx));
+        if (e != cudaSuccess) {
+            cuda_failed(err, e, "cudaMallocAsync");
+            if (e == cudaErrorMemoryAllocation) describe_free_memory(err);
+            return NULL;
+        }
+    } else {
+        e = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
+        if (e != cudaSuccess) {
+            cuda_failed(err, e, "cudaHostAlloc (pinned host memory)");
+            return NULL;
+        }
+    }
+    /* CUDA aligns to 256 bytes (pinned memory to a page); a stricter request cannot be met. */
+    if ((uintptr_t)ptr % alignment != 0) {
+        if (where == ZT_MEM_DEVICE) cudaFreeAsync(ptr, compute_stream_of(ctx));
+        else cudaFreeHost(ptr);
+        zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                     "CUDA gave an address aligned to less than the %llu bytes asked for; ask for 256 bytes "
+                     "or less (0 picks 256 on the device)", (unsigned long long)alignment);
+        return NULL;
+    }
+    return ptr;
+}
+
+static void cuda_free(const zt_device_ctx *ctx, int where, void *ptr)
+{
+    if (where == ZT_MEM_DEVICE) cudaFreeAsync(ptr, compute_stream_of(ctx));
+    else cudaFreeHost(ptr);
+}
+
+static zt_status cuda_memcpy(const zt_device_ctx *ctx, void *dst, const void *src, uint64_t bytes, void *stream,
+                             zt_error *err)
+{
+    if (!bytes || dst == src) return ZT_OK;
+    /* Overlapping ranges other than dst == src never occur in zt (collectives copy whole buffers). */
+    cudaStream_t s = stream ? (cudaStream_t)stream : compute_stream_of(ctx);
+    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, s);
+    return e == cudaSuccess ? ZT_OK : cuda_failed(err, e, "cudaMemcpyAsync");
+}
+
+static zt_status cuda_sync(const zt_device_ctx *ctx, void *stream, zt_error *err)
+{
+    (void)ctx;
+    cudaError_t e = stream ? cudaStreamSynchronize((cudaStream_t)stream) : cudaDeviceSynchronize();
+    if (e == cudaSuccess) return ZT_OK;
+    cuda_failed(err, e, stream ? "cudaStreamSynchronize" : "cudaDeviceSynchronize");
+    zt_error_append(err, ": a kernel enqueued earlier failed; rerun with CUDA_LAUNCH_BLOCKING=1 to find which");
+    return err->status;
+}
+
+static const zt_device_backend k_cuda_backend = {
+    .name = "cuda",
+    .init = cuda_init,
+    .shutdown = cuda_shutdown,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .memcpy = cuda_memcpy,
+    .sync = cuda_sync,
+};
+
+__attribute__((visibility("default"))) zt_status zt_device_cuda_open_v1(const zt_device_backend **backend,
+                                                                        int *n_devices, zt_error *err);
+
+zt_status zt_device_cuda_open_v1(const zt_device_backend **backend, int *n_devices, zt_error *err)
+{
+    *backend = NULL;
+    *n_devices = 0;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        char why[256];
+        if (e != cudaSuccess)
+            snprintf(why, sizeof why, "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+        else
+            snprintf(why, sizeof why, "the CUDA driver reports no GPU");
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "no CUDA device: %s. Check that `nvidia-smi` lists a GPU and that "
+                            "CUDA_VISIBLE_DEVICES does not hide it, or train on the CPU (device = cpu)", why);
+    }
+    *backend = &k_cuda_backend;
+    *n_devices = n;
+    return ZT_OK;
+}

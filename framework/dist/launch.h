@@ -1,0 +1,82 @@
+/* How this process was launched, and what that means for communication (docs/distributed.md).
+ *
+ * A job of several ranks is started by a launcher that tells each process its rank through the
+ * environment: mpirun (Open MPI), an MPICH-style PMI launcher (mpiexec), srun (Slurm), torchrun, or
+ * ZT_RANK/ZT_WORLD_SIZE. zt_launch_detect reads them; zt_launch_comm_create gives the
+ * communication backend such a job needs (MPI for CPU ranks, NCCL for GPU ranks, whose start-up
+ * goes through the TCP rendezvous below); zt_launch_local is `zt-run --nproc N`.
+ */
+#ifndef ZT_FRAMEWORK_LAUNCH_H
+#define ZT_FRAMEWORK_LAUNCH_H
+
+#include "base/error.h"
+#include "dist/comm.h"
+
+typedef struct zt_launch {
+    int32_t rank;
+    int32_t world_size; /* 1: a single process, whatever started it */
+    int32_t local_rank; /* rank among the job's processes on this machine; -1 when not told */
+    /* Who said so, for messages: "mpirun", "srun", "a PMI launcher (mpiexec)", "ZT_WORLD_SIZE",
+     * or "a single process" when no launcher variable is set. */
+    const char *launcher;
+} zt_launch;
+
+/* Reads, first match wins:
+ *   ZT_RANK, ZT_WORLD_SIZE, ZT_LOCAL_RANK                                  (set by hand or a custom launcher)
+ *   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK (Open MPI's mpirun)
+ *   PMI_RANK, PMI_SIZE, MPI_LOCALRANKID                                    (MPICH / Intel MPI mpiexec)
+ *   SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID                              (srun; only inside a job
+ *                                          step, SLURM_STEP_ID set: a batch script's own values
+ *                                          describe the allocation, not this process)
+ *   RANK, WORLD_SIZE, LOCAL_RANK                                           (torchrun)
+ * None set: a single process. A rank without its world size, a value that is not a whole number,
+ * or a rank outside [0, world size) is an error naming the variable. */
+zt_status zt_launch_detect(zt_launch *out, zt_error *err);
+
+/* The communication backend of a job of launch->world_size > 1 ranks on `device_type`. CPU ranks
+ * talk through MPI: this loads libzt-comm-mpi.so ($ZT_COMM_MPI_LIBRARY, else next to the
+ * executable, the build tree, the install prefix) and starts it with the watchdog `timeout_s`
+ * (comm.timeout_s; 0: none). GPU ranks talk through NCCL: libzt-comm-nccl.so
+ * ($ZT_COMM_NCCL_LIBRARY, else the same places); rank 0's NCCL id reaches the others through the
+ * rendezvous at ZT_MASTER_ADDR:ZT_MASTER_PORT (or MASTER_ADDR:MASTER_PORT), else through MPI. The
+ * current CUDA device must be this rank's GPU (the runtime selects local_rank). */
+zt_status zt_launch_comm_create(const zt_launch *launch, int device_type, double timeout_s,
+                                zt_comm_backend **out, zt_error *err);
+
+/* The exchange at the start of a GPU job: rank 0 listens on `port` (every interface) and sends
+ * data[len] to each of the world_size - 1 other ranks, which connect to addr:port (retrying until
+ * rank 0 listens) and receive it. Each side gives up after timeout_s (0: never) with a message
+ * naming the address and, on rank 0, the ranks that never came. */
+zt_status zt_rendezvous_exchange(const char *addr, int port, int32_t rank, int32_t world_size, double timeout_s,
+                                 void *data, size_t len, zt_error *err);
+
+/* ZT_MASTER_ADDR/ZT_MASTER_PORT, else MASTER_ADDR/MASTER_PORT (torchrun's): *found = 1 with the
+ * address and port. Neither set: *found = 0. Half a pair or a port outside 1..65535: an error. */
+zt_status zt_launch_rendezvous_address(char *addr, size_t cap, int *port, int *found, zt_error *err);
+
+/* ZT_NPROC_FORK: start the children as for GPU ranks without looking for GPUs or NCCL (tests of
+ * the supervisor on machines without GPUs). */
+enum { ZT_NPROC_AUTO, ZT_NPROC_CPU, ZT_NPROC_GPU, ZT_NPROC_FORK };
+
+/* `zt-run --nproc N`: `nproc_text` is N as typed. N = 1 returns ZT_OK at once: the run stays in
+ * this process.
+ *
+ * GPU ranks (device=cuda in argv's --set, or auto, the default, when this machine has GPUs): this
+ * process starts N children itself, one per GPU, with ZT_RANK, ZT_LOCAL_RANK, ZT_WORLD_SIZE,
+ * ZT_MASTER_ADDR=127.0.0.1, ZT_MASTER_PORT (a free port) and NCCL_NVLS_ENABLE=0 (unless set) in
+ * their environment, relays their output ("[rank 1] " before the lines of ranks above 0), forwards
+ * SIGINT/SIGTERM/SIGHUP, and when one fails names it and ends the others (SIGTERM, SIGKILL 10 s
+ * later); then it exits with the first failed rank's code (128 + signal when killed), 0 when all
+ * succeeded. Errors before starting (more ranks than GPUs, no NCCL) return.
+ *
+ * CPU ranks: this process is replaced by
+ *     mpirun -np N --oversubscribe [binding] [--allow-run-as-root] <this program> <argv without --nproc>
+ * so CPU ranks talk through MPI, and mpirun forwards signals, stops every rank when one fails and
+ * names it. Returns only on failure (bad N, already inside a launched job, no mpirun on PATH, zt
+ * built without MPI). */
+zt_status zt_launch_local(const char *nproc_text, int argc, char **argv, zt_error *err);
+/* The same with the choice of CPU or GPU ranks forced (ZT_NPROC_CPU, ZT_NPROC_GPU, ZT_NPROC_FORK) or left to
+ * argv and the machine (ZT_NPROC_AUTO: what zt_launch_local does); for test programs. */
+zt_status zt_launch_local_mode(const char *nproc_text, int mode, int argc, char **argv, zt_error *err);
+
+#endif

@@ -1,0 +1,81 @@
+/* zt-run --generate: text from a trained model (docs/generate.md is the user's guide).
+ *
+ * The weights come from a Hugging Face LLaMA directory, a llama2.c model .bin (--model) or a zt
+ * checkpoint (--resume); the model and attention plugins run them exactly as in training, one unit
+ * after another, but forward only and against the attention plugin's KV cache: the prompt in one
+ * call (prefill), then one token per call. The prompt is rendered with the same template code
+ * zt-prep uses (dataprep/template.c, library zt_prompt), from the template zt-prep recorded in the
+ * data set's manifest when there is one, so the model sees its prompts exactly as in training.
+ */
+#ifndef ZT_FRAMEWORK_GENERATE_H
+#define ZT_FRAMEWORK_GENERATE_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+
+/* What the command line gave; strings point into argv. Numbers stay text until
+ * zt_generate_check parses them, so one place says what is wrong with them. */
+typedef struct zt_generate_options {
+    const char *const *plugin_paths; /* --plugin-path, as for every zt-run action */
+    int n_plugin_paths;
+    const char *plugins;             /* --plugins: e.g. another attention plugin */
+    const char *const *sets;         /* --set KEY=VALUE: model.* overrides, threads */
+    int n_sets;
+
+    const char *model;      /* --model: an HF directory or a llama2.c model .bin */
+    const char *resume;     /* --resume: a checkpoint (step directory or checkpoint root) */
+    const char *data;       /* --data: a zt-prep directory whose manifest gives template and tokenizer */
+    const char *tokenizer;  /* -t: a tokenizer model (the tokenizer plugin's) or a llama2.c .bin */
+    const char *template_name; /* --template NAME|FILE */
+    const char *prompt;     /* --prompt: the instruction (or with --raw, the text to continue) */
+    const char *input;      /* --input: the Alpaca input field */
+    const char *prompt_ids; /* --prompt-ids: "1,22,333", used as they are */
+    int raw;                /* --raw: no template */
+    int print_ids;          /* --print-ids: write the generated ids instead of text */
+
+    const char *max_new_tokens, *temperature, *top_p, *seed; /* NULL: the defaults */
+} zt_generate_options;
+
+/* The parsed sampling settings. */
+typedef struct zt_generate_settings {
+    int64_t max_new_tokens; /* default 128 */
+    double temperature;     /* default 0: greedy */
+    double top_p;           /* default 1 */
+    uint64_t seed;          /* default: the config's seed */
+    int seed_given;
+} zt_generate_settings;
+
+/* Check the combination of options and parse the numbers. A problem is ZT_ERR_INVALID_ARG (a usage
+ * error: zt-run exits with 2) with a message naming the option. */
+zt_status zt_generate_check(const zt_generate_options *o, zt_generate_settings *s, zt_error *err);
+
+/* Load the model and tokenizer, build the prompt, generate and print (text is streamed to stdout as
+ * it is produced; progress and statistics go to stderr). */
+zt_status zt_generate_run(const zt_generate_options *o, const zt_generate_settings *s, zt_error *err);
+
+/* ---- the sampler (exposed for tests) --------------------------------------------------------- */
+
+/* Temperature 0: the argmax (the lowest id among equal maxima, as torch.argmax). Otherwise the
+ * softmax of logits / temperature, cut to the smallest set of most likely tokens whose probability
+ * reaches top_p (transformers' TopPLogitsWarper: a token stays when the tokens more likely than it
+ * hold less than top_p; ties are ordered by id), renormalised, and one draw from it with a splitmix64
+ * generator seeded by `seed`. */
+typedef struct zt_sampler {
+    double temperature, top_p;
+    uint64_t state;
+    int32_t vocab;
+    int32_t *order;  /* scratch [vocab] */
+    double *prob;    /* scratch [vocab] */
+} zt_sampler;
+
+zt_status zt_sampler_init(zt_sampler *s, int32_t vocab, double temperature, double top_p, uint64_t seed,
+                          zt_error *err);
+void zt_sampler_free(zt_sampler *s);
+/* The distribution the next draw comes from: probs[vocab] (zero outside the top-p set); for
+ * temperature 0 a one at the argmax. */
+void zt_sampler_distribution(zt_sampler *s, const float *logits, double *probs);
+/* The next token. logits[vocab]; -INFINITY excludes a token. */
+int32_t zt_sampler_next(zt_sampler *s, const float *logits);
+
+#endif

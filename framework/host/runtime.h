@@ -1,0 +1,66 @@
+/* The process-wide runtime behind the zt_host services table: memory accounting by pool with
+ * optional limits, the worker thread pool, the device context, communication groups, and one
+ * zt_host table per loaded plugin (so log lines and config checks know which plugin is calling).
+ */
+#ifndef ZT_FRAMEWORK_RUNTIME_H
+#define ZT_FRAMEWORK_RUNTIME_H
+
+#include "zt/zt_host.h"
+#include "base/error.h"
+#include "config/config.h"
+
+typedef struct zt_runtime zt_runtime;
+
+typedef struct zt_runtime_options {
+    int n_threads;          /* 0: all online cores */
+    int device_type;        /* zt_device_type */
+    int device_index;
+    uint64_t host_mem_limit;   /* 0: none */
+    uint64_t device_mem_limit; /* 0: none (zt-run --gpu-mem-limit) */
+    int single_process;        /* 1: a world of one whatever the launch environment says (a child
+                                  forked by a rank to inspect plugins is not a rank itself) */
+} zt_runtime_options;
+
+/* cfg may be NULL (e.g. zt-run --list-plugins); it must outlive the runtime. */
+zt_status zt_runtime_create(const zt_runtime_options *opt, const zt_config *cfg, zt_runtime **out,
+                            zt_error *err);
+void zt_runtime_destroy(zt_runtime *rt);
+
+/* A services table for plugin `name` whose config getters accept only keys in its schema (plus the
+ * host's keys). Owned by the runtime; valid until zt_runtime_destroy. */
+const zt_host *zt_runtime_host(zt_runtime *rt, const char *plugin_name, const zt_option *schema,
+                               uint32_t n_options);
+
+/* The message the plugin behind `host` gave with host->error() since the last take (empty string if
+ * none), then clears it. */
+const char *zt_runtime_take_error(const zt_host *host, zt_status *status_out);
+
+/* Memory accounting, also used directly by the host (trainer, loader). */
+void *zt_runtime_alloc(zt_runtime *rt, int pool, int where, uint64_t bytes, uint64_t alignment,
+                       const char *tag, zt_error *err);
+void zt_runtime_free(zt_runtime *rt, void *ptr);
+void zt_runtime_mem_stats(zt_runtime *rt, int pool, int where, zt_mem_stats *out);
+/* Every pool's peak becomes its current use: the trainer calls it at the start of each step, so a
+ * step's record reports that step's peak. */
+void zt_runtime_mem_reset_peaks(zt_runtime *rt);
+const char *zt_pool_name(int pool);
+/* A text (the memory estimate of the run, zt_memory_check) that a device allocation's out-of-memory
+ * message ends with; NULL removes it. Copied. */
+void zt_runtime_set_memory_note(zt_runtime *rt, const char *note);
+const char *zt_mem_where_name(int where);
+
+/* Copy between host and device memory of this run, ordered on the device's compute stream (on the
+ * CPU: done on return), and wait for that stream. */
+zt_status zt_runtime_memcpy(zt_runtime *rt, void *dst, const void *src, uint64_t bytes, zt_error *err);
+zt_status zt_runtime_sync(zt_runtime *rt, zt_error *err);
+
+
+/* Thread pool shared by host and plugins. */
+void zt_runtime_parallel_for(zt_runtime *rt, int64_t n, int64_t grain, zt_range_fn fn, void *arg);
+int zt_runtime_n_threads(const zt_runtime *rt);
+
+/* Ctrl-C: set from the signal handler, read by host->cancelled. */
+void zt_runtime_request_cancel(void);
+int zt_runtime_cancel_requested(void);
+
+#endif

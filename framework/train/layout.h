@@ -1,0 +1,82 @@
+/* The flat parameter layout (zt_layout of include/zt/zt_train.h) and deterministic initialisation.
+ *
+ * Each unit's parameters are concatenated, in declaration order, into one flat fp32 buffer:
+ *   - a tied parameter (ZT_PARAM_TIED, e.g. lm_head.weight tied to model.embed_tokens.weight) takes no
+ *     storage: its param_offset is -1 and it reads and accumulates into its owner's storage, which a
+ *     zero plugin finds by the tied_to name;
+ *   - the buffer is padded with zeros to a multiple of dp_size * ZT_LAYOUT_ALIGN elements, so every
+ *     data-parallel rank's slice is the same size and 64-byte aligned, whatever the tensor sizes.
+ * Padding is never trained (it lies outside every parameter range) and is never saved.
+ *
+ * Trainable parameters (host key trainable_params): a comma-separated list of patterns, each matched
+ * against the Hugging Face parameter names:
+ *   - with a wildcard (* any run of characters, dots included; ? one character; [...] a set) the
+ *     pattern must match the whole name: "*.self_attn.*", "model.layers.1?.*";
+ *   - without one it must match whole dot-separated components of the name: "q_proj" selects every
+ *     "...self_attn.q_proj.weight", "layers.1" selects layer 1 but not layer 10, and a full name
+ *     selects exactly that parameter.
+ * Unset: everything is trainable. A pattern that matches nothing is an error naming it (a typo must
+ * not silently freeze the whole model). A tied parameter is trainable exactly when its owner is, and a
+ * pattern naming it selects the owner.
+ *
+ * Weight decay: decay[i] is 0 when the parameter carries any of the options' no_decay_flags
+ * (ZT_PARAM_NO_DECAY: norms; ZT_PARAM_EMBEDDING: the token embedding), 1 otherwise; a tied
+ * parameter has its owner's flag.
+ *
+ * Initialisation is a pure function of (seed, parameter name, element index): a counter-based
+ * generator, so the values do not depend on the unit layout, the padding, the number of ranks or
+ * which rank fills which slice. See zt_layout_init_range.
+ */
+#ifndef ZT_FRAMEWORK_LAYOUT_H
+#define ZT_FRAMEWORK_LAYOUT_H
+
+#include <stdint.h>
+#include "zt/zt_train.h"
+#include "base/error.h"
+#include "host/runtime.h"
+
+/* Elements each rank's slice of a unit buffer is a multiple of: 16 fp32 = 64 bytes. */
+#define ZT_LAYOUT_ALIGN 16
+
+typedef struct zt_layout_options {
+    int32_t dp_size;              /* data-parallel ranks, >= 1 */
+    const char *trainable;        /* trainable_params patterns; NULL: all trainable */
+    uint32_t no_decay_flags;      /* ZT_PARAM_* flags that exclude a parameter from weight decay */
+} zt_layout_options;
+
+/* The host's layout: the ABI view plus the arrays it points at. */
+typedef struct zt_host_layout {
+    zt_layout layout;             /* handed to the zero plugin; its pointers point into this struct */
+    zt_unit_layout *units;        /* [n_units] */
+    int64_t *param_offset;        /* [n_params_decl]; -1 for tied parameters */
+    uint8_t *trainable;           /* [n_params_decl] */
+    uint8_t *decay;               /* [n_params_decl] */
+    int32_t *owner;               /* [n_params_decl] the parameter whose storage it uses (itself or
+                                     the tied owner) */
+    int64_t *numel;               /* [n_params_decl] elements of the logical tensor */
+    int64_t n_trainable;          /* trainable scalar parameters (tied counted once) */
+    int64_t largest_unit_numel;   /* the largest padded unit buffer */
+} zt_host_layout;
+
+/* Build the layout of `model`. Checks the model's declarations first (parameters grouped by unit in
+ * unit order, unique names, 1 to 4 positive dimensions, tied_to naming an untied parameter of the same
+ * shape, n_parameters equal to the sum of the untied sizes): a failure there is the model plugin's
+ * bug and is reported as ZT_ERR_INTERNAL naming the parameter. Bad trainable_params patterns are
+ * ZT_ERR_CONFIG. */
+zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *opt, zt_host_layout **out,
+                          zt_error *err);
+void zt_layout_free(zt_host_layout *l);
+
+/* Index of the parameter named `name`, or -1. */
+int32_t zt_layout_find(const zt_host_layout *l, const char *name);
+
+/* Fill dst[0, count) with elements [begin, begin + count) of unit `unit`'s padded flat buffer as
+ * initialised from `seed`: each parameter by its declared init (ZT_INIT_NORMAL: N(0, init_std);
+ * ZT_INIT_ONES; ZT_INIT_ZEROS) and padding with zeros.
+ * NORMAL values: element j of parameter `name` is Box-Muller of two uniforms drawn from
+ * splitmix64-mixed counters (key = mix(seed ^ fnv1a64(name)), counters 2j and 2j + 1), computed in
+ * double and rounded to fp32 once. rt (may be NULL) supplies the thread pool. */
+void zt_layout_init_range(const zt_host_layout *l, zt_runtime *rt, int32_t unit, uint64_t seed,
+                          int64_t begin, int64_t count, float *dst);
+
+#endif

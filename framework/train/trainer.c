@@ -1,0 +1,1778 @@
+/* The training loop (trainer.h). Sections: settings from the config, the run's plugins, buffers,
+ * one micro-batch forward/backward, the step, evaluation, weights in (random, HF, checkpoint) and
+ * out (checkpoint, HF export), Ctrl-C, and the loop itself. */
+#define _GNU_SOURCE
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/json.h"
+#include "base/log.h"
+#include "data/loader.h"
+#include "state/checkpoint.h"
+#include "state/hf_model.h"
+#include "state/model_config.h"
+#include "train/layout.h"
+#include "train/loss_scale.h"
+#include "train/metrics.h"
+#include "train/schedule.h"
+
+#define TRAINER_STATE_BLOB "trainer_state"
+#define TRAINER_STATE_FORMAT "zt-trainer-state"
+
+/* ---- settings --------------------------------------------------------------------------------- */
+
+typedef struct train_settings {
+    int64_t micro_batch, accum, steps, epochs, seed, seq_len;
+    int64_t eval_every, eval_batches, ckpt_every, ckpt_keep, log_every;
+    double clip, weight_decay;
+    int32_t recompute, shuffle, packed, fp16;
+    int64_t fp16_scale_power, fp16_window, fp16_hysteresis;
+    double fp16_min_scale;
+    const char *data_path, *output_dir, *trainable;
+    uint32_t no_decay_flags;
+    char ckpt_root[4096];
+} train_settings;
+
+static zt_status no_data_error(zt_error *err)
+{
+    return zt_error_set(err, ZT_ERR_CONFIG,
+                        "no training data: data.path is not set; point it at a directory written by zt-prep "
+                        "(--data DIR, or --set data.path=DIR)");
+}
+
+static int64_t cfg_int(const zt_config *cfg, const char *key, int64_t fallback)
+{
+    int64_t v;
+    return zt_config_get_int(cfg, key, &v) == ZT_OK ? v : fallback;
+}
+
+/* optimizer.no_decay: which ZT_PARAM_* groups get no weight decay. */
+static zt_status parse_no_decay(const char *list, uint32_t *flags, zt_error *err)
+{
+    *flags = 0;
+    const char *p = list;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n == 5 && !strncmp(p, "norms", 5)) *flags |= ZT_PARAM_NO_DECAY;
+        else if (n == 10 && !strncmp(p, "embeddings", 10)) *flags |= ZT_PARAM_EMBEDDING;
+        else
+            return zt_error_set(err, ZT_ERR_CONFIG,
+                                "optimizer.no_decay \"%s\": \"%.*s\" is not a parameter group; use a comma-separated "
+                                "list of norms and embeddings, or \"\" to decay every parameter",
+                                list, (int)n, p);
+        p += n;
+        if (*p == ',') p++;
+    }
+    return ZT_OK;
+}
+
+static zt_status read_settings(const zt_config *cfg, train_settings *s, zt_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->micro_batch = cfg_int(cfg, "train_micro_batch_size_per_gpu", 1);
+    s->accum = cfg_int(cfg, "gradient_accumulation_steps", 1);
+    s->steps = cfg_int(cfg, "steps", 1);
+    s->epochs = cfg_int(cfg, "epochs", 0);
+    s->seed = cfg_int(cfg, "seed", 0);
+    s->seq_len = cfg_int(cfg, "data.seq_len", 512);
+    s->eval_every = cfg_int(cfg, "eval.every", 0);
+    s->eval_batches = cfg_int(cfg, "eval.batches", 1);
+    s->ckpt_every = cfg_int(cfg, "checkpoint.every", 0);
+    s->ckpt_keep = cfg_int(cfg, "checkpoint.keep", 0);
+    s->log_every = cfg_int(cfg, "log.every", 1);
+    if (zt_config_get_float(cfg, "gradient_clipping", &s->clip) != ZT_OK) s->clip = 0;
+    /* The optimizer plugin declares weight_decay when it has one; without it nothing decays. */
+    if (zt_config_get_float(cfg, "optimizer.params.weight_decay", &s->weight_decay) != ZT_OK) s->weight_decay = 0;
+    zt_config_get_bool(cfg, "recompute", &s->recompute);
+    zt_config_get_bool(cfg, "data.shuffle", &s->shuffle);
+    zt_config_get_bool(cfg, "fp16.enabled", &s->fp16);
+    s->fp16_scale_power = cfg_int(cfg, "fp16.initial_scale_power", 16);
+    s->fp16_window = cfg_int(cfg, "fp16.loss_scale_window", 1000);
+    s->fp16_hysteresis = cfg_int(cfg, "fp16.hysteresis", 2);
+    if (zt_config_get_float(cfg, "fp16.min_loss_scale", &s->fp16_min_scale) != ZT_OK) s->fp16_min_scale = 1;
+    int32_t bf16 = 1;
+    zt_config_get_bool(cfg, "bf16.enabled", &bf16);
+    /* bf16.enabled defaults to true: only an explicit true next to fp16 is a contradiction */
+    if (s->fp16 && bf16 && zt_config_is_set(cfg, "bf16.enabled"))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "fp16.enabled and bf16.enabled are both true; pick one precision: set bf16.enabled to "
+                            "false for fp16 with loss scaling, or fp16.enabled to false for bf16 (recommended on "
+                            "GPUs that have it: no loss scaling needed)");
+    if (s->fp16 && ldexp(1.0, (int)s->fp16_scale_power) < s->fp16_min_scale)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "fp16.min_loss_scale is %g, above the initial loss scale 2^%lld = %g; lower "
+                            "fp16.min_loss_scale or raise fp16.initial_scale_power",
+                            s->fp16_min_scale, (long long)s->fp16_scale_power, ldexp(1.0, (int)s->fp16_scale_power));
+
+    s->packed = ZT_LOADER_LAYOUT_MANIFEST;
+    const char *mode = NULL;
+    if (zt_config_is_set(cfg, "data.mode") && zt_config_get_string(cfg, "data.mode", &mode) == ZT_OK)
+        s->packed = !strcmp(mode, "packed");
+
+    if (zt_config_get_string(cfg, "data.path", &s->data_path) != ZT_OK) return no_data_error(err);
+    if (zt_config_get_string(cfg, "output_dir", &s->output_dir) != ZT_OK)
+        return zt_error_set(err, ZT_ERR_INTERNAL, "the host key output_dir has no value");
+    if (zt_config_get_string(cfg, "trainable_params", &s->trainable) != ZT_OK) s->trainable = NULL;
+
+    const char *dir = NULL;
+    int n = zt_config_get_string(cfg, "checkpoint.dir", &dir) == ZT_OK
+                ? snprintf(s->ckpt_root, sizeof s->ckpt_root, "%s", dir)
+                : snprintf(s->ckpt_root, sizeof s->ckpt_root, "%s/checkpoints", s->output_dir);
+    if (n < 0 || n >= (int)sizeof s->ckpt_root)
+        return zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir (or output_dir) is longer than %zu bytes",
+                            sizeof s->ckpt_root - 1);
+
+    const char *no_decay = NULL;
+    zt_config_get_string(cfg, "optimizer.no_decay", &no_decay);
+    zt_status st = parse_no_decay(no_decay, &s->no_decay_flags, err);
+    if (st != ZT_OK) return st;
+
+    return ZT_OK;
+}
+
+/* train_batch_size, when given, against the job's data-parallel size (known once the ranks are). */
+static zt_status check_global_batch(const zt_config *cfg, const train_settings *s, int32_t dp, zt_error *err)
+{
+    int64_t global;
+    if (zt_config_get_int(cfg, "train_batch_size", &global) != ZT_OK || global == s->micro_batch * s->accum * dp)
+        return ZT_OK;
+    return zt_error_set(err, ZT_ERR_CONFIG,
+                        "train_batch_size is %lld but train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+                        "data-parallel ranks = %lld x %lld x %d = %lld; make them agree (as DeepSpeed requires) or "
+                        "remove train_batch_size",
+                        (long long)global, (long long)s->micro_batch, (long long)s->accum, (int)dp,
+                        (long long)(s->micro_batch * s->accum * dp));
+}
+
+/* ---- configuration: --model and the data set's vocabulary ------------------------------------ */
+
+/* The tokenizer vocab_size of data_dir/manifest.json. */
+static zt_status manifest_vocab(const char *data_dir, int64_t *vocab, zt_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", data_dir, ZT_LOADER_MANIFEST) >= (int)sizeof path)
+        return zt_error_set(err, ZT_ERR_CONFIG, "data.path is too long");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return zt_error_set(err, ZT_ERR_IO,
+                            "cannot read %s: %s; data.path must be a directory written by zt-prep", path,
+                            strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    char chunk[65536];
+    size_t got;
+    while (mem && (got = fread(chunk, 1, sizeof chunk, f)) > 0) fwrite(chunk, 1, got, mem);
+    fclose(f);
+    if (!mem || fclose(mem) != 0) {
+        free(text);
+        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+    }
+    zt_json j;
+    zt_status st = zt_json_parse(text, len, path, &j, err);
+    if (st == ZT_OK) {
+        int tok = j.tok[0].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, 0, "tokenizer") : -1;
+        int v = tok >= 0 && j.tok[tok].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, tok, "vocab_size") : -1;
+        if (v < 0 || !zt_json_is_number(&j, v) || zt_json_get_number(&j, v) < 1)
+            st = zt_error_set(err, ZT_ERR_FORMAT,
+                              "%s has no positive tokenizer.vocab_size; re-run zt-prep to rewrite the data set", path);
+        else
+            *vocab = (int64_t)zt_json_get_number(&j, v);
+        zt_json_free(&j);
+    }
+    free(text);
+    return st;
+}
+
+/* The model.* keys of an HF config.json (the llama plugin uses transformers' names under "model."),
+ * added to cfg as if from a config file named after it. */
+static zt_status apply_hf_config(zt_config *cfg, const char *model_dir, zt_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", model_dir) >= (int)sizeof path)
+        return zt_error_set(err, ZT_ERR_CONFIG, "--model %s: the path is too long", model_dir);
+    zt_hf_config hf;
+    zt_status st = zt_hf_config_load(path, &hf, err);
+    return st == ZT_OK ? zt_model_config_apply(cfg, &hf, model_dir, path, err) : st;
+}
+
+zt_status zt_train_configure(zt_config *cfg, const char *model_dir, int require_data, zt_error *err)
+{
+    zt_status st = zt_config_validate(cfg, err);
+    if (st != ZT_OK) return st;
+    const char *data = NULL;
+    int have_data = zt_config_get_string(cfg, "data.path", &data) == ZT_OK;
+    if (!have_data && require_data) return no_data_error(err);
+    if (model_dir) {
+        st = apply_hf_config(cfg, model_dir, err);
+        return st == ZT_OK ? zt_config_validate(cfg, err) : st;
+    }
+    /* Without data (a dry run) the model's own sizes (a preset, or model.* keys) must say it all. */
+    if (zt_config_is_set(cfg, "model.vocab_size") || !have_data) return ZT_OK;
+    int64_t vocab;
+    st = manifest_vocab(data, &vocab, err);
+    if (st != ZT_OK) return st;
+    char json[128];
+    snprintf(json, sizeof json, "{\"model\": {\"vocab_size\": %lld}}", (long long)vocab);
+    st = zt_config_load_string(cfg, json, "data.path manifest.json (tokenizer.vocab_size)", err);
+    return st == ZT_OK ? zt_config_validate(cfg, err) : st;
+}
+
+/* ---- the trainer's state ------------------------------------------------------------------------ */
+
+/* A copy of one loader micro-batch: the loader overwrites its own on the next call, and a step needs
+ * all of its micro-batches at once (their loss tokens are counted before the first forward). */
+typedef struct micro_batch {
+    int32_t *tokens, *targets, *positions, *doc_ids, *cu_seqlens;
+    int32_t n_spans, max_span_len;
+    int64_t n_tokens, n_loss_tokens;
+} micro_batch;
+
+typedef struct trainer {
+    const zt_train_request *req;
+    zt_runtime *rt;
+    train_settings set;
+    const zt_host *host; /* the trainer's own services table: collectives */
+    zt_group dp;
+
+    const zt_loaded_plugin *model_lp, *zero_lp, *opt_lp, *attention_lp;
+    const zt_model_ops *model;
+    const zt_zero_ops *zero;
+    const zt_optimizer_ops *opt;
+    const zt_model_info *info;
+    zt_attention_binding attention;
+
+    zt_host_layout *layout;
+    zt_schedule schedule;
+    zt_loader *train_loader, *val_loader;
+    const zt_loader_info *data_info;
+
+    micro_batch *micro;  /* [accum] */
+    /* fp16 on a GPU (fp16.enabled): 16-bit compute in IEEE half with dynamic loss scaling */
+    int fp16;
+    int32_t compute16;   /* GPU runs: ZT_BF16 or ZT_F16 */
+    zt_loss_scaler scaler;
+    int fp16_test_overflow; /* ZT_FP16_TEST_OVERFLOW=1: every backward overflows (the collapse test) */
+    /* GPU runs: the units compute on the device, in bf16 or fp16; the micro-batch being computed is copied
+     * into device_micro (its int32 arrays only) and hidden states live in device memory. */
+    int on_gpu;
+    micro_batch device_micro;
+    void **hidden;       /* [n_units - 1]: the output of unit u is hidden[u] (compute dtype) */
+    void *dx[2];
+    void **saved;        /* [n_units] */
+    zt_tensor *params, *grads;
+    int32_t max_unit_params;
+    float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
+
+    zt_metrics *metrics;
+    int64_t step;        /* optimizer steps completed */
+    double elapsed_before; /* training seconds of earlier sessions (resume) */
+    double session_s;      /* training seconds of this session (steps only) */
+    int64_t tokens_seen;
+} trainer;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+
+/* Our own collective failed: the runtime recorded why in our services table. */
+static zt_status host_failed(trainer *t, zt_status st, zt_error *err, const char *what)
+{
+    zt_status reported;
+    const char *msg = zt_runtime_take_error(t->host, &reported);
+    return zt_error_set(err, st, "%s failed: %s", what, msg[0] ? msg : zt_status_name(st));
+}
+
+/* [B, T, width] in the run's compute dtype (fp32 on the CPU, bf16 or fp16 on the GPU). */
+static zt_tensor hidden_view(const trainer *tr, void *data, const zt_batch *b, int64_t width)
+{
+    zt_tensor t;
+    memset(&t, 0, sizeof t);
+    if (!data) return t;
+    t.data = data;
+    t.dtype = tr->on_gpu ? tr->compute16 : ZT_F32;
+    t.device_type = tr->on_gpu ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
+    t.device_index = tr->host->device->device_index;
+    t.ndim = 3;
+    t.shape[0] = b->batch;
+    t.shape[1] = b->seq_len;
+    t.shape[2] = width;
+    t.stride[2] = 1;
+    t.stride[1] = width;
+    t.stride[0] = width * b->seq_len;
+    return t;
+}
+
+static void *talloc(trainer *t, int pool, uint64_t bytes, const char *tag, zt_error *err)
+{
+    void *p = zt_runtime_alloc(t->rt, pool, ZT_MEM_HOST, bytes ? bytes : 1, 0, tag, err);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+/* Memory the units compute on: device memory on GPU runs (not zeroed: every user writes it first). */
+static void *compute_alloc(trainer *t, int pool, uint64_t bytes, const char *tag, zt_error *err)
+{
+    if (!t->on_gpu) return talloc(t, pool, bytes, tag, err);
+    return zt_runtime_alloc(t->rt, pool, ZT_MEM_DEVICE, bytes ? bytes : 1, 0, tag, err);
+}
+
+/* ---- setup ------------------------------------------------------------------------------------ */
+
+static zt_status bind_plugins(trainer *t, zt_error *err)
+{
+    zt_plugin_set *set = t->req->plugins;
+    t->model_lp = &set->by_kind[ZT_KIND_MODEL];
+    t->zero_lp = &set->by_kind[ZT_KIND_ZERO];
+    t->opt_lp = &set->by_kind[ZT_KIND_OPTIMIZER];
+    t->attention_lp = &set->by_kind[ZT_KIND_ATTENTION];
+    const zt_loaded_plugin *needed[] = {t->model_lp, t->zero_lp, t->opt_lp, t->attention_lp};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        if (!needed[i]->plugin || !needed[i]->initialized)
+            return zt_error_set(err, ZT_ERR_INTERNAL, "the trainer needs initialized model, attention, optimizer "
+                                "and zero plugins");
+    if (set->by_kind[ZT_KIND_PARALLEL].plugin)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "parallel plugin '%s' is loaded, but this trainer runs one process with plain data "
+                            "parallelism only; set parallel_config.* to 1",
+                            set->by_kind[ZT_KIND_PARALLEL].desc.name);
+    t->model = t->model_lp->plugin->ops;
+    t->zero = t->zero_lp->plugin->ops;
+    t->opt = t->opt_lp->plugin->ops;
+    t->attention.ops = t->attention_lp->plugin->ops;
+    t->attention.state = t->attention_lp->state;
+    t->attention.caps = t->attention_lp->plugin->caps;
+    t->info = t->model->info(t->model_lp->state);
+    if (!t->info || t->info->n_units < 2)
+        return zt_error_set(err, ZT_ERR_INTERNAL, "model plugin '%s' reports no model info (or fewer than 2 units)",
+                            t->model_lp->desc.name);
+    if (t->set.recompute && !(t->model_lp->plugin->caps & ZT_CAP_RECOMPUTE))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "recompute is true but model plugin '%s' cannot recompute activations (no "
+                            "ZT_CAP_RECOMPUTE); set recompute to false",
+                            t->model_lp->desc.name);
+
+    /* Data parallelism over the whole job: "dp" is "world" until a parallel plugin arranges ranks. */
+    t->host = zt_runtime_host(t->rt, "trainer", NULL, 0);
+    if (!t->host) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating the trainer's services");
+    int32_t world = t->host->world_size;
+    int32_t *ranks = malloc((size_t)world * sizeof *ranks);
+    if (!ranks) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating group 'dp'");
+    for (int32_t r = 0; r < world; r++) ranks[r] = r;
+    zt_status st = t->host->group_create(t->host->ctx, "dp", ranks, world, &t->dp);
+    free(ranks);
+    if (st != ZT_OK) return host_failed(t, st, err, "creating the data-parallel group 'dp'");
+    /* Unset, parallel_config.data_parallel is whatever the launch gave; set, it must agree. */
+    int64_t dp_config = cfg_int(t->req->cfg, "parallel_config.data_parallel", 1);
+    if (zt_config_is_set(t->req->cfg, "parallel_config.data_parallel") && dp_config != t->dp.size)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "parallel_config.data_parallel is %lld but the job has %d process%s; launch that many "
+                            "ranks (zt-run --nproc %lld, or mpirun -np %lld) or remove the key",
+                            (long long)dp_config, (int)t->dp.size, t->dp.size == 1 ? "" : "es", (long long)dp_config,
+                            (long long)dp_config);
+    zt_status batch = check_global_batch(t->req->cfg, &t->set, t->dp.size, err);
+    if (batch != ZT_OK) return batch;
+    t->on_gpu = t->host->device->device_type == ZT_DEVICE_CUDA;
+    int32_t bf16 = 1;
+    zt_config_get_bool(t->req->cfg, "bf16.enabled", &bf16);
+    if (t->on_gpu && !t->set.fp16 && !bf16)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "bf16.enabled is false and fp16.enabled is false, but zt's GPU path computes in 16 bits "
+                            "(fp32 master weights): set bf16.enabled to true, or fp16.enabled to true (with dynamic "
+                            "loss scaling), or train on the CPU in fp32 (device = cpu)");
+    /* a model plugin older than ABI 1.2 never reads zt_unit_call.loss_scale: its gradients would arrive
+     * unscaled and then be divided by the scale */
+    if (t->on_gpu && t->set.fp16 && t->model_lp->plugin->abi_minor < 2)
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "fp16.enabled is true, but model plugin '%s' was built against zt ABI %u.%u, before "
+                            "fp16 loss scaling (1.2): rebuild it against this SDK, or train in bf16 (fp16.enabled "
+                            "false)", t->model_lp->desc.name, (unsigned)t->model_lp->plugin->abi_major,
+                            (unsigned)t->model_lp->plugin->abi_minor);
+    /* the plugins whose GPU code reads and writes the 16-bit tensors must have fp16 kernels (one with
+     * bf16 kernels alone would read fp16 bits as bf16); the optimizer says so per call instead
+     * (ZT_OPTIM_WRITES_COMPUTE_COPY_F16) */
+    const zt_loaded_plugin *sixteen_bit[] = {t->model_lp, t->zero_lp, t->attention_lp};
+    for (size_t i = 0; t->on_gpu && t->set.fp16 && i < sizeof sixteen_bit / sizeof sixteen_bit[0]; i++)
+        if (!(sixteen_bit[i]->plugin->caps & ZT_CAP_FP16))
+            return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                                "fp16.enabled is true, but %s plugin '%s' has no fp16 GPU code (it does not "
+                                "declare ZT_CAP_FP16): train in bf16 (bf16.enabled true, fp16.enabled false) or "
+                                "choose a %s plugin that declares it", zt_kind_name(sixteen_bit[i]->desc.kind),
+                                sixteen_bit[i]->desc.name, zt_kind_name(sixteen_bit[i]->desc.kind));
+    if (t->set.fp16 && !t->on_gpu)
+        zt_log(ZT_LOG_WARN, "fp16.enabled is ignored on the CPU, which trains in fp32");
+    t->fp16 = t->on_gpu && t->set.fp16;
+    t->compute16 = t->fp16 ? ZT_F16 : ZT_BF16;
+    if (t->fp16) {
+        zt_loss_scaler_init(&t->scaler, t->set.fp16_scale_power, t->set.fp16_window, t->set.fp16_hysteresis,
+                            t->set.fp16_min_scale);
+        const char *hook = getenv("ZT_FP16_TEST_OVERFLOW");
+        t->fp16_test_overflow = hook && !strcmp(hook, "1");
+        zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with dynamic loss scaling from %g (window %lld, hysteresis %lld, "
+               "min %g)%s", t->scaler.scale, (long long)t->set.fp16_window, (long long)t->set.fp16_hysteresis,
+               t->set.fp16_min_scale, t->fp16_test_overflow ? "; ZT_FP16_TEST_OVERFLOW=1: every backward overflows" : "");
+    }
+    return ZT_OK;
+}
+
+static zt_status open_data(trainer *t, zt_error *err)
+{
+    zt_loader_options o;
+    zt_loader_options_default(&o);
+    o.dir = t->set.data_path;
+    o.split = "train";
+    o.micro_batch = (int32_t)t->set.micro_batch;
+    o.seq_len = (int32_t)t->set.seq_len;
+    o.packed = t->set.packed;
+    o.shuffle = t->set.shuffle;
+    o.seed = (uint64_t)t->set.seed;
+    o.rank = t->dp.rank;
+    o.world = t->dp.size;
+    o.model_vocab_size = t->info->vocab_size;
+    zt_status st = zt_loader_open(&o, &t->train_loader, err);
+    if (st != ZT_OK) return st;
+    t->data_info = zt_loader_info_get(t->train_loader); /* the loader refused a vocabulary too large */
+    if (t->data_info->packed && !(t->attention.caps & ZT_CAP_PACKED))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "the data is packed (several samples per row) but attention plugin '%s' cannot keep "
+                            "them apart (no ZT_CAP_PACKED): set data.mode to padded, or use an attention plugin "
+                            "that supports packing (naive)",
+                            t->attention_lp->desc.name);
+    if (t->data_info->vocab_size < t->info->vocab_size)
+        zt_log(ZT_LOG_INFO, "the model's vocabulary (%d) is larger than the tokenizer's (%lld): embedding rows "
+               "past %lld are never used (models often pad their vocabulary)",
+               (int)t->info->vocab_size, (long long)t->data_info->vocab_size, (long long)t->data_info->vocab_size);
+    if (t->set.seq_len > t->info->max_seq_len)
+        zt_log(ZT_LOG_WARN, "data.seq_len %lld is longer than the model's max_position_embeddings %d",
+               (long long)t->set.seq_len, (int)t->info->max_seq_len);
+    if (t->set.eval_every > 0) {
+        o.split = "val";
+        o.single_pass = 1;
+        o.shuffle = 0;
+        st = zt_loader_open(&o, &t->val_loader, err);
+        if (st != ZT_OK) {
+            zt_error_append(err, "\neval.every is %lld, which needs the data set's validation split: re-run zt-prep "
+                            "with --val-fraction, or set eval.every to 0", (long long)t->set.eval_every);
+            return st;
+        }
+    }
+    return ZT_OK;
+}
+
+static zt_status alloc_buffers(trainer *t, zt_error *err)
+{
+    const zt_model_info *m = t->info;
+    int64_t rows = t->set.micro_batch * t->set.seq_len;
+    int32_t n_units = m->n_units;
+    t->micro = talloc(t, ZT_POOL_OTHER, (uint64_t)t->set.accum * sizeof *t->micro, "trainer micro-batch table", err);
+    t->hidden = talloc(t, ZT_POOL_OTHER, (uint64_t)n_units * sizeof *t->hidden, "trainer hidden table", err);
+    t->saved = talloc(t, ZT_POOL_OTHER, (uint64_t)n_units * sizeof *t->saved, "trainer saved slots", err);
+    if (!t->micro || !t->hidden || !t->saved) return ZT_ERR_OUT_OF_MEMORY;
+    for (int64_t k = 0; k < t->set.accum; k++) {
+        micro_batch *mb = &t->micro[k];
+        int32_t **arrays[] = {&mb->tokens, &mb->targets, &mb->positions, &mb->doc_ids, &mb->cu_seqlens};
+        for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
+            *arrays[a] = talloc(t, ZT_POOL_OTHER, (uint64_t)(rows + 1) * sizeof(int32_t), "trainer micro-batch", err);
+            if (!*arrays[a]) return ZT_ERR_OUT_OF_MEMORY;
+        }
+    }
+    if (t->on_gpu) {
+        micro_batch *d = &t->device_micro;
+        int32_t **arrays[] = {&d->tokens, &d->targets, &d->positions, &d->doc_ids, &d->cu_seqlens};
+        for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
+            *arrays[a] = compute_alloc(t, ZT_POOL_OTHER, (uint64_t)(rows + 1) * sizeof(int32_t),
+                                       "trainer micro-batch on the device", err);
+            if (!*arrays[a]) return ZT_ERR_OUT_OF_MEMORY;
+        }
+    }
+    uint64_t hidden_bytes = (uint64_t)rows * (uint64_t)m->hidden_size * (t->on_gpu ? 2u : sizeof(float));
+    for (int32_t u = 0; u + 1 < n_units; u++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "unit %d output (kept for backward)", (int)u);
+        t->hidden[u] = compute_alloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, tag, err);
+        if (!t->hidden[u]) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < 2; i++) {
+        t->dx[i] = compute_alloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, "hidden-state gradient", err);
+        if (!t->dx[i]) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    for (int32_t u = 0; u < n_units; u++)
+        if (t->layout->units[u].n_params > t->max_unit_params) t->max_unit_params = t->layout->units[u].n_params;
+    t->params = talloc(t, ZT_POOL_OTHER, (uint64_t)(t->max_unit_params + 1) * sizeof(zt_tensor), "unit views", err);
+    t->grads = talloc(t, ZT_POOL_OTHER, (uint64_t)(t->max_unit_params + 1) * sizeof(zt_tensor), "unit views", err);
+    if (!t->params || !t->grads) return ZT_ERR_OUT_OF_MEMORY;
+    return ZT_OK;
+}
+
+/* One unit's shard in host memory for weights on their way in or out (loading, checkpoints,
+ * export). Held only meanwhile: for a 7B model it is the 0.5 GB embedding. */
+static zt_status hold_shard_buffer(trainer *t, zt_error *err)
+{
+    if (!t->shard_buf)
+        t->shard_buf = talloc(t, ZT_POOL_WORKSPACE, (uint64_t)t->layout->largest_unit_numel * sizeof(float),
+                              "one unit's shard (weights in and out)", err);
+    return t->shard_buf ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
+}
+
+static void drop_shard_buffer(trainer *t)
+{
+    zt_runtime_free(t->rt, t->shard_buf);
+    t->shard_buf = NULL;
+}
+
+static void free_buffers(trainer *t)
+{
+    if (t->micro) {
+        for (int64_t k = 0; k < t->set.accum; k++) {
+            micro_batch *mb = &t->micro[k];
+            int32_t *arrays[] = {mb->tokens, mb->targets, mb->positions, mb->doc_ids, mb->cu_seqlens};
+            for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) zt_runtime_free(t->rt, arrays[a]);
+        }
+    }
+    int32_t *device_arrays[] = {t->device_micro.tokens, t->device_micro.targets, t->device_micro.positions,
+                                t->device_micro.doc_ids, t->device_micro.cu_seqlens};
+    for (size_t a = 0; a < sizeof device_arrays / sizeof device_arrays[0]; a++)
+        zt_runtime_free(t->rt, device_arrays[a]);
+    if (t->hidden)
+        for (int32_t u = 0; u < t->info->n_units; u++) zt_runtime_free(t->rt, t->hidden[u]);
+    if (t->saved)
+        for (int32_t u = 0; u < t->info->n_units; u++)
+            if (t->saved[u]) t->model->release(t->model_lp->state, u, &t->saved[u]);
+    zt_runtime_free(t->rt, t->micro);
+    zt_runtime_free(t->rt, t->hidden);
+    zt_runtime_free(t->rt, t->saved);
+    zt_runtime_free(t->rt, t->dx[0]);
+    zt_runtime_free(t->rt, t->dx[1]);
+    zt_runtime_free(t->rt, t->params);
+    zt_runtime_free(t->rt, t->grads);
+    drop_shard_buffer(t);
+}
+
+/* ---- one micro-batch -------------------------------------------------------------------------- */
+
+static zt_batch batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global)
+{
+    zt_batch b = {.struct_size = sizeof b,
+                  .batch = (int32_t)t->set.micro_batch,
+                  .seq_len = (int32_t)t->set.seq_len,
+                  .n_docs = mb->n_spans,
+                  .tokens = mb->tokens,
+                  .targets = mb->targets,
+                  .positions = mb->positions,
+                  .doc_ids = mb->doc_ids,
+                  .cu_seqlens = mb->cu_seqlens,
+                  .max_doc_len = mb->max_span_len,
+                  .n_loss_tokens_global = n_loss_tokens_global};
+    return b;
+}
+
+static zt_unit_call unit_call(trainer *t, int32_t u, uint32_t flags, const zt_batch *b)
+{
+    const zt_unit_layout *ul = &t->layout->units[u];
+    zt_unit_call c = {.struct_size = sizeof c,
+                      .unit = u,
+                      .flags = flags,
+                      .n_params = ul->n_params,
+                      .params = t->params,
+                      .batch = b,
+                      .attention = &t->attention};
+    int64_t width = t->info->hidden_size;
+    if (u > 0) c.x_in = hidden_view(t, t->hidden[u - 1], b, width);
+    if (u + 1 < t->info->n_units) c.x_out = hidden_view(t, t->hidden[u], b, width);
+    /* ABI 1.2: the last unit's backward multiplies the loss gradient by it (fp16 loss scaling); the test
+     * hook makes it infinite, so every gradient overflows exactly as a real overflow does */
+    c.loss_scale = !t->fp16 ? 1.0 : t->fp16_test_overflow ? INFINITY : t->scaler.scale;
+    return c;
+}
+
+/* Forward through every unit; the last unit's loss goes to *loss. flags: ZT_UNIT_TRAIN (and
+ * recompute) for training, 0 for evaluation (nothing is kept). */
+static zt_status forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err)
+{
+    int32_t n_units = t->info->n_units;
+    void *zs = t->zero_lp->state;
+    for (int32_t u = 0; u < n_units; u++) {
+        zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_FORWARD, t->params, NULL);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, forward)", (int)u);
+        zt_unit_call c = unit_call(t, u, flags, b);
+        if (u == n_units - 1) c.loss = loss;
+        c.saved = (flags & ZT_UNIT_TRAIN) ? &t->saved[u] : NULL;
+        st = t->model->forward(t->model_lp->state, &c);
+        if (st != ZT_OK) return zt_plugin_failed(t->model_lp, st, err, "forward of unit %d", (int)u);
+        st = t->zero->after_unit(zs, u, ZT_PHASE_FORWARD);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "after_unit(%d, forward)", (int)u);
+    }
+    return ZT_OK;
+}
+
+static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err)
+{
+    int32_t n_units = t->info->n_units;
+    void *zs = t->zero_lp->state;
+    int64_t width = t->info->hidden_size;
+    int cur = 0; /* dx[cur] holds the gradient of the current unit's output */
+    for (int32_t u = n_units - 1; u >= 0; u--) {
+        zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_BACKWARD, t->params, t->grads);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, backward)", (int)u);
+        zt_unit_call c = unit_call(t, u, ZT_UNIT_TRAIN, b);
+        c.grads = t->grads;
+        c.saved = &t->saved[u];
+        if (u + 1 < n_units) c.dx_out = hidden_view(t, t->dx[cur], b, width);
+        if (u > 0) c.dx_in = hidden_view(t, t->dx[1 - cur], b, width);
+        st = t->model->backward(t->model_lp->state, &c);
+        if (st != ZT_OK) return zt_plugin_failed(t->model_lp, st, err, "backward of unit %d", (int)u);
+        st = t->zero->grads_ready(zs, u, last_micro);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "grads_ready(%d)", (int)u);
+        st = t->zero->after_unit(zs, u, ZT_PHASE_BACKWARD);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "after_unit(%d, backward)", (int)u);
+        cur = 1 - cur;
+    }
+    return ZT_OK;
+}
+
+/* GPU runs: the units read the batch from device memory. Copies b's arrays into device_micro and
+ * points b there; ordered on the compute stream, so the copy lands after the kernels of the previous
+ * micro-batch have read theirs. */
+static zt_status upload_batch(trainer *t, zt_batch *b, zt_error *err)
+{
+    if (!t->on_gpu) return ZT_OK;
+    size_t cells = (size_t)b->batch * (size_t)b->seq_len * sizeof(int32_t);
+    const micro_batch *d = &t->device_micro;
+    struct { int32_t *device; const int32_t **field; size_t bytes; } arrays[] = {
+        {d->tokens, &b->tokens, cells},       {d->targets, &b->targets, cells},
+        {d->positions, &b->positions, cells}, {d->doc_ids, &b->doc_ids, cells},
+        {d->cu_seqlens, &b->cu_seqlens, ((size_t)b->n_docs + 1) * sizeof(int32_t)}};
+    for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
+        if (!*arrays[a].field) continue;
+        zt_status st = zt_runtime_memcpy(t->rt, arrays[a].device, *arrays[a].field, arrays[a].bytes, err);
+        if (st != ZT_OK) return st;
+        *arrays[a].field = arrays[a].device;
+    }
+    return ZT_OK;
+}
+
+/* ---- one optimizer step ----------------------------------------------------------------------- */
+
+static void copy_micro(micro_batch *dst, const zt_loader_batch *src)
+{
+    size_t cells = (size_t)src->batch * (size_t)src->seq_len * sizeof(int32_t);
+    memcpy(dst->tokens, src->tokens, cells);
+    memcpy(dst->targets, src->targets, cells);
+    memcpy(dst->positions, src->positions, cells);
+    memcpy(dst->doc_ids, src->doc_ids, cells);
+    memcpy(dst->cu_seqlens, src->cu_seqlens, ((size_t)src->n_spans + 1) * sizeof(int32_t));
+    dst->n_spans = src->n_spans;
+    dst->max_span_len = src->max_span_len;
+    dst->n_tokens = src->n_tokens;
+    dst->n_loss_tokens = src->n_loss_tokens;
+}
+
+typedef struct step_outcome {
+    double loss;      /* mean over the global batch's loss tokens; NAN when it has none */
+    double lr;
+    double loss_scale; /* fp16: the scale this step's backward used; 0 otherwise */
+    zt_step_result result;
+    int64_t tokens, loss_tokens; /* global */
+} step_outcome;
+
+/* fp16: the loss scaler learns whether the step overflowed. The zero plugin decided the skip from the
+ * global gradient norm, which it reads on the host anyway (clipping and the skip test need it: one
+ * 8-byte device-to-host copy per step, already there in bf16 runs), and which is the same on every rank
+ * (all-reduced), so every rank skips, halves and doubles in step without another collective. */
+static zt_status fp16_after_step(trainer *t, int64_t step, step_outcome *out, zt_error *err)
+{
+    double used = t->scaler.scale;
+    uint32_t f = zt_loss_scaler_update(&t->scaler, out->result.skipped);
+    if (f & ZT_LOSS_SCALE_COLLAPSED)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "fp16: gradients overflow even at the minimum loss scale %g at step %lld (%lld overflowing "
+                            "steps in a row at fp16.min_loss_scale, %lld skipped in all), so training cannot "
+                            "continue. The model itself produces inf/nan in fp16 (activations or gradients "
+                            "beyond 65504), not the scaled loss: likely the learning rate is too high (the weights "
+                            "diverged: lower optimizer.params.lr, or clip with gradient_clipping) or the model's "
+                            "values do not fit fp16. Fixes: lower the learning rate, or train in bf16 (bf16.enabled "
+                            "true, fp16.enabled false: no loss scaling needed); lower fp16.min_loss_scale (below 1) if the "
+                            "gradients are merely too large for fp16; raise fp16.min_loss_scale only if small "
+                            "gradients underflow at the scale it reached (a higher minimum never cures an overflow)",
+                            used, (long long)step, (long long)zt_loss_scaler_collapse_after(&t->scaler),
+                            (long long)t->scaler.skipped_total);
+    if (f & ZT_LOSS_SCALE_SKIPPED)
+        zt_log(ZT_LOG_INFO, "step %lld: fp16 gradients overflowed at loss scale %g (norm %g): the update was skipped "
+               "(%lld skipped so far)%s", (long long)step, used, out->result.grad_norm,
+               (long long)t->scaler.skipped_total,
+               f & ZT_LOSS_SCALE_HALVED ? "" : used > t->scaler.min_scale ? "; the scale holds (hysteresis)" : "");
+    if (f & ZT_LOSS_SCALE_HALVED)
+        zt_log(ZT_LOG_INFO, "step %lld: loss scale %g -> %g", (long long)step, used, t->scaler.scale);
+    if (f & ZT_LOSS_SCALE_DOUBLED)
+        zt_log(ZT_LOG_INFO, "step %lld: loss scale %g -> %g (%lld steps without overflow)", (long long)step, used,
+               t->scaler.scale, (long long)t->set.fp16_window);
+    return ZT_OK;
+}
+
+static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_error *err)
+{
+    zt_runtime_mem_reset_peaks(t->rt); /* the step's record reports this step's peak */
+    memset(out, 0, sizeof *out);
+    out->result.struct_size = sizeof out->result;
+    int64_t counts[2] = {0, 0}; /* loss tokens, tokens of this rank's micro-batches */
+    for (int64_t k = 0; k < t->set.accum; k++) {
+        const zt_loader_batch *lb;
+        zt_status st = zt_loader_next(t->train_loader, &lb, err);
+        if (st != ZT_OK) return st;
+        copy_micro(&t->micro[k], lb);
+        counts[0] += lb->n_loss_tokens;
+        counts[1] += lb->n_tokens;
+    }
+    zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, counts, counts, 2, ZT_I64, ZT_REDUCE_SUM, NULL);
+    if (st != ZT_OK) return host_failed(t, st, err, "counting the global batch's loss tokens (all-reduce over 'dp')");
+    out->loss_tokens = counts[0];
+    out->tokens = counts[1];
+    /* Skipped fp16 steps advance neither the schedule nor Adam's step counter (DeepSpeed's fp16 optimizer
+     * does not step the optimizer or the lr scheduler on overflow): the optimizer's step is `applied`. */
+    int64_t applied = t->fp16 ? step - t->scaler.skipped_total : step;
+    out->lr = zt_schedule_lr(&t->schedule, applied);
+    if (counts[0] == 0) {
+        /* Nothing to learn from (every target is -100, e.g. answers cut off by seq_len): the mean
+         * is undefined, so the step makes no update at all. */
+        out->loss = NAN;
+        out->result.skipped = 1;
+        out->result.grad_norm = 0;
+        zt_log(ZT_LOG_WARN, "step %lld: the global batch has no loss tokens (every target is -100); no update",
+               (long long)step);
+        return ZT_OK;
+    }
+
+    double loss = 0;
+    uint32_t flags = ZT_UNIT_TRAIN | (t->set.recompute ? ZT_UNIT_RECOMPUTE : 0);
+    zt_step_args a = {.struct_size = sizeof a,
+                      .step = applied,
+                      .lr = out->lr,
+                      .weight_decay = t->set.weight_decay,
+                      .max_grad_norm = t->set.clip,
+                      .loss_scale = t->fp16 ? t->scaler.scale : 1.0};
+    out->loss_scale = t->fp16 ? t->scaler.scale : 0;
+    /* ABI 1.1: the zero plugin may step each unit inside the backward (step_in_backward) */
+    if (t->zero->struct_size >= ZT_ZERO_OPS_SIZE_1_1 && t->zero->begin_step) {
+        st = t->zero->begin_step(t->zero_lp->state, &a);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "begin_step %lld", (long long)step);
+    }
+    for (int64_t k = 0; k < t->set.accum; k++) {
+        zt_batch b = batch_of(t, &t->micro[k], counts[0]);
+        float part = 0;
+        st = upload_batch(t, &b, err);
+        if (st == ZT_OK) st = forward(t, &b, flags, &part, err);
+        if (st == ZT_OK) st = backward(t, &b, k == t->set.accum - 1, err);
+        if (st != ZT_OK) return st;
+        loss += part;
+    }
+    if (t->dp.size > 1) {
+        float shared = (float)loss;
+        st = t->host->all_reduce(t->host->ctx, &t->dp, &shared, &shared, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
+        if (st != ZT_OK) return host_failed(t, st, err, "summing the loss over 'dp'");
+        loss = shared;
+    }
+    out->loss = loss;
+
+    void *zs = t->zero_lp->state;
+    st = t->zero->step(zs, &a, &out->result);
+    if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "step %lld", (long long)step);
+    st = t->zero->zero_grad(zs);
+    if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "zero_grad after step %lld", (long long)step);
+    if (t->fp16) return fp16_after_step(t, step, out, err);
+    if (out->result.skipped)
+        zt_log(ZT_LOG_WARN, "step %lld: the gradient norm is %g (non-finite): the update was skipped",
+               (long long)step, out->result.grad_norm);
+    return ZT_OK;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------- */
+
+/* Mean loss over the loss tokens of up to eval.batches micro-batches of the validation split. */
+static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_error *err)
+{
+    zt_loader_rewind(t->val_loader);
+    int64_t n_batches = zt_loader_info_get(t->val_loader)->batches_per_epoch;
+    if (n_batches > t->set.eval_batches) n_batches = t->set.eval_batches;
+    double sum = 0;
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < n_batches && (t->dp.size > 1 || !zt_runtime_cancel_requested()); i++) {
+        const zt_loader_batch *lb;
+        zt_status st = zt_loader_next(t->val_loader, &lb, err);
+        if (st != ZT_OK) return st;
+        zt_batch b;
+        zt_loader_batch_view(lb, &b);
+        b.n_loss_tokens_global = 1; /* the model returns the sum; divided by the token count below */
+        float part = 0;
+        st = upload_batch(t, &b, err);
+        if (st == ZT_OK) st = forward(t, &b, 0, &part, err);
+        if (st != ZT_OK) return st;
+        sum += part;
+        tokens += lb->n_loss_tokens;
+    }
+    if (t->dp.size > 1) {
+        float s = (float)sum;
+        int64_t n = tokens;
+        zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, &s, &s, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
+        if (st == ZT_OK) st = t->host->all_reduce(t->host->ctx, &t->dp, &n, &n, 1, ZT_I64, ZT_REDUCE_SUM, NULL);
+        if (st != ZT_OK) return host_failed(t, st, err, "summing the evaluation loss over 'dp'");
+        sum = s;
+        tokens = n;
+    }
+    *n_tokens = tokens;
+    *mean_loss = tokens ? sum / (double)tokens : NAN;
+    return ZT_OK;
+}
+
+/* ---- ranks ------------------------------------------------------------------------------------ */
+
+/* After a part that can fail on some ranks only (a full disk, a file another rank wrote): every rank
+ * learns whether all succeeded, so none waits in a collective the others skip. A failing rank keeps
+ * its own message; the others get one naming the lowest failing rank (its message is in its output). */
+static zt_status agree_on_status(trainer *t, zt_status mine, zt_error *err, const char *what)
+{
+    if (t->dp.size == 1) return mine;
+    int64_t first = mine == ZT_OK ? INT64_MAX : (int64_t)t->dp.rank * 256 + (int64_t)mine;
+    zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, &first, &first, 1, ZT_I64, ZT_REDUCE_MIN, NULL);
+    if (st != ZT_OK) return mine != ZT_OK ? mine : host_failed(t, st, err, what);
+    if (mine != ZT_OK || first == INT64_MAX) return mine;
+    return zt_error_set(err, (zt_status)(first % 256), "%s failed on rank %d (its message is in that rank's output)",
+                        what, (int)(first / 256));
+}
+
+/* A unit's whole fp32 master [padded] into `full` on every rank. A replicated unit (the zero plugin's
+ * shard is the whole unit) is read locally; a sharded one is read into the start of `full` and
+ * all-gathered in place, which needs every rank. */
+static zt_status gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
+{
+    void *zs = t->zero_lp->state;
+    int64_t offset, count, padded = t->layout->units[unit].padded_numel;
+    t->zero->shard_range(zs, unit, &offset, &count);
+    zt_status st = t->zero->read_shard(zs, unit, ZT_SHARD_MASTER, full);
+    if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, weights)", (int)unit);
+    if (count == padded) return ZT_OK;
+    if (count * t->dp.size != padded || offset != count * t->dp.rank)
+        return zt_error_set(err, ZT_ERR_INTERNAL,
+                            "zero plugin '%s' holds elements [%lld, %lld) of unit %d (of %lld) on rank %d of %d: "
+                            "neither the whole unit nor its even 1/%d slice",
+                            t->zero_lp->desc.name, (long long)offset, (long long)(offset + count), (int)unit,
+                            (long long)padded, (int)t->dp.rank, (int)t->dp.size, (int)t->dp.size);
+    st = t->host->all_gather(t->host->ctx, &t->dp, full, full, (uint64_t)count, ZT_F32, NULL);
+    return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "gathering a unit's weights (all-gather over 'dp')");
+}
+
+/* ---- weights in ------------------------------------------------------------------------------- */
+
+/* Fill every unit's master from `fill`, which writes this rank's slice [offset, offset + count) of a
+ * unit's padded buffer into dst (padding zero). */
+typedef zt_status (*shard_source)(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                                  zt_error *err);
+
+static zt_status load_master(trainer *t, shard_source fill, void *ctx, zt_error *err)
+{
+    void *zs = t->zero_lp->state;
+    zt_status st = hold_shard_buffer(t, err);
+    for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
+        int64_t offset, count;
+        t->zero->shard_range(zs, u, &offset, &count);
+        st = fill(t, ctx, u, offset, count, t->shard_buf, err);
+        if (st != ZT_OK) return st;
+        st = t->zero->write_shard(zs, u, ZT_SHARD_MASTER, t->shard_buf);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, weights)", (int)u);
+    }
+    return st;
+}
+
+static zt_status random_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                               zt_error *err)
+{
+    (void)ctx, (void)err;
+    zt_layout_init_range(t->layout, t->rt, unit, (uint64_t)t->set.seed, offset, count, dst);
+    return ZT_OK;
+}
+
+/* Calls fn for every parameter with storage that overlaps [offset, offset + count) of unit u:
+ * the element range inside the tensor and where it lies in the slice. */
+typedef zt_status (*piece_fn)(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                              zt_error *err);
+
+static zt_status for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count, float *slice, piece_fn fn,
+                                void *ctx, zt_error *err)
+{
+    const zt_unit_layout *ul = &t->layout->units[u];
+    for (int32_t i = ul->first_param; i < ul->first_param + ul->n_params; i++) {
+        int64_t lo = t->layout->param_offset[i];
+        if (lo < 0) continue; /* tied */
+        int64_t hi = lo + t->layout->numel[i];
+        int64_t from = lo > offset ? lo : offset, to = hi < offset + count ? hi : offset + count;
+        if (from >= to) continue;
+        zt_status st = fn(t, ctx, i, from - lo, to - from, slice + (from - offset), err);
+        if (st != ZT_OK) return st;
+    }
+    return ZT_OK;
+}
+
+static zt_status hf_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                          zt_error *err)
+{
+    const zt_param_decl *p = &t->info->params[param];
+    return zt_hf_model_read(ctx, p->name, p->ndim, p->shape, (uint64_t)elem_offset, (uint64_t)n, slice_at, err);
+}
+
+static zt_status hf_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                           zt_error *err)
+{
+    memset(dst, 0, (size_t)count * sizeof *dst);
+    return for_each_piece(t, unit, offset, count, dst, hf_piece, ctx, err);
+}
+
+static zt_status load_hf(trainer *t, const char *dir, zt_error *err)
+{
+    zt_hf_model *m;
+    zt_status st = zt_hf_model_open(dir, &m, err);
+    if (st != ZT_OK) return st;
+    st = load_master(t, hf_source, m, err);
+    zt_hf_model_close(m);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "weights loaded from %s", dir);
+    return st;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------------ */
+
+static const char *state_name(trainer *t, int32_t k)
+{
+    const char *name = t->opt->state_name ? t->opt->state_name(t->opt_lp->state, k) : NULL;
+    return name ? name : "state";
+}
+
+static int32_t n_opt_state(trainer *t)
+{
+    return t->opt->n_state ? t->opt->n_state(t->opt_lp->state) : 0;
+}
+
+/* The trainer's own state: JSON, one object. */
+static char *trainer_state_json(trainer *t, int64_t step)
+{
+    char schedule[512];
+    zt_schedule_to_json(&t->schedule, schedule, sizeof schedule);
+    /* fp16: the loss scaler, so a resumed run continues with the scale (and Adam step count) it had */
+    char scaler[320] = "";
+    if (t->fp16)
+        snprintf(scaler, sizeof scaler,
+                 ",\"loss_scale\":{\"scale\":%.17g,\"hysteresis_left\":%lld,\"good_steps\":%lld,"
+                 "\"overflows_at_min\":%lld,\"skipped_total\":%lld}",
+                 t->scaler.scale, (long long)t->scaler.hysteresis_left, (long long)t->scaler.good_steps,
+                 (long long)t->scaler.overflows_at_min, (long long)t->scaler.skipped_total);
+    char *text = NULL;
+    if (asprintf(&text,
+                 "{\"format\":\"" TRAINER_STATE_FORMAT "\",\"version\":1,\"step\":%lld,\"seed\":%lld,"
+                 "\"elapsed_s\":%.17g,\"tokens_seen\":%lld,\"schedule\":%s%s}",
+                 (long long)step, (long long)t->set.seed, t->elapsed_before + t->session_s, (long long)t->tokens_seen,
+                 schedule, scaler) < 0)
+        return NULL;
+    return text;
+}
+
+typedef struct save_ctx {
+    zt_ckpt_rank_writer *w;
+    const char *group;
+} save_ctx;
+
+static zt_status save_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                            zt_error *err)
+{
+    save_ctx *s = ctx;
+    if (strcmp(s->group, ZT_CKPT_GROUP_PARAM) != 0 && !t->layout->trainable[param]) return ZT_OK; /* no state */
+    return zt_ckpt_rank_writer_add_shard(s->w, t->info->params[param].name, s->group, elem_offset, n, slice_at, err);
+}
+
+static char *resolved_config_json(trainer *t, zt_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing the resolved config");
+        return NULL;
+    }
+    zt_status st = zt_config_write_resolved(t->req->cfg, f, t->req->plugins_json, err);
+    if (fclose(f) != 0 && st == ZT_OK) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st != ZT_OK) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* The declarations of every tensor a checkpoint holds: weights of every parameter with storage,
+ * optimizer state of the trainable ones. */
+static zt_ckpt_tensor_decl *checkpoint_decls(trainer *t, size_t *n_out)
+{
+    int32_t n_state = n_opt_state(t), np = t->info->n_params_decl;
+    zt_ckpt_tensor_decl *d = calloc((size_t)np * (size_t)(1 + n_state), sizeof *d);
+    size_t n = 0;
+    for (int32_t g = 0; d && g <= n_state; g++) {
+        for (int32_t i = 0; i < np; i++) {
+            const zt_param_decl *p = &t->info->params[i];
+            if (t->layout->param_offset[i] < 0 || (g > 0 && !t->layout->trainable[i])) continue;
+            d[n].name = p->name;
+            d[n].group = g == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, g - 1);
+            d[n].ndim = p->ndim;
+            for (int32_t k = 0; k < p->ndim; k++) d[n].shape[k] = p->shape[k];
+            n++;
+        }
+    }
+    *n_out = n;
+    return d;
+}
+
+static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, const zt_loader_position *pos,
+                                 zt_ckpt_rank_result *result, zt_error *err)
+{
+    zt_ckpt_rank_writer *w;
+    zt_status st = zt_ckpt_rank_writer_open(staging, t->dp.rank, &w, err);
+    if (st != ZT_OK) return st;
+    void *zs = t->zero_lp->state;
+    int32_t n_state = n_opt_state(t);
+    for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
+        int64_t offset, count;
+        t->zero->shard_range(zs, u, &offset, &count);
+        if (count == t->layout->units[u].padded_numel && t->dp.rank != 0) continue;
+        for (int32_t which = 0; which <= n_state && st == ZT_OK; which++) {
+            st = t->zero->read_shard(zs, u, which, t->shard_buf);
+            if (st != ZT_OK) {
+                st = zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, array %d)", (int)u, (int)which);
+                break;
+            }
+            save_ctx sc = {w, which == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, which - 1)};
+            st = for_each_piece(t, u, offset, count, t->shard_buf, save_piece, &sc, err);
+        }
+    }
+    char position[512], blob_name[64];
+    zt_loader_position_to_json(pos, position, sizeof position);
+    snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)t->dp.rank);
+    if (st == ZT_OK) st = zt_ckpt_rank_writer_add_blob(w, blob_name, position, strlen(position), err);
+    if (st == ZT_OK && t->dp.rank == 0) {
+        char *state = trainer_state_json(t, step);
+        st = state ? zt_ckpt_rank_writer_add_blob(w, TRAINER_STATE_BLOB, state, strlen(state), err)
+                   : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing the trainer state");
+        free(state);
+    }
+    if (st != ZT_OK) {
+        zt_ckpt_rank_writer_abort(w);
+        return st;
+    }
+    return zt_ckpt_rank_writer_finish(w, result, err);
+}
+
+/* Every rank's description of its data file, on rank 0 (all[r] for rank r, all[0] == *mine); the
+ * other ranks send theirs. */
+static zt_status gather_rank_results(trainer *t, const zt_ckpt_rank_result *mine, zt_ckpt_rank_result *all,
+                                     zt_error *err)
+{
+    const zt_host *h = t->host;
+    zt_status st = ZT_OK;
+    if (t->dp.rank != 0) {
+        int64_t header[2] = {(int64_t)mine->n_pieces, (int64_t)mine->file_size};
+        st = h->send(h->ctx, &t->dp, header, 2, ZT_I64, 0, NULL);
+        if (st == ZT_OK && mine->n_pieces)
+            st = h->send(h->ctx, &t->dp, mine->pieces, mine->n_pieces * sizeof *mine->pieces, ZT_U8, 0, NULL);
+        return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "sending this rank's checkpoint description to rank 0");
+    }
+    all[0] = *mine;
+    for (int32_t r = 1; r < t->dp.size && st == ZT_OK; r++) {
+        int64_t header[2];
+        st = h->recv(h->ctx, &t->dp, header, 2, ZT_I64, r, NULL);
+        if (st != ZT_OK) break;
+        all[r].rank = r;
+        all[r].file_size = (uint64_t)header[1];
+        all[r].n_pieces = (size_t)header[0];
+        all[r].pieces = calloc(all[r].n_pieces ? all[r].n_pieces : 1, sizeof *all[r].pieces);
+        if (!all[r].pieces)
+            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory receiving rank %d's checkpoint description",
+                                (int)r);
+        if (all[r].n_pieces)
+            st = h->recv(h->ctx, &t->dp, all[r].pieces, all[r].n_pieces * sizeof *all[r].pieces, ZT_U8, r, NULL);
+    }
+    return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "receiving the ranks' checkpoint descriptions");
+}
+
+/* Rank 0 stages the directory and tells the others where it is; every rank writes its own file; rank 0
+ * collects the descriptions and publishes (checkpoint.h). The ranks agree after each part, so a
+ * failure on one of them stops all of them at the same point. */
+static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_position *pos, char **final_dir,
+                                 zt_error *err)
+{
+    double started = now_s();
+    char *staging = NULL, *config = NULL;
+    char staging_path[4096] = "";
+    zt_ckpt_rank_result result = {0};
+    zt_ckpt_rank_result *all = calloc((size_t)t->dp.size, sizeof *all);
+    size_t n_decls = 0;
+    zt_ckpt_tensor_decl *decls = NULL;
+    zt_status st = all ? hold_shard_buffer(t, err)
+                       : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving a checkpoint");
+    if (st == ZT_OK && t->dp.rank == 0) st = zt_ckpt_stage(t->set.ckpt_root, step, &staging, err);
+    if (st == ZT_OK && staging && strlen(staging) >= sizeof staging_path)
+        st = zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir is too long: %s", staging);
+    if (st == ZT_OK && staging) memcpy(staging_path, staging, strlen(staging) + 1);
+    st = agree_on_status(t, st, err, "creating the checkpoint's directory");
+    if (st == ZT_OK && t->dp.size > 1) {
+        st = t->host->broadcast(t->host->ctx, &t->dp, staging_path, sizeof staging_path, ZT_U8, 0, NULL);
+        if (st != ZT_OK) st = host_failed(t, st, err, "sharing the checkpoint's directory (broadcast over 'dp')");
+    }
+    if (st == ZT_OK) st = write_rank_file(t, staging_path, step, pos, &result, err);
+    st = agree_on_status(t, st, err, "writing the checkpoint's rank files");
+    if (st == ZT_OK) st = gather_rank_results(t, &result, all, err);
+    if (st == ZT_OK && t->dp.rank == 0) {
+        if (!(decls = checkpoint_decls(t, &n_decls)))
+            st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory listing the checkpoint's tensors");
+        else if (!(config = resolved_config_json(t, err)))
+            st = err->status;
+    }
+    if (st == ZT_OK && t->dp.rank == 0) {
+        zt_ckpt_commit_args a = {.root = t->set.ckpt_root,
+                                 .staging_dir = staging,
+                                 .step = step,
+                                 .config_json = config,
+                                 .layout = {.world_size = t->host->world_size,
+                                            .zero_stage = t->zero->stage,
+                                            .dp_size = t->dp.size,
+                                            .tp_size = 1,
+                                            .pp_size = 1},
+                                 .tensors = decls,
+                                 .n_tensors = n_decls,
+                                 .ranks = all,
+                                 .n_ranks = (size_t)t->dp.size,
+                                 .keep_last = (int32_t)t->set.ckpt_keep};
+        zt_ckpt_model_shape_from_info(t->info, &a.model);
+        st = zt_ckpt_commit(&a, final_dir, err);
+    }
+    st = agree_on_status(t, st, err, "publishing the checkpoint");
+    if (st != ZT_OK && staging) zt_ckpt_discard_stage(staging);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "checkpoint of step %lld saved to %s (%.1f s)", (long long)step,
+                            final_dir && *final_dir ? *final_dir : t->set.ckpt_root, now_s() - started);
+    for (int32_t r = 1; all && r < t->dp.size; r++) zt_ckpt_rank_result_free(&all[r]);
+    zt_ckpt_rank_result_free(&result);
+    free(all);
+    free(staging);
+    free(config);
+    free(decls);
+    drop_shard_buffer(t);
+    return st;
+}
+
+typedef struct resume_ctx {
+    zt_ckpt *ckpt;
+    const char *group;
+    int64_t missing;   /* optimizer-state elements the checkpoint lacks (newly trainable parameters) */
+} resume_ctx;
+
+static zt_status ckpt_param_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                                   zt_error *err)
+{
+    resume_ctx *r = ctx;
+    return zt_ckpt_read_unit_shard(r->ckpt, &t->layout->layout, unit, ZT_CKPT_GROUP_PARAM, offset, count, dst, err);
+}
+
+static zt_status resume_state_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n,
+                                    float *slice_at, zt_error *err)
+{
+    resume_ctx *r = ctx;
+    const char *name = t->info->params[param].name;
+    if (!t->layout->trainable[param]) return ZT_OK;
+    if (!zt_ckpt_find(r->ckpt, name, r->group)) {
+        r->missing += n; /* stays zero: a fresh optimizer state, as for a parameter never trained */
+        return ZT_OK;
+    }
+    return zt_ckpt_read(r->ckpt, name, r->group, elem_offset, n, slice_at, err);
+}
+
+/* The JSON number of `key` in object text, or fallback. */
+static double json_number(const zt_json *j, const char *key, double fallback)
+{
+    int v = zt_json_object_get(j, 0, key);
+    return v >= 0 && zt_json_is_number(j, v) ? zt_json_get_number(j, v) : fallback;
+}
+
+/* fp16: the checkpoint's loss scaler; a checkpoint without one (written by a bf16 run or an older zt)
+ * starts from the configured initial scale. */
+static void restore_loss_scale(trainer *t, const zt_json *j)
+{
+    int obj = zt_json_object_get(j, 0, "loss_scale");
+    if (obj < 0 || j->tok[obj].type != ZT_JSON_OBJECT) {
+        zt_log(ZT_LOG_INFO, "fp16: the checkpoint has no loss-scale state (a bf16 run or an older zt): starting from "
+               "the initial scale %g", t->scaler.scale);
+        return;
+    }
+    double v[5];
+    static const char *const keys[5] = {"scale", "hysteresis_left", "good_steps", "overflows_at_min", "skipped_total"};
+    for (int i = 0; i < 5; i++) {
+        int at = zt_json_object_get(j, obj, keys[i]);
+        v[i] = at >= 0 && zt_json_is_number(j, at) ? zt_json_get_number(j, at) : NAN;
+        if (!isfinite(v[i]) || v[i] < 0) {
+            zt_log(ZT_LOG_WARN, "fp16: the checkpoint's loss-scale state lacks a valid \"%s\": starting from the "
+                   "initial scale %g", keys[i], t->scaler.scale);
+            return;
+        }
+    }
+    t->scaler.scale = v[0] < t->scaler.min_scale ? t->scaler.min_scale : v[0];
+    t->scaler.hysteresis_left = (int64_t)v[1] < 1 || (int64_t)v[1] > t->scaler.hysteresis ? t->scaler.hysteresis
+                                                                                          : (int64_t)v[1];
+    t->scaler.good_steps = (int64_t)v[2];
+    t->scaler.overflows_at_min = (int64_t)v[3];
+    t->scaler.skipped_total = (int64_t)v[4];
+    zt_log(ZT_LOG_INFO, "fp16: loss scale %g restored from the checkpoint (%lld steps skipped before it)",
+           t->scaler.scale, (long long)t->scaler.skipped_total);
+}
+
+static zt_status restore_trainer_state(trainer *t, zt_ckpt *c, zt_error *err)
+{
+    const void *data;
+    size_t size;
+    zt_status st = zt_ckpt_blob(c, TRAINER_STATE_BLOB, &data, &size, err);
+    if (st != ZT_OK) return st;
+    zt_json j;
+    st = zt_json_parse(data, size, "checkpoint blob " TRAINER_STATE_BLOB, &j, err);
+    if (st != ZT_OK) return st;
+    int format = zt_json_object_get(&j, 0, "format");
+    if (j.tok[0].type != ZT_JSON_OBJECT || format < 0 || !zt_json_eq(&j, format, TRAINER_STATE_FORMAT) ||
+        json_number(&j, "version", 0) != 1 || json_number(&j, "step", -1) != (double)zt_ckpt_step(c)) {
+        zt_json_free(&j);
+        return zt_error_set(err, ZT_ERR_FORMAT,
+                            "the checkpoint's " TRAINER_STATE_BLOB " is not a version 1 " TRAINER_STATE_FORMAT
+                            " for its step %lld; it was written by another program or version",
+                            (long long)zt_ckpt_step(c));
+    }
+    t->elapsed_before = json_number(&j, "elapsed_s", 0);
+    t->tokens_seen = (int64_t)json_number(&j, "tokens_seen", 0);
+    double seed = json_number(&j, "seed", -1);
+    if (seed != (double)t->set.seed)
+        zt_log(ZT_LOG_WARN, "the checkpoint was trained with seed %.0f, this run has seed %lld", seed,
+               (long long)t->set.seed);
+    if (t->fp16) restore_loss_scale(t, &j);
+    int sched = zt_json_object_get(&j, 0, "schedule");
+    char now[512];
+    zt_schedule_to_json(&t->schedule, now, sizeof now);
+    if (sched >= 0) {
+        int len = j.tok[sched].end - j.tok[sched].start;
+        if ((size_t)len != strlen(now) || memcmp(j.text + j.tok[sched].start, now, (size_t)len) != 0)
+            zt_log(ZT_LOG_WARN, "the learning-rate schedule changed since the checkpoint: it was %.*s, now %s", len,
+                   j.text + j.tok[sched].start, now);
+    }
+    zt_json_free(&j);
+    return ZT_OK;
+}
+
+static zt_status read_position(zt_ckpt *c, int32_t rank, zt_loader_position *pos, zt_error *err)
+{
+    char blob_name[64];
+    snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)rank);
+    const void *data;
+    size_t size;
+    zt_status st = zt_ckpt_blob(c, blob_name, &data, &size, err);
+    return st == ZT_OK ? zt_loader_position_from_json(data, size, blob_name, pos, err) : st;
+}
+
+/* The data stream where the checkpoint left it. With the rank count it was written with, each rank
+ * continues its own stream. With another count: rank r of w takes samples r, r + w, ... of each
+ * epoch's order, so W ranks that each consumed c samples consumed exactly the first W * c; the new
+ * ranks continue from there (rounded down to a multiple of the new count), and when the old ranks
+ * had consumed different counts (packed rows), from the smallest, so no sample is skipped and the
+ * few consumed beyond it are seen again (logged). */
+static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
+{
+    zt_loader_position pos;
+    zt_status st = read_position(c, 0, &pos, err);
+    if (st != ZT_OK) return st;
+    if (pos.world == t->dp.size) {
+        if (t->dp.rank != 0) st = read_position(c, t->dp.rank, &pos, err);
+        return st == ZT_OK ? zt_loader_set_position(t->train_loader, &pos, err) : st;
+    }
+    int32_t old_world = pos.world;
+    uint64_t consumed = 0, epoch = pos.epoch, cursor = pos.cursor;
+    for (int32_t r = 0; r < old_world && st == ZT_OK; r++) {
+        zt_loader_position other;
+        st = read_position(c, r, &other, err);
+        if (st != ZT_OK) break;
+        if (other.epoch < epoch || (other.epoch == epoch && other.cursor < cursor)) {
+            epoch = other.epoch;
+            cursor = other.cursor;
+        }
+        consumed += other.cursor;
+    }
+    if (st != ZT_OK) return st;
+    uint64_t global = cursor * (uint64_t)old_world, new_cursor = global / (uint64_t)t->dp.size;
+    pos.world = t->dp.size;
+    pos.rank = t->dp.rank;
+    pos.epoch = epoch;
+    pos.cursor = new_cursor;
+    st = zt_loader_set_position(t->train_loader, &pos, err);
+    if (st != ZT_OK) return st;
+    uint64_t resumed_at = new_cursor * (uint64_t)t->dp.size;
+    if (consumed > resumed_at && pos.epoch == epoch)
+        zt_log(ZT_LOG_INFO, "the checkpoint was written by %d data-parallel ranks, this run has %d: the data continues "
+               "at sample %llu of epoch %llu, so %llu samples the old ranks had consumed are seen again",
+               (int)old_world, (int)t->dp.size, (unsigned long long)resumed_at, (unsigned long long)epoch,
+               (unsigned long long)(consumed - resumed_at));
+    else
+        zt_log(ZT_LOG_INFO, "the checkpoint was written by %d data-parallel ranks, this run has %d: the data continues "
+               "at sample %llu of epoch %llu, exactly where the old ranks stopped",
+               (int)old_world, (int)t->dp.size, (unsigned long long)resumed_at, (unsigned long long)epoch);
+    return ZT_OK;
+}
+
+static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
+{
+    const char *want = t->req->resume;
+    if (!strcmp(want, "latest")) return zt_ckpt_latest(t->set.ckpt_root, step_dir, err);
+    char probe[4096];
+    struct stat sb;
+    snprintf(probe, sizeof probe, "%s/checkpoint.json", want);
+    if (stat(probe, &sb) == 0) return (*step_dir = strdup(want)) ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
+    if (stat(want, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return zt_error_set(err, ZT_ERR_NOT_FOUND,
+                            "--resume %s: no such directory; give a checkpoint (a step-NNNNNN directory), a "
+                            "checkpoint root, or latest (the newest under %s)",
+                            want, t->set.ckpt_root);
+    return zt_ckpt_latest(want, step_dir, err); /* a root: its newest complete checkpoint */
+}
+
+static zt_status resume(trainer *t, zt_error *err)
+{
+    char *dir = NULL;
+    zt_status st = resolve_resume_dir(t, &dir, err);
+    if (st != ZT_OK) {
+        if (st == ZT_ERR_NOT_FOUND)
+            zt_error_append(err, "\nnothing to resume from: train without --resume first, or point --resume at "
+                            "a checkpoint directory");
+        return st;
+    }
+    zt_ckpt *c = NULL;
+    st = zt_ckpt_open(dir, &c, err);
+    static const char *const groups[] = {ZT_CKPT_GROUP_PARAM};
+    if (st == ZT_OK) st = zt_ckpt_check_model(c, t->info, groups, 1, err);
+    resume_ctx r = {c, ZT_CKPT_GROUP_PARAM, 0};
+    if (st == ZT_OK) st = load_master(t, ckpt_param_source, &r, err);
+    void *zs = t->zero_lp->state;
+    int32_t n_state = n_opt_state(t);
+    for (int32_t k = 0; k < n_state && st == ZT_OK; k++) {
+        r.group = state_name(t, k);
+        for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
+            int64_t offset, count;
+            t->zero->shard_range(zs, u, &offset, &count);
+            memset(t->shard_buf, 0, (size_t)count * sizeof(float));
+            st = for_each_piece(t, u, offset, count, t->shard_buf, resume_state_piece, &r, err);
+            if (st != ZT_OK) break;
+            st = t->zero->write_shard(zs, u, k + 1, t->shard_buf);
+            if (st != ZT_OK) st = zt_plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, %s)", (int)u, r.group);
+        }
+    }
+    if (st == ZT_OK) st = restore_trainer_state(t, c, err);
+    if (st == ZT_OK) st = restore_loader(t, c, err);
+    if (st == ZT_OK) {
+        t->step = zt_ckpt_step(c);
+        if (r.missing)
+            zt_log(ZT_LOG_WARN, "the checkpoint holds no optimizer state for %lld elements of parameters that are "
+                   "trainable now (trainable_params changed); their state starts at zero", (long long)r.missing);
+        zt_log(ZT_LOG_INFO, "resumed from %s at step %lld", dir, (long long)t->step);
+    } else {
+        zt_error_append(err, "\n(while resuming from %s)", dir);
+    }
+    zt_ckpt_close(c);
+    free(dir);
+    return st;
+}
+
+/* ---- HF export -------------------------------------------------------------------------------- */
+
+typedef struct export_ctx {
+    trainer *t;
+    const zt_hf_tensor_list *list;
+    int32_t loaded_unit; /* whose master is in shard_buf; -1 none */
+} export_ctx;
+
+static zt_status export_fill(void *opaque, size_t index, uint64_t elem_offset, uint64_t count, float *dst,
+                             zt_error *err)
+{
+    export_ctx *x = opaque;
+    trainer *t = x->t;
+    const char *name = x->list->specs[index].name;
+    int32_t i = zt_layout_find(t->layout, name);
+    if (i < 0)
+        return zt_error_set(err, ZT_ERR_INTERNAL, "export: the model has no parameter '%s' that config.json implies",
+                            name);
+    int32_t owner = t->layout->owner[i];
+    int32_t unit = t->info->params[owner].unit;
+    if (x->loaded_unit != unit) {
+        zt_status st = ZT_OK;
+        if (t->dp.size > 1) st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+        if (st != ZT_OK) return host_failed(t, st, err, "asking the ranks for a unit to export (broadcast over 'dp')");
+        st = gather_master(t, unit, t->shard_buf, err);
+        if (st != ZT_OK) return st;
+        x->loaded_unit = unit;
+    }
+    memcpy(dst, t->shard_buf + t->layout->param_offset[owner] + (int64_t)elem_offset, count * sizeof(float));
+    return ZT_OK;
+}
+
+/* The config.json of the trained model: the --model one, else built from the model and its keys. */
+static zt_status export_config(trainer *t, zt_hf_config *c, zt_error *err)
+{
+    if (t->req->model_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", t->req->model_dir);
+        return zt_hf_config_load(path, c, err);
+    }
+    const zt_config *cfg = t->req->cfg;
+    if (zt_config_is_set(cfg, "model.preset") &&
+        (!zt_config_is_set(cfg, "model.rms_norm_eps") || !zt_config_is_set(cfg, "model.rope_theta")))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "--export with model.preset needs model.rms_norm_eps and model.rope_theta set "
+                            "explicitly (the preset's values are internal to the model plugin); add them, e.g. "
+                            "--set model.rms_norm_eps=1e-5 --set model.rope_theta=10000");
+    const zt_model_info *m = t->info;
+    zt_hf_config_defaults(c);
+    c->hidden_size = m->hidden_size;
+    c->intermediate_size = m->intermediate_size;
+    c->num_hidden_layers = m->n_layers;
+    c->num_attention_heads = m->n_heads;
+    c->num_key_value_heads = m->n_kv_heads;
+    c->head_dim = m->head_dim;
+    c->vocab_size = m->vocab_size;
+    c->max_position_embeddings = m->max_seq_len;
+    c->tie_word_embeddings = 0;
+    for (int32_t i = 0; i < m->n_params_decl; i++)
+        if (m->params[i].flags & ZT_PARAM_TIED) c->tie_word_embeddings = 1;
+    zt_config_get_float(cfg, "model.rms_norm_eps", &c->rms_norm_eps);
+    zt_config_get_float(cfg, "model.rope_theta", &c->rope_theta);
+    zt_config_get_float(cfg, "model.initializer_range", &c->initializer_range);
+    const char *rope_type = "none";
+    zt_config_get_string(cfg, "model.rope_scaling.rope_type", &rope_type);
+    if (!strcmp(rope_type, "llama3")) {
+        c->rope_llama3 = 1;
+        zt_config_get_float(cfg, "model.rope_scaling.factor", &c->rope_factor);
+        zt_config_get_float(cfg, "model.rope_scaling.low_freq_factor", &c->rope_low_freq_factor);
+        zt_config_get_float(cfg, "model.rope_scaling.high_freq_factor", &c->rope_high_freq_factor);
+        zt_config_get_int(cfg, "model.rope_scaling.original_max_position_embeddings",
+                          &c->rope_original_max_position_embeddings);
+    }
+    /* The special tokens of the tokenizer the data was prepared with. */
+    c->bos_token_id = t->data_info->bos_id;
+    c->pad_token_id = t->data_info->pad_id;
+    c->n_eos = 0;
+    if (t->data_info->eos_id >= 0) c->eos_token_ids[c->n_eos++] = t->data_info->eos_id;
+    c->dtype = ZT_ST_F32;
+    return ZT_OK;
+}
+
+static zt_status export_hf_rank0(trainer *t, zt_error *err)
+{
+    zt_hf_config c;
+    zt_status st = export_config(t, &c, err);
+    if (st != ZT_OK) return st;
+    c.dtype = ZT_ST_F32;
+    zt_hf_tensor_list list = {0};
+    st = zt_hf_llama_tensors(&c, ZT_ST_F32, &list, err);
+    if (st != ZT_OK) return st;
+    export_ctx x = {t, &list, -1};
+    st = zt_hf_export(t->req->export_dir, &c, list.specs, list.n, export_fill, &x, 0, err);
+    zt_hf_tensor_list_free(&list);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "model exported in Hugging Face format to %s", t->req->export_dir);
+    return st;
+}
+
+/* Rank 0 writes the files. Sharded units are gathered as it reads them: it broadcasts each unit it
+ * needs and every rank joins the gather, until it broadcasts -1. */
+static zt_status export_hf(trainer *t, zt_error *err)
+{
+    zt_status st = hold_shard_buffer(t, err);
+    st = agree_on_status(t, st, err, "holding a unit's weights for the export");
+    if (st != ZT_OK) return st;
+    int32_t unit = -1;
+    if (t->dp.rank == 0) {
+        st = export_hf_rank0(t, err);
+        if (t->dp.size > 1) t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+    } else {
+        while (st == ZT_OK) {
+            st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+            if (st != ZT_OK) st = host_failed(t, st, err, "waiting for rank 0's export (broadcast over 'dp')");
+            if (st != ZT_OK || unit < 0) break;
+            st = gather_master(t, unit, t->shard_buf, err);
+        }
+    }
+    drop_shard_buffer(t);
+    return agree_on_status(t, st, err, "exporting the model");
+}
+
+/* ---- Ctrl-C ------------------------------------------------------------------------------------ */
+
+static struct sigaction g_old_int, g_old_term;
+
+static void on_interrupt(int sig)
+{
+    (void)sig;
+    if (zt_runtime_cancel_requested()) {
+        static const char msg[] = "\nzt-run: second interrupt: exiting now, without a checkpoint\n";
+        ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)ignored;
+        _exit(130);
+    }
+    zt_runtime_request_cancel();
+    static const char msg[] = "\nzt-run: interrupt: finishing the current step, then saving a checkpoint "
+                              "(interrupt again to quit without one)\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+}
+
+static void catch_interrupts(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &g_old_int);
+    sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+static void restore_interrupts(void)
+{
+    sigaction(SIGINT, &g_old_int, NULL);
+    sigaction(SIGTERM, &g_old_term, NULL);
+}
+
+/* ---- the loop ---------------------------------------------------------------------------------- */
+
+static void fill_record(trainer *t, const step_outcome *o, int64_t step, double step_s, int64_t session_steps,
+                        zt_train_record *r)
+{
+    memset(r, 0, sizeof *r);
+    r->step = step;
+    r->total_steps = t->set.steps;
+    r->loss = o->loss;
+    r->lr = o->lr;
+    r->grad_norm = o->result.grad_norm;
+    r->skipped = o->result.skipped;
+    r->loss_scale = o->loss_scale;
+    r->tokens = o->tokens;
+    r->loss_tokens = o->loss_tokens;
+    r->step_s = step_s;
+    r->elapsed_s = t->elapsed_before + t->session_s;
+    r->eta_s = t->session_s / (double)session_steps * (double)(t->set.steps - step);
+    r->has_device = t->host->device->device_type != ZT_DEVICE_CPU;
+    for (int p = 0; p < ZT_POOL_COUNT; p++) {
+        zt_runtime_mem_stats(t->rt, p, ZT_MEM_HOST, &r->host_mem[p]);
+        if (r->has_device) {
+            zt_runtime_mem_stats(t->rt, p, ZT_MEM_DEVICE, &r->device_mem[p]);
+            /* Pinned memory (offload's shards and staging) is host memory too: the host figures are
+             * pageable + pinned (the peak is the sum of the two kinds' peaks: an upper bound). */
+            zt_mem_stats pinned;
+            zt_runtime_mem_stats(t->rt, p, ZT_MEM_PINNED, &pinned);
+            r->host_mem[p].current += pinned.current;
+            r->host_mem[p].peak += pinned.peak;
+            r->host_mem[p].n_allocs += pinned.n_allocs;
+        }
+    }
+}
+
+static zt_status run_eval(trainer *t, int64_t step, zt_error *err)
+{
+    double started = now_s(), loss = 0;
+    int64_t tokens = 0;
+    zt_status st = evaluate(t, &loss, &tokens, err);
+    if (st != ZT_OK || zt_runtime_cancel_requested()) return st;
+    double took = now_s() - started;
+    zt_log(ZT_LOG_INFO, "step %lld/%lld | eval_loss %.4f over %lld tokens (%.1f s)", (long long)step,
+           (long long)t->set.steps, loss, (long long)tokens, took);
+    return t->metrics ? zt_metrics_eval(t->metrics, step, loss, tokens, took, err) : ZT_OK;
+}
+
+/* How to continue after an interruption, for the final message. */
+static void interrupted_message(trainer *t, int64_t start_step, const char *saved_dir, zt_error *err)
+{
+    if (t->step == start_step && !saved_dir) {
+        zt_error_set(err, ZT_ERR_CANCELLED, "interrupted before step %lld was complete: nothing new to save%s",
+                     (long long)(t->step + 1), t->req->resume ? " (the checkpoint resumed from is unchanged)" : "");
+        return;
+    }
+    zt_error_set(err, ZT_ERR_CANCELLED,
+                 "interrupted after step %lld of %lld; its checkpoint is in %s. Resume with the same command plus "
+                 "--resume latest",
+                 (long long)t->step, (long long)t->set.steps, saved_dir ? saved_dir : t->set.ckpt_root);
+}
+
+static zt_status train_loop(trainer *t, zt_error *err)
+{
+    /* The run starts from a saved state (a checkpoint) or a reproducible one (seed, --model). */
+    int64_t start_step = t->step, last_saved = t->step, session_steps = 0;
+    zt_loader_position pos;
+    zt_loader_get_position(t->train_loader, &pos);
+    zt_status st = ZT_OK;
+    int32_t stop[2] = {0, 0}; /* interrupted, epochs done: on any rank */
+    while (t->step < t->set.steps) {
+        stop[0] = zt_runtime_cancel_requested();
+        stop[1] = t->set.epochs > 0 && pos.epoch >= (uint64_t)t->set.epochs;
+        if (t->dp.size > 1) {
+            st = t->host->all_reduce(t->host->ctx, &t->dp, stop, stop, 2, ZT_I32, ZT_REDUCE_MAX, NULL);
+            if (st != ZT_OK) return host_failed(t, st, err, "agreeing on whether to stop (all-reduce over 'dp')");
+        }
+        if (stop[0]) break;
+        if (stop[1]) {
+            zt_log(ZT_LOG_INFO, "reached %lld epoch%s after step %lld: stopping (epochs)", (long long)t->set.epochs,
+                   t->set.epochs == 1 ? "" : "s", (long long)t->step);
+            break;
+        }
+        int64_t step = t->step + 1;
+        double started = now_s();
+        step_outcome o;
+        st = train_step(t, step, &o, err);
+        if (st == ZT_ERR_CANCELLED) break; /* a plugin stopped mid-step: the last complete step is saved */
+        if (st != ZT_OK) return st;
+        double step_s = now_s() - started;
+        t->session_s += step_s;
+        session_steps++;
+        t->step = step;
+        t->tokens_seen += o.tokens;
+        zt_loader_get_position(t->train_loader, &pos);
+
+        zt_train_record r;
+        fill_record(t, &o, step, step_s, session_steps, &r);
+        st = t->metrics ? zt_metrics_train(t->metrics, &r, err) : ZT_OK;
+        if (st != ZT_OK) return st;
+        if (step % t->set.log_every == 0 || step == t->set.steps) {
+            char line[512];
+            zt_metrics_format_train(&r, line, sizeof line);
+            zt_log(ZT_LOG_INFO, "%s", line);
+        }
+        if (t->set.eval_every > 0 && step % t->set.eval_every == 0) {
+            st = run_eval(t, step, err);
+            if (st != ZT_OK) return st;
+        }
+        if (t->set.ckpt_every > 0 && step % t->set.ckpt_every == 0 && step < t->set.steps) {
+            char *dir = NULL;
+            st = save_checkpoint(t, step, &pos, &dir, err);
+            free(dir);
+            if (st != ZT_OK) return st;
+            last_saved = step;
+        }
+    }
+    int cancelled = st == ZT_ERR_CANCELLED || stop[0];
+    char *dir = NULL;
+    int32_t final_checkpoint = 1;
+    zt_config_get_bool(t->req->cfg, "checkpoint.final", &final_checkpoint);
+    /* checkpoint.final = false skips the end-of-run checkpoint, never the one an interruption needs */
+    int save = t->step > last_saved && (final_checkpoint || cancelled);
+    zt_status saved = save ? save_checkpoint(t, t->step, &pos, &dir, err) : ZT_OK;
+    if (saved == ZT_OK && cancelled) {
+        interrupted_message(t, start_step, dir, err);
+        saved = ZT_ERR_CANCELLED;
+    }
+    free(dir);
+    return saved;
+}
+
+/* ---- entry ------------------------------------------------------------------------------------- */
+
+/* mkdir -p */
+static zt_status make_dirs(const char *dir, zt_error *err)
+{
+    char path[4096];
+    if (!dir[0] || snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path - 64)
+        return zt_error_set(err, ZT_ERR_CONFIG, "output_dir \"%.100s\" is empty or too long", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return zt_error_set(err, ZT_ERR_IO, "output_dir %s: cannot create %s: %s", dir, path, strerror(errno));
+        *p = saved;
+        if (!saved) return ZT_OK;
+    }
+}
+
+static zt_status prepare_output(trainer *t, zt_error *err)
+{
+    if (t->dp.rank != 0) return ZT_OK; /* one run, one output directory: rank 0 writes it */
+    zt_status st = make_dirs(t->set.output_dir, err);
+    if (st != ZT_OK) return st;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.resolved.json", t->set.output_dir);
+    st = zt_config_save_resolved(t->req->cfg, path, t->req->plugins_json, err);
+    if (st != ZT_OK) return st;
+    /* Every value the run uses, defaults included, with the plugin versions: the first thing to read
+     * when two runs differ. */
+    zt_log(ZT_LOG_INFO, "resolved config (also in %s):", path);
+    st = zt_config_write_resolved(t->req->cfg, stderr, t->req->plugins_json, err);
+    if (st != ZT_OK) return st;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->set.output_dir);
+    return zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
+}
+
+static zt_status setup_and_train(trainer *t, zt_error *err)
+{
+    zt_status st = read_settings(t->req->cfg, &t->set, err);
+    if (st == ZT_OK) st = bind_plugins(t, err);
+    if (st == ZT_OK && t->dp.rank > 0) zt_log_set_level(ZT_LOG_WARN);
+    if (st == ZT_OK) st = zt_schedule_from_config(t->req->cfg, &t->schedule, err);
+    zt_layout_options lo = {t->dp.size, t->set.trainable, t->set.no_decay_flags};
+    if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
+    if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = t->compute16;
+    if (st == ZT_OK) {
+        zt_status zs = t->zero->setup(t->zero_lp->state, &t->layout->layout, t->opt, t->opt_lp->state);
+        if (zs != ZT_OK) st = zt_plugin_failed(t->zero_lp, zs, err, "setup");
+    }
+    if (st == ZT_OK) st = open_data(t, err);
+    if (st == ZT_OK) st = alloc_buffers(t, err);
+    if (st != ZT_OK) return st;
+
+    if (t->req->resume) st = resume(t, err);
+    else if (t->req->model_dir) st = load_hf(t, t->req->model_dir, err);
+    else st = load_master(t, random_source, NULL, err);
+    drop_shard_buffer(t);
+    if (st == ZT_OK) st = prepare_output(t, err);
+    if (st != ZT_OK) return st;
+
+    zt_log(ZT_LOG_INFO, "training %lld parameters (%lld trainable) for %lld steps of %lld x %lld x %d sequences of "
+           "%lld tokens; schedule %s, peak lr %g",
+           (long long)t->info->n_parameters, (long long)t->layout->n_trainable, (long long)t->set.steps,
+           (long long)t->set.micro_batch, (long long)t->set.accum, (int)t->dp.size, (long long)t->set.seq_len,
+           zt_schedule_type_name(t->schedule.type), t->schedule.peak_lr);
+    if (t->step >= t->set.steps)
+        zt_log(ZT_LOG_INFO, "the checkpoint is at step %lld and steps is %lld: nothing left to train",
+               (long long)t->step, (long long)t->set.steps);
+    st = train_loop(t, err);
+    if (st == ZT_OK && t->req->export_dir) st = export_hf(t, err);
+    return st;
+}
+
+zt_status zt_train_run(const zt_train_request *req, zt_error *err)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.req = req;
+    t.rt = req->rt;
+    catch_interrupts();
+    zt_status st = setup_and_train(&t, err);
+    zt_log_set_level(ZT_LOG_INFO);
+    restore_interrupts();
+    zt_metrics_close(t.metrics);
+    if (t.info) free_buffers(&t);
+    zt_loader_close(t.train_loader);
+    zt_loader_close(t.val_loader);
+    /* The zero plugin holds the layout (and the layout the model's info) until its fini. */
+    zt_plugin_set_unload(req->plugins);
+    zt_layout_free(t.layout);
+    return st;
+}
