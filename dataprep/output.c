@@ -82,31 +82,11 @@ static int is_our_manifest(const char *path)
     return ours;
 }
 
-static zt_status mkdir_p(const char *dir, zt_error *err)
-{
-    char *p = prep_xstrdup(dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) break;
-        *s = '/';
-    }
-    free(p);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return zt_error_set(err, ZT_ERR_IO, "cannot create output directory '%s': %s; choose "
-                            "another with -o DIR", dir, strerror(errno));
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return zt_error_set(err, ZT_ERR_IO, "output path '%s' exists and is not a directory; "
-                            "choose another with -o DIR", dir);
-    return ZT_OK;
-}
-
 zt_status prep_outdir_open(const char *dir, int force, prep_outdir *out, zt_error *err)
 {
     memset(out, 0, sizeof *out);
     out->lock_fd = -1;
-    zt_status st = mkdir_p(dir, err);
+    zt_status st = zt_mkdir_p(dir, "output", "choose another with -o DIR", err);
     if (st != ZT_OK) return st;
     out->lock_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (out->lock_fd < 0)

@@ -280,7 +280,7 @@ static void progress_show(prep_pipeline *p, int final)
 {
     progress *g = &p->prog;
     if (!g->enabled) return;
-    double now = prep_now();
+    double now = zt_now_s();
     double interval = g->on_tty ? 0.2 : 5.0;
     if (!final && now - g->last_shown < interval) return;
     g->last_shown = now;
@@ -407,7 +407,7 @@ zt_status prep_pipeline_start(const prep_options *opt, const zt_template *tpl,
 
     p->prog.on_tty = isatty(STDERR_FILENO);
     p->prog.enabled = opt->progress;
-    p->prog.start = p->prog.last_shown = prep_now();
+    p->prog.start = p->prog.last_shown = zt_now_s();
     p->prog.total_bytes = total_input_bytes;
 
     for (int i = 0; i < p->n_threads; i++) {

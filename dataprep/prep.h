@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "base/buf.h"
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/fileio.h"
 #include "host/registry.h"
@@ -54,7 +55,6 @@ void prep_fail(const char *fmt, ...) ZT_PRINTF(1, 2); /* "zt-prep: error: ..." *
 uint64_t prep_splitmix64(uint64_t *state);
 uint64_t prep_random_below(uint64_t *state, uint64_t n); /* uniform in [0, n), n > 0 */
 
-double prep_now(void); /* monotonic seconds */
 
 /* Count of each distinct string (unknown record fields). */
 typedef struct prep_counter {

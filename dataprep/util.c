@@ -107,13 +107,6 @@ uint64_t prep_random_below(uint64_t *state, uint64_t n)
     return r % n;
 }
 
-double prep_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- counter of names -------------------------------------------------------------------------- */
 
 static uint64_t name_hash(const char *s, size_t n)

@@ -183,3 +183,28 @@ zt_status zt_read_file(const char *path, char **out, size_t *len, zt_error *err)
     *len = size;
     return ZT_OK;
 }
+
+zt_status zt_mkdir_p(const char *dir, const char *what, const char *fix, zt_error *err)
+{
+    char path[4096];
+    if (!dir[0] || snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return zt_error_set(err, ZT_ERR_CONFIG, "%s directory '%.100s' is empty or too long; %s", what, dir, fix);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            int e = errno;
+            if (saved) /* a parent could not be made */
+                return zt_error_set(err, ZT_ERR_IO, "cannot create %s directory '%s' (making '%s'): %s; %s", what, dir, path,
+                                    strerror(e), fix);
+            return zt_error_set(err, ZT_ERR_IO, "cannot create %s directory '%s': %s; %s", what, dir, strerror(e), fix);
+        }
+        *p = saved;
+        if (!saved) break;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return zt_error_set(err, ZT_ERR_IO, "%s path '%s' exists and is not a directory; %s", what, dir, fix);
+    return ZT_OK;
+}

@@ -24,6 +24,10 @@ void zt_atomic_file_abort(zt_atomic_file *f);
 zt_status zt_atomic_write(const char *path, const void *data, size_t n, zt_error *err);
 /* fsync a directory so renames inside it are durable. */
 zt_status zt_fsync_dir(const char *dir, zt_error *err);
+/* mkdir -p: `dir` and every missing parent. `what` says whose directory it is, for messages
+ * ("output": "cannot create output directory 'x': ..."), `fix` what to do about a failure ("choose
+ * another with -o DIR"). An existing directory is fine; an existing file of that name is an error. */
+zt_status zt_mkdir_p(const char *dir, const char *what, const char *fix, zt_error *err);
 /* Read a whole (small) file into a NUL-terminated malloc'd buffer; *len excludes the NUL. A missing
  * file is ZT_ERR_NOT_FOUND. */
 zt_status zt_read_file(const char *path, char **out, size_t *len, zt_error *err);

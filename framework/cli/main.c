@@ -26,7 +26,9 @@
 #include <unistd.h>
 
 #include "base/args.h"
+#include "base/clock.h"
 #include "base/error.h"
+#include "base/fileio.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/env.h"
@@ -376,13 +378,6 @@ static void parse_report(char *text, child_result *r)
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Run body(arg, report) in a forked child and collect what it reported. quiet: the child's
  * stdout and stderr go to /dev/null (listing); else its output goes to our stderr, so plugin log
  * lines and a C++ runtime's "terminate called after throwing..." reach the user while our stdout
@@ -423,11 +418,11 @@ static void run_isolated(child_body body, void *arg, int quiet, int timeout_s, c
 
     char *text = NULL;
     size_t len = 0, cap = 0;
-    double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
+    double deadline = timeout_s > 0 ? zt_now_s() + timeout_s : 0;
     for (;;) {
         int wait_ms = -1;
         if (timeout_s > 0) {
-            double left = deadline - now_s();
+            double left = deadline - zt_now_s();
             if (left <= 0) {
                 r->timed_out = 1;
                 kill(pid, SIGKILL);
@@ -934,27 +929,6 @@ static char *plugins_json(const zt_plugin_set *set)
     return text;
 }
 
-/* mkdir -p */
-static zt_status make_dirs(const char *path, zt_error *err)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return zt_error_set(err, ZT_ERR_CONFIG, "output_dir: path too long");
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return zt_error_set(err, ZT_ERR_IO, "output_dir %s: cannot create %s: %s", path, buf, strerror(errno));
-        *p = saved;
-        if (!saved) break;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return zt_error_set(err, ZT_ERR_IO, "output_dir %s exists and is not a directory: choose another (--output-dir DIR)", path);
-    return ZT_OK;
-}
-
 /* The plugin kinds this run loads: what training needs, plus a parallel plugin once a tensor or
  * pipeline size is above 1 (data parallelism alone needs none: every rank is a data-parallel rank). */
 static unsigned run_kinds(const zt_config *cfg)
@@ -1077,7 +1051,7 @@ static int do_check(const run_args *a)
         zt_error_set(&err, ZT_ERR_CONFIG, "output_dir '%.200s...' is too long", output_dir);
         goto fail;
     }
-    if (make_dirs(output_dir, &err) != ZT_OK) goto fail;
+    if (zt_mkdir_p(output_dir, "output", "choose another output_dir (--output-dir DIR)", &err) != ZT_OK) goto fail;
     if (zt_config_save_resolved(cfg, path, plugins, &err) != ZT_OK) goto fail;
     fprintf(stderr, "zt-run: check passed; resolved config saved to %s\n", path);
     status = ZT_EXIT_OK;
@@ -1121,7 +1095,7 @@ static int dry_run(const run_args *a, zt_config *cfg, const zt_registry *reg, co
         return run_error(&err);
     }
     zt_dry_run_request req = {cfg, reg, set, rt, (int32_t)dp, path, gpu};
-    if (make_dirs(output_dir, &err) != ZT_OK) return run_error(&err);
+    if (zt_mkdir_p(output_dir, "output", "choose another output_dir (--output-dir DIR)", &err) != ZT_OK) return run_error(&err);
     zt_status st = zt_dry_run(&req, stdout, &err);
     if (st == ZT_ERR_OUT_OF_MEMORY && err.msg[0]) {
         /* The table is out; the run as configured would not fit: say so as the run would, and fail. */

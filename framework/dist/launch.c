@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/module.h"
 #include "base/threadpool.h"
 #include "device/device.h"
@@ -645,13 +646,6 @@ static void describe_exit(int status, char *out, size_t cap)
         snprintf(out, cap, "ended with status %d", status);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Starts the children, relays their output and signals, and returns the job's exit code. */
 static int supervise_ranks(const char *exe, char **args, long nproc, int port)
 {
@@ -725,7 +719,7 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port)
         failed_rank = -2;
     }
     long n_alive = started;
-    double kill_at = code ? now_s() + NPROC_GRACE_S : 0;
+    double kill_at = code ? zt_now_s() + NPROC_GRACE_S : 0;
     while (n_alive > 0) {
         pump_output(outs, n_outs, 100);
         int sig = g_forward_signal;
@@ -754,9 +748,9 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port)
             fflush(stderr);
             for (long o = 0; o < started; o++)
                 if (alive[o]) kill(pids[o], SIGTERM);
-            kill_at = now_s() + NPROC_GRACE_S;
+            kill_at = zt_now_s() + NPROC_GRACE_S;
         }
-        if (kill_at > 0 && now_s() >= kill_at) {
+        if (kill_at > 0 && zt_now_s() >= kill_at) {
             for (long r = 0; r < started; r++)
                 if (alive[r]) {
                     fprintf(stderr, "zt-run: rank %ld of %ld did not end within 10 s of SIGTERM: SIGKILL\n", r, nproc);
@@ -766,9 +760,9 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port)
         }
     }
     /* Whatever the ranks wrote last (a child of theirs could hold a pipe: stop after a second). */
-    double drain_until = now_s() + 1.0;
+    double drain_until = zt_now_s() + 1.0;
     int open_outs = 1;
-    while (open_outs && now_s() < drain_until) {
+    while (open_outs && zt_now_s() < drain_until) {
         pump_output(outs, n_outs, 100);
         open_outs = 0;
         for (int i = 0; i < n_outs; i++) open_outs |= outs[i].fd >= 0;

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "base/fileio.h"
 #include "base/json.h"
 #include "base/log.h"
 #include "data/loader.h"
@@ -279,13 +281,6 @@ typedef struct trainer {
     double session_s;      /* training seconds of this session (steps only) */
     int64_t tokens_seen;
 } trainer;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 
 /* Our own collective failed: the runtime recorded why in our services table. */
@@ -1115,7 +1110,7 @@ static zt_status gather_rank_results(trainer *t, const zt_ckpt_rank_result *mine
 static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_position *pos, char **final_dir,
                                  zt_error *err)
 {
-    double started = now_s();
+    double started = zt_now_s();
     char *staging = NULL, *config = NULL;
     char staging_path[4096] = "";
     zt_ckpt_rank_result result = {0};
@@ -1163,7 +1158,7 @@ static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_posit
     st = agree_on_status(t, st, err, "publishing the checkpoint");
     if (st != ZT_OK && staging) zt_ckpt_discard_stage(staging);
     if (st == ZT_OK) zt_log(ZT_LOG_INFO, "checkpoint of step %lld saved to %s (%.1f s)", (long long)step,
-                            final_dir && *final_dir ? *final_dir : t->set.ckpt_root, now_s() - started);
+                            final_dir && *final_dir ? *final_dir : t->set.ckpt_root, zt_now_s() - started);
     for (int32_t r = 1; all && r < t->dp.size; r++) zt_ckpt_rank_result_free(&all[r]);
     zt_ckpt_rank_result_free(&result);
     free(all);
@@ -1589,11 +1584,11 @@ static void fill_record(trainer *t, const step_outcome *o, int64_t step, double 
 
 static zt_status run_eval(trainer *t, int64_t step, zt_error *err)
 {
-    double started = now_s(), loss = 0;
+    double started = zt_now_s(), loss = 0;
     int64_t tokens = 0;
     zt_status st = evaluate(t, &loss, &tokens, err);
     if (st != ZT_OK || zt_runtime_cancel_requested()) return st;
-    double took = now_s() - started;
+    double took = zt_now_s() - started;
     zt_log(ZT_LOG_INFO, "step %lld/%lld | eval_loss %.4f over %lld tokens (%.1f s)", (long long)step,
            (long long)t->set.steps, loss, (long long)tokens, took);
     return t->metrics ? zt_metrics_eval(t->metrics, step, loss, tokens, took, err) : ZT_OK;
@@ -1635,12 +1630,12 @@ static zt_status train_loop(trainer *t, zt_error *err)
             break;
         }
         int64_t step = t->step + 1;
-        double started = now_s();
+        double started = zt_now_s();
         step_outcome o;
         st = train_step(t, step, &o, err);
         if (st == ZT_ERR_CANCELLED) break; /* a plugin stopped mid-step: the last complete step is saved */
         if (st != ZT_OK) return st;
-        double step_s = now_s() - started;
+        double step_s = zt_now_s() - started;
         t->session_s += step_s;
         session_steps++;
         t->step = step;
@@ -1685,27 +1680,10 @@ static zt_status train_loop(trainer *t, zt_error *err)
 
 /* ---- entry ------------------------------------------------------------------------------------- */
 
-/* mkdir -p */
-static zt_status make_dirs(const char *dir, zt_error *err)
-{
-    char path[4096];
-    if (!dir[0] || snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path - 64)
-        return zt_error_set(err, ZT_ERR_CONFIG, "output_dir \"%.100s\" is empty or too long", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return zt_error_set(err, ZT_ERR_IO, "output_dir %s: cannot create %s: %s", dir, path, strerror(errno));
-        *p = saved;
-        if (!saved) return ZT_OK;
-    }
-}
-
 static zt_status prepare_output(trainer *t, zt_error *err)
 {
     if (t->dp.rank != 0) return ZT_OK; /* one run, one output directory: rank 0 writes it */
-    zt_status st = make_dirs(t->set.output_dir, err);
+    zt_status st = zt_mkdir_p(t->set.output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.resolved.json", t->set.output_dir);
