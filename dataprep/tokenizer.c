@@ -50,6 +50,7 @@ zt_status prep_tokenizer_open(prep_tokenizer *t, const char *plugin_name, const 
     memset(&ropt, 0, sizeof ropt);
     ropt.n_threads = 1; /* zt-prep runs its own workers; the plugin's pool stays idle */
     ropt.device_type = ZT_DEVICE_CPU;
+    ropt.single_process = 1; /* zt-prep is one process, whatever a launcher's environment says */
     st = zt_runtime_create(&ropt, NULL, &t->runtime, err);
     if (st != ZT_OK) return st;
     st = zt_plugin_probe(&t->plugin, t->runtime, err);

@@ -146,3 +146,11 @@ void zt_cli_print_options(FILE *f, const zt_cli_option *options, int n_options)
         fprintf(f, "  %-*s  %s\n", width, left, options[i].help);
     }
 }
+
+char *zt_trim(char *s)
+{
+    while (*s == ' ' || *s == '\t') s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) s[--n] = '\0';
+    return s;
+}

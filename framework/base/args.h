@@ -4,8 +4,8 @@
  * An option is "--name" (a flag) or "--name VALUE" / "--name=VALUE". Options are parsed in order and
  * returned as a list, so repeatable options (--set, --plugin-path) keep their order.
  */
-#ifndef ZT_FRAMEWORK_CLI_H
-#define ZT_FRAMEWORK_CLI_H
+#ifndef ZT_FRAMEWORK_ARGS_H
+#define ZT_FRAMEWORK_ARGS_H
 
 #include <stdio.h>
 #include "base/error.h"
@@ -41,5 +41,8 @@ int zt_is_near_word(const char *word, const char *candidate);
 
 /* The nearest candidate for which zt_is_near_word holds, else NULL. Ties go to the earlier one. */
 const char *zt_nearest_word(const char *word, const char *const *candidates, int n_candidates);
+
+/* Spaces and tabs (and a trailing CR) cut from both ends, in place. */
+char *zt_trim(char *s);
 
 #endif

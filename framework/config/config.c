@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -169,14 +170,14 @@ zt_status cfg_parse_command_line_value(const char *value, const char *origin, co
     return st;
 }
 
-static int add_doc(zt_config *cfg, config_doc *d)
+int cfg_add_doc(zt_config *cfg, config_doc *d)
 {
     if (!cfg_grow((void **)&cfg->docs, &cfg->cap_docs, cfg->n_docs + 1, sizeof *cfg->docs)) return -1;
     cfg->docs[cfg->n_docs] = *d;
     return cfg->n_docs++;
 }
 
-static int add_entry(zt_config *cfg, char *key, int doc, int value_tok, size_t key_offset, int is_object)
+int cfg_add_entry(zt_config *cfg, char *key, int doc, int value_tok, size_t key_offset, int is_object)
 {
     if (!cfg_grow((void **)&cfg->given, &cfg->cap_given, cfg->n_given + 1, sizeof *cfg->given)) return 0;
     cfg->given[cfg->n_given++] = (given_entry){key, doc, value_tok, key_offset, is_object};
@@ -258,7 +259,7 @@ static void flatten(zt_config *cfg, int doc, int obj, const char *prefix, proble
         char *key = prefix ? cfg_format_alloc("%s.%s", prefix, name) : name;
         if (prefix) free(name);
         int is_object = j->tok[value].type == ZT_JSON_OBJECT;
-        if (!key || !add_entry(cfg, key, doc, value, cfg_token_offset(j, k), is_object)) {
+        if (!key || !cfg_add_entry(cfg, key, doc, value, cfg_token_offset(j, k), is_object)) {
             free(key);
             cfg_problem_add(problems, "%s: out of memory while reading the config", j->origin);
             return;
@@ -270,7 +271,7 @@ static void flatten(zt_config *cfg, int doc, int obj, const char *prefix, proble
 /* Take ownership of `text` (NUL-terminated, len bytes), parse it and record its values. */
 static zt_status load_text(zt_config *cfg, char *text, size_t len, const char *origin, zt_error *err)
 {
-    config_doc d = {text, strdup(origin), 0, {0}};
+    config_doc d = {text, strdup(origin), 0, 0, {0}};
     if (!d.origin) {
         free(text);
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory", origin);
@@ -290,7 +291,7 @@ static zt_status load_text(zt_config *cfg, char *text, size_t len, const char *o
         cfg_doc_free(&d);
         return st;
     }
-    int doc = add_doc(cfg, &d);
+    int doc = cfg_add_doc(cfg, &d);
     if (doc < 0) {
         cfg_doc_free(&d);
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory", origin);
@@ -402,8 +403,8 @@ zt_status zt_config_set(zt_config *cfg, const char *assignment, zt_error *err)
         free(key);
         return st;
     }
-    int doc = add_doc(cfg, &d);
-    if (doc < 0 || !add_entry(cfg, key, doc, 0, 0, 0)) {
+    int doc = cfg_add_doc(cfg, &d);
+    if (doc < 0 || !cfg_add_entry(cfg, key, doc, 0, 0, 0)) {
         if (doc >= 0) cfg->n_docs--;
         cfg_doc_free(&d);
         free(key);
@@ -412,6 +413,104 @@ zt_status zt_config_set(zt_config *cfg, const char *assignment, zt_error *err)
     cfg->validated = 0;
     cfg_resolve_all(cfg);
     return ZT_OK;
+}
+
+/* One value the host puts: a document of one JSON token (the value written as JSON text, as every
+ * given value is kept) and its entry. */
+static zt_status put_value(zt_config *cfg, const char *key, const char *json_text, size_t len, const char *origin,
+                           int rank, zt_error *err)
+{
+    if (rank != ZT_CONFIG_RANK_FILE && rank != ZT_CONFIG_RANK_SET)
+        return zt_error_set(err, ZT_ERR_INVALID_ARG, "zt_config_put of '%s': rank %d is not a ZT_CONFIG_RANK_*",
+                            key, rank);
+    config_doc d = {NULL, strdup(origin), rank == ZT_CONFIG_RANK_SET, 1, {0}};
+    char *k = strdup(key);
+    d.text = malloc(len + 1);
+    if (!d.origin || !d.text || !k) {
+        free(d.origin);
+        free(d.text);
+        free(k);
+        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory recording %s", origin, key);
+    }
+    memcpy(d.text, json_text, len);
+    d.text[len] = '\0';
+    zt_status st = zt_json_parse(d.text, len, d.origin, &d.json, err);
+    if (st != ZT_OK) { /* a value the host wrote itself: cannot happen */
+        cfg_doc_free(&d);
+        free(k);
+        return st;
+    }
+    int doc = cfg_add_doc(cfg, &d);
+    if (doc < 0 || !cfg_add_entry(cfg, k, doc, 0, 0, 0)) {
+        if (doc >= 0) cfg->n_docs--;
+        cfg_doc_free(&d);
+        free(k);
+        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory recording %s", origin, key);
+    }
+    cfg->validated = 0;
+    cfg_resolve_all(cfg);
+    return ZT_OK;
+}
+
+zt_status zt_config_put_string(zt_config *cfg, const char *key, const char *value, const char *origin, int rank,
+                               zt_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (m) {
+        zt_json_write_string(m, value, strlen(value));
+        if (fclose(m) != 0) {
+            free(text);
+            text = NULL;
+        }
+    }
+    if (!text) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory recording %s", origin, key);
+    zt_status st = put_value(cfg, key, text, len, origin, rank, err);
+    free(text);
+    return st;
+}
+
+zt_status zt_config_put_int(zt_config *cfg, const char *key, int64_t value, const char *origin, int rank,
+                            zt_error *err)
+{
+    char text[32];
+    int n = snprintf(text, sizeof text, "%lld", (long long)value);
+    return put_value(cfg, key, text, (size_t)n, origin, rank, err);
+}
+
+zt_status zt_config_put_float(zt_config *cfg, const char *key, double value, const char *origin, int rank,
+                              zt_error *err)
+{
+    if (!isfinite(value))
+        return zt_error_set(err, ZT_ERR_CONFIG, "%s gives %s the value %g, which is not a finite number", origin, key,
+                            value);
+    char text[40];
+    cfg_format_double(value, text, sizeof text);
+    return put_value(cfg, key, text, strlen(text), origin, rank, err);
+}
+
+zt_status zt_config_put_bool(zt_config *cfg, const char *key, int32_t value, const char *origin, int rank,
+                             zt_error *err)
+{
+    return value ? put_value(cfg, key, "true", 4, origin, rank, err) : put_value(cfg, key, "false", 5, origin, rank, err);
+}
+
+void zt_config_drop_puts(zt_config *cfg, const char *origin)
+{
+    int kept = 0;
+    for (int k = 0; k < cfg->n_given; k++) {
+        const config_doc *d = &cfg->docs[cfg->given[k].doc];
+        if (d->put && !strcmp(d->origin, origin)) {
+            free(cfg->given[k].key);
+            continue;
+        }
+        cfg->given[kept++] = cfg->given[k];
+    }
+    if (kept == cfg->n_given) return;
+    cfg->n_given = kept; /* the documents stay until zt_config_free: the arena may hold their strings */
+    cfg->validated = 0;
+    cfg_resolve_all(cfg);
 }
 
 /* ---- typed access -------------------------------------------------------------------------- */

@@ -30,6 +30,27 @@ zt_status zt_config_load_string(zt_config *cfg, const char *json, const char *or
  * text (--set output_dir=2024 is the string "2024"). JSON null means "not set". */
 zt_status zt_config_set(zt_config *cfg, const char *assignment, zt_error *err);
 
+/* Values the host decides and records in the run's config: the --output-dir, --data and
+ * --gpu-mem-limit options, the plugins --plugins names (optimizer.type, zero_optimization.stage), the
+ * model's shape from --model DIR/config.json, the data set's vocabulary. Each is a given value like
+ * one from a file, checked against its schema like any other, and `origin` says where it came from in
+ * messages and in the resolved config's _sources ("--model out/config.json", "--plugins").
+ * rank ZT_CONFIG_RANK_FILE: a --set of the key still wins over it; ZT_CONFIG_RANK_SET: it counts as
+ * a --set (a command-line option that stands for one). */
+enum { ZT_CONFIG_RANK_FILE = 0, ZT_CONFIG_RANK_SET = 1 };
+zt_status zt_config_put_string(zt_config *cfg, const char *key, const char *value, const char *origin, int rank,
+                               zt_error *err);
+zt_status zt_config_put_int(zt_config *cfg, const char *key, int64_t value, const char *origin, int rank,
+                            zt_error *err);
+zt_status zt_config_put_float(zt_config *cfg, const char *key, double value, const char *origin, int rank,
+                              zt_error *err);
+zt_status zt_config_put_bool(zt_config *cfg, const char *key, int32_t value, const char *origin, int rank,
+                             zt_error *err);
+
+/* Take back every value put with `origin` (the estimator's other configurations): each key has its
+ * earlier value again. The config must be validated again before it is read. */
+void zt_config_drop_puts(zt_config *cfg, const char *origin);
+
 /* Declare the keys `owner` ("host" or a plugin name) understands. A key declared by two owners is an
  * error naming both. The table must outlive cfg. */
 zt_status zt_config_add_schema(zt_config *cfg, const char *owner, const zt_option *opts,

@@ -15,8 +15,9 @@
 
 typedef struct config_doc {
     char *text;   /* owned; the tokens point into it */
-    char *origin; /* the file path, or "--set KEY=VALUE" */
-    int from_set;
+    char *origin; /* the file path, "--set KEY=VALUE", or where a value the host put came from */
+    int from_set; /* ranks as a --set: wins over every file */
+    int put;      /* one value the host put (zt_config_put_*): its place is `origin` alone */
     zt_json json;
 } config_doc;
 
@@ -84,6 +85,9 @@ typedef struct value_problem {
 
 /* Hand `p` to the config (freed by zt_config_free); on failure frees p and returns NULL. */
 void *cfg_arena_keep(zt_config *cfg, void *p);
+/* Append a document / a given entry (taking `key`); -1 / 0 when out of memory. */
+int cfg_add_doc(zt_config *cfg, config_doc *d);
+int cfg_add_entry(zt_config *cfg, char *key, int doc, int value_tok, size_t key_offset, int is_object);
 char *cfg_arena_strndup(zt_config *cfg, const char *s, size_t n);
 void cfg_doc_free(config_doc *d);
 /* The entry whose value counts for `key`: the last --set, else the last file entry; -1 if none. */

@@ -60,6 +60,10 @@ static void write_source(const zt_config *cfg, FILE *out, const declared_option 
     }
     const given_entry *e = &cfg->given[d->given];
     const config_doc *doc = &cfg->docs[e->doc];
+    if (doc->put) {
+        zt_json_write_string(out, doc->origin, strlen(doc->origin));
+        return;
+    }
     if (doc->from_set) {
         fputs("\"--set\"", out);
         return;

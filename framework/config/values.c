@@ -20,12 +20,12 @@ size_t cfg_token_offset(const zt_json *j, int tok)
     return (size_t)j->tok[tok].start - (j->tok[tok].type == ZT_JSON_STRING ? 1 : 0);
 }
 
-/* "run.json:4:24" for an offset in a file, or "--set key=value". */
+/* "run.json:4:24" for an offset in a file, "--set key=value", or the origin of a value the host put. */
 void cfg_describe_place(const zt_config *cfg, const given_entry *e, size_t offset, char *buf,
                         size_t cap)
 {
     const config_doc *d = &cfg->docs[e->doc];
-    if (d->from_set) {
+    if (d->from_set || d->put) {
         snprintf(buf, cap, "%s", d->origin);
         return;
     }

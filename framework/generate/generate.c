@@ -21,6 +21,7 @@
 #include "data/prompt_template.h"
 #include "host/registry.h"
 #include "host/runtime.h"
+#include "host/select.h"
 #include "state/checkpoint.h"
 #include "state/hf_model.h"
 #include "state/llama2c.h"

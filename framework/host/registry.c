@@ -2,7 +2,6 @@
  * registry.h describes the descriptor format and the search path; docs/plugins.md the rules for
  * plugin authors. */
 #define _GNU_SOURCE
-#include "device/device.h"
 #include "host/registry.h"
 
 #include <ctype.h>
@@ -81,8 +80,7 @@ int zt_kind_from_name(const char *name)
     return 0;
 }
 
-/* "an optimizer", "a model" */
-static const char *kind_article(int kind)
+const char *zt_kind_article(int kind)
 {
     const char *n = zt_kind_name(kind);
     return strchr("aeiou", n[0]) ? "an" : "a";
@@ -160,8 +158,7 @@ static int format_path(char *buf, const char *fmt, ...)
     return n >= 0 && n < PATH_MAX ? 0 : -1;
 }
 
-/* Plugin names: what --plugins accepts and what a descriptor file is named after. */
-static int valid_plugin_name(const char *s)
+int zt_plugin_name_valid(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n >= sizeof(((zt_plugin_desc *)0)->name)) return 0;
@@ -305,15 +302,6 @@ static void resolve_library(const char *descriptor_dir, const char *value, descr
     if (!e->library_found) format_message(e->desc.library, sizeof e->desc.library, "%s", candidates[n - 1]);
 }
 
-/* Trim spaces and tabs at both ends, in place. */
-static char *trim(char *s)
-{
-    while (*s == ' ' || *s == '\t') s++;
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) s[--n] = '\0';
-    return s;
-}
-
 #define DESCRIPTOR_MAX_BYTES 65536
 
 enum { KEY_NAME, KEY_KIND, KEY_LIBRARY, KEY_ABI, N_KEYS };
@@ -356,7 +344,7 @@ static int parse_key_values(const char *path, char *text, char values[N_KEYS][PA
         if (next_line) *next_line++ = '\0';
         char *hash = strchr(content, '#');
         if (hash) *hash = '\0';
-        content = trim(content);
+        content = zt_trim(content);
         if (!*content) continue;
         for (const char *c = content; *c; c++) {
             if ((unsigned char)*c < 0x20 && *c != '\t') {
@@ -372,7 +360,7 @@ static int parse_key_values(const char *path, char *text, char values[N_KEYS][PA
             return -1;
         }
         *eq = '\0';
-        char *key = trim(content), *value = trim(eq + 1);
+        char *key = zt_trim(content), *value = zt_trim(eq + 1);
         int k = 0;
         while (k < N_KEYS && strcmp(key, descriptor_keys[k])) k++;
         if (k == N_KEYS) {
@@ -424,7 +412,7 @@ static int parse_descriptor(const char *path, descriptor_entry *e, char *why, si
     const char *name = values[KEY_NAME], *kind = values[KEY_KIND], *abi = values[KEY_ABI];
     const char *file_name = strrchr(absolute, '/') + 1;
     int stem_len = (int)(strlen(file_name) - strlen(".plugin"));
-    if (!valid_plugin_name(name)) {
+    if (!zt_plugin_name_valid(name)) {
         format_message(why, why_cap, "%s:%d: name '%.80s' is not a valid plugin name (lower-case letters, digits, "
                        "'-', '_', '.'; at most 63)", absolute, line[KEY_NAME], name);
         return -1;
@@ -716,12 +704,12 @@ static zt_status check_plugin(const zt_plugin *p, const zt_plugin_desc *d, const
         return zt_error_set(err, ZT_ERR_FORMAT,
                             "%s is %s %s plugin, but its descriptor %s says kind = %s: fix the descriptor's "
                             "kind line (kind = %s) or point its library line at the right plugin",
-                            who, kind_article(p->kind), zt_kind_name(p->kind), d->descriptor,
+                            who, zt_kind_article(p->kind), zt_kind_name(p->kind), d->descriptor,
                             zt_kind_name(d->kind), zt_kind_name(p->kind));
     if (!p->name)
         return zt_error_set(err, ZT_ERR_FORMAT,
                             "%s has no name (NULL): this is a bug in the plugin; report it to its author", who);
-    if (!valid_plugin_name(p->name))
+    if (!zt_plugin_name_valid(p->name))
         return zt_error_set(err, ZT_ERR_FORMAT,
                             "%s calls itself '%.80s', which is not a valid plugin name (lower-case letters, "
                             "digits, '-', '_', '.'; at most 63): this is a bug in the plugin",
@@ -985,313 +973,9 @@ void zt_plugin_unload(zt_loaded_plugin *lp)
     memset(lp, 0, sizeof *lp);
 }
 
-/* ---- plugin sets ------------------------------------------------------------------------------ */
-
 void zt_plugin_set_unload(zt_plugin_set *set)
 {
     if (!set) return;
     /* Reverse kind order: the opposite of the order a run initializes them in. */
     for (int k = ZT_KIND_COUNT; k >= 1; k--) zt_plugin_unload(&set->by_kind[k]);
-}
-
-/* optimizer.type as a plugin name: DeepSpeed writes "AdamW", zt plugins are lower case. Returns 1
- * when the user set it (name filled), 0 when not, -1 on a bad value (err set). */
-static int config_optimizer_name(const zt_config *cfg, char *name, size_t cap, zt_error *err)
-{
-    const char *value = NULL;
-    if (!cfg || !zt_config_is_set(cfg, "optimizer.type")) return 0;
-    if (zt_config_get_string(cfg, "optimizer.type", &value) != ZT_OK || !value) {
-        zt_error_set(err, ZT_ERR_CONFIG, "optimizer.type must be a string naming an optimizer, e.g. \"AdamW\"");
-        return -1;
-    }
-    snprintf(name, cap, "%s", value);
-    for (char *c = name; *c; c++) *c = (char)tolower((unsigned char)*c);
-    if (!valid_plugin_name(name)) {
-        zt_error_set(err, ZT_ERR_CONFIG,
-                     "optimizer.type = \"%.80s\" is not an optimizer plugin name (e.g. \"AdamW\" selects the "
-                     "plugin adamw); to load a plugin from a path, put the path in --plugins",
-                     value);
-        return -1;
-    }
-    return 1;
-}
-
-/* zero_optimization.stage: 1 when set (stage filled), 0 when not, -1 on a bad value. */
-static int config_zero_stage(const zt_config *cfg, int64_t *stage, zt_error *err)
-{
-    if (!cfg || !zt_config_is_set(cfg, "zero_optimization.stage")) return 0;
-    if (zt_config_get_int(cfg, "zero_optimization.stage", stage) != ZT_OK || *stage < 0 || *stage > 3) {
-        zt_error_set(err, ZT_ERR_CONFIG, "zero_optimization.stage must be 0, 1, 2 or 3 (as in DeepSpeed)");
-        return -1;
-    }
-    return 1;
-}
-
-/* A plugin the user named must agree with the config keys that would otherwise select one. */
-static zt_status check_named_against_config(const zt_plugin_set *set, const zt_config *cfg, zt_error *err)
-{
-    const zt_loaded_plugin *opt = &set->by_kind[ZT_KIND_OPTIMIZER];
-    char wanted[64];
-    if (opt->plugin) {
-        int r = config_optimizer_name(cfg, wanted, sizeof wanted, err);
-        if (r < 0) return ZT_ERR_CONFIG;
-        if (r > 0 && strcmp(wanted, opt->desc.name))
-            return zt_error_set(err, ZT_ERR_CONFIG,
-                                "--plugins names the optimizer '%s' but the config sets optimizer.type to an "
-                                "optimizer called '%s': make them agree, or drop one of them",
-                                opt->desc.name, wanted);
-    }
-    const zt_loaded_plugin *zero = &set->by_kind[ZT_KIND_ZERO];
-    int64_t stage;
-    if (zero->plugin) {
-        int r = config_zero_stage(cfg, &stage, err);
-        if (r < 0) return ZT_ERR_CONFIG;
-        int32_t plugin_stage = ((const zt_zero_ops *)zero->plugin->ops)->stage;
-        if (r > 0 && stage != plugin_stage)
-            return zt_error_set(err, ZT_ERR_CONFIG,
-                                "--plugins names '%s', a ZeRO stage %d plugin, but the config sets "
-                                "zero_optimization.stage = %lld: make them agree, or drop one of them",
-                                zero->desc.name, (int)plugin_stage, (long long)stage);
-    }
-    return ZT_OK;
-}
-
-/* How many CUDA GPUs this process could use (0: none, `why` says why), asked in a short-lived
- * child: initializing CUDA in this process before zt-run forks its plugin probes (--check) would
- * leave the driver unusable in those children. A child that does not answer within a minute (a
- * wedged driver) is killed and counts as no GPU. */
-static int usable_gpus(char *why, size_t cap)
-{
-    int fds[2];
-    if (pipe(fds) != 0) {
-        snprintf(why, cap, "cannot look for a GPU (pipe: %s)", strerror(errno));
-        return 0;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(why, cap, "cannot look for a GPU (fork: %s)", strerror(errno));
-        close(fds[0]);
-        close(fds[1]);
-        return 0;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        zt_error e;
-        int n = 0;
-        char msg[ZT_ERROR_MSG_MAX + 32];
-        int len = zt_device_cuda_count(&n, &e) == ZT_OK ? snprintf(msg, sizeof msg, "%d ", n)
-                                                            : snprintf(msg, sizeof msg, "0 %s", e.msg);
-        if (len > (int)sizeof msg - 1) len = (int)sizeof msg - 1;
-        ssize_t done = write(fds[1], msg, (size_t)len);
-        _exit(done == len ? 0 : 1);
-    }
-    close(fds[1]);
-    char buf[ZT_ERROR_MSG_MAX + 32];
-    size_t got = 0;
-    int timed_out = 0;
-    for (;;) {
-        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
-        int ready = poll(&pfd, 1, 60 * 1000);
-        if (ready < 0 && errno == EINTR) continue;
-        if (ready == 0) {
-            timed_out = 1;
-            kill(pid, SIGKILL);
-            break;
-        }
-        ssize_t r = read(fds[0], buf + got, sizeof buf - 1 - got);
-        if (r > 0 && (got += (size_t)r) < sizeof buf - 1) continue;
-        if (r < 0 && errno == EINTR) continue;
-        break;
-    }
-    close(fds[0]);
-    buf[got] = '\0';
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (timed_out) {
-        snprintf(why, cap, "looking for a GPU (the CUDA driver, in a child process) did not answer within 60 s; "
-                 "check the driver with nvidia-smi, or set device = cpu");
-        return 0;
-    }
-    char *rest = NULL;
-    long n = strtol(buf, &rest, 10);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || rest == buf) {
-        snprintf(why, cap, "looking for a GPU crashed or failed (in a child process)%s%.1000s", got ? ": " : "",
-                 got ? buf : "");
-        return 0;
-    }
-    snprintf(why, cap, "%.2000s", n > 0 ? "" : (*rest == ' ' ? rest + 1 : rest));
-    return n > 0 ? (int)n : 0;
-}
-
-/* The default attention (docs/gpu.md): flash where training computes on a GPU, naive elsewhere.
- * device = auto decides here what run_device (main.c) decides for the run: flash when every plugin
- * resolved so far can run on CUDA, flash is installed and a GPU is usable. The choice and the reason
- * are logged, since they decide the run's speed. */
-static void default_attention(const zt_registry *reg, const zt_plugin_set *so_far, unsigned needed_kinds,
-                              const zt_config *cfg, char *name, size_t cap, char *source, size_t source_cap)
-{
-    const char *device = "cpu";
-    if (!cfg || zt_config_get_string(cfg, "device", &device) != ZT_OK) device = "cpu"; /* as run_device */
-    int flash_installed = 0;
-    for (int i = 0; i < zt_registry_count(reg); i++) {
-        const zt_plugin_desc *d = zt_registry_at(reg, i);
-        if (!strcmp(d->name, "flash") && d->kind == ZT_KIND_ATTENTION) flash_installed = 1;
-    }
-    const char *cpu_only = NULL;
-    for (int k = 1; k <= ZT_KIND_COUNT && !cpu_only; k++) {
-        const zt_loaded_plugin *lp = &so_far->by_kind[k];
-        if (k != ZT_KIND_TOKENIZER && lp->plugin && !(lp->plugin->caps & ZT_CAP_CUDA)) cpu_only = lp->desc.name;
-    }
-    snprintf(name, cap, "naive");
-    if (!(needed_kinds & (1u << ZT_KIND_OPTIMIZER))) {
-        snprintf(source, source_cap, "the default attention of runs that do not train (naive: on the CPU, with a "
-                 "KV cache)");
-    } else if (!strcmp(device, "cuda")) {
-        if (flash_installed) snprintf(name, cap, "flash");
-        snprintf(source, source_cap, "the default attention of GPU runs (device = cuda)%s",
-                 flash_installed ? "" : "; flash is not installed, so the unfused naive reference");
-    } else if (!strcmp(device, "auto")) {
-        char why[2200], detail[2048];
-        int gpus = 0;
-        if (cpu_only)
-            snprintf(why, sizeof why, "plugin '%.64s' runs on the CPU only, so the run computes on the CPU", cpu_only);
-        else if (!flash_installed)
-            snprintf(why, sizeof why, "the flash plugin is not installed");
-        else if ((gpus = usable_gpus(detail, sizeof detail)) > 0)
-            snprintf(name, cap, "flash");
-        else
-            snprintf(why, sizeof why, "no usable GPU: %.2040s", detail);
-        if (gpus > 0)
-            snprintf(source, source_cap, "the default attention of device = auto: %d usable GPU%s and flash installed",
-                     gpus, gpus == 1 ? "" : "s");
-        else
-            snprintf(source, source_cap, "the default attention of device = auto: %.2200s", why);
-    } else {
-        snprintf(source, source_cap, "the default attention on the CPU (device = %.64s)", device);
-    }
-    if (needed_kinds & (1u << ZT_KIND_OPTIMIZER)) /* training; generation always takes naive */
-        zt_log(ZT_LOG_INFO, "attention: %s ('%s')", source, name);
-}
-
-/* The documented default of a kind (docs/plugins.md). `source` says where it came from, for
- * messages. so_far: the plugins resolved before this kind (attention's default depends on them).
- * Returns ZT_OK with name filled, ZT_ERR_NOT_FOUND when the kind has no default. */
-static zt_status default_plugin(int kind, const zt_registry *reg, const zt_plugin_set *so_far, unsigned needed_kinds,
-                                const zt_config *cfg, char *name, size_t cap, char *source, size_t source_cap,
-                                zt_error *err)
-{
-    int64_t stage = 0;
-    int r;
-    switch (kind) {
-    case ZT_KIND_TOKENIZER:
-        snprintf(name, cap, "sentencepiece");
-        snprintf(source, source_cap, "the default tokenizer");
-        return ZT_OK;
-    case ZT_KIND_MODEL:
-        snprintf(name, cap, "llama");
-        snprintf(source, source_cap, "the default model");
-        return ZT_OK;
-    case ZT_KIND_ATTENTION:
-        default_attention(reg, so_far, needed_kinds, cfg, name, cap, source, source_cap);
-        return ZT_OK;
-    case ZT_KIND_OPTIMIZER:
-        r = config_optimizer_name(cfg, name, cap, err);
-        if (r < 0) return ZT_ERR_CONFIG;
-        if (r == 0) snprintf(name, cap, "adamw");
-        snprintf(source, source_cap, r ? "the optimizer selected by optimizer.type"
-                                       : "the default optimizer (optimizer.type is not set)");
-        return ZT_OK;
-    case ZT_KIND_ZERO:
-        r = config_zero_stage(cfg, &stage, err);
-        if (r < 0) return ZT_ERR_CONFIG;
-        snprintf(name, cap, "zero%d", (int)stage);
-        snprintf(source, source_cap, r ? "the ZeRO plugin for zero_optimization.stage = %d"
-                                       : "the default ZeRO plugin (zero_optimization.stage is not set: %d)",
-                 (int)stage);
-        return ZT_OK;
-    }
-    return ZT_ERR_NOT_FOUND;
-}
-
-zt_status zt_plugin_set_resolve(const zt_registry *reg, const char *list, unsigned needed_kinds,
-                                const zt_config *cfg, zt_plugin_set *out, zt_error *err)
-{
-    memset(out, 0, sizeof *out);
-    zt_status st = ZT_OK;
-    char *copy = strdup(list ? list : "");
-    if (!copy) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory resolving plugins");
-
-    /* 1. What the user named, in order. */
-    int position = 0;
-    for (char *token = copy; token && st == ZT_OK; position++) {
-        char *comma = strchr(token, ',');
-        if (comma) *comma = '\0';
-        char *name = trim(token);
-        token = comma ? comma + 1 : NULL;
-        if (!*name) {
-            if (!comma && position == 0) break; /* an empty list */
-            st = zt_error_set(err, ZT_ERR_INVALID_ARG,
-                              "--plugins '%s': entry %d is empty; separate plugin names with single commas",
-                              list, position + 1);
-            break;
-        }
-        zt_loaded_plugin lp;
-        st = zt_plugin_load(reg, name, &lp, err);
-        if (st != ZT_OK) break;
-        zt_loaded_plugin *slot = &out->by_kind[lp.desc.kind];
-        if (slot->plugin) {
-            st = zt_error_set(err, ZT_ERR_INVALID_ARG,
-                              "--plugins names two %s plugins, '%s' (%s) and '%s' (%s): a run uses one plugin "
-                              "per kind; keep one of them",
-                              zt_kind_name(lp.desc.kind), slot->desc.name, slot->desc.library, lp.desc.name,
-                              lp.desc.library);
-            zt_plugin_unload(&lp);
-            break;
-        }
-        *slot = lp;
-    }
-    free(copy);
-    if (st == ZT_OK) st = check_named_against_config(out, cfg, err);
-
-    /* 2. Defaults for the kinds the program needs and the user did not name. */
-    for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++) {
-        if (!(needed_kinds & (1u << k)) || out->by_kind[k].plugin) continue;
-        char name[64], source[ZT_ERROR_MSG_MAX / 2];
-        st = default_plugin(k, reg, out, needed_kinds, cfg, name, sizeof name, source, sizeof source, err);
-        if (st == ZT_ERR_NOT_FOUND) {
-            st = zt_error_set(err, ZT_ERR_NOT_FOUND,
-                              "this run needs %s %s plugin%s, and that kind has no default: name one in "
-                              "--plugins (zt-run --list-plugins shows the installed ones)",
-                              kind_article(k), zt_kind_name(k),
-                              k == ZT_KIND_PARALLEL ? " (a parallel_config size is above 1)" : "");
-            break;
-        }
-        if (st != ZT_OK) break;
-        zt_loaded_plugin lp;
-        zt_error load_err;
-        st = zt_plugin_load(reg, name, &lp, &load_err);
-        if (st == ZT_ERR_NOT_FOUND) {
-            zt_error_set(err, st,
-                         "no %s plugin was named in --plugins, so zt uses %s, '%s', which is not installed. "
-                         "Install it, or name another %s plugin in --plugins.\n%s",
-                         zt_kind_name(k), source, name, zt_kind_name(k), load_err.msg);
-            break;
-        }
-        if (st != ZT_OK) {
-            zt_error_set(err, st, "%s, '%s': %s", source, name, load_err.msg);
-            break;
-        }
-        if (lp.desc.kind != k) {
-            st = zt_error_set(err, ZT_ERR_CONFIG, "%s, '%s', is %s %s plugin, not %s %s plugin", source, name,
-                              kind_article(lp.desc.kind), zt_kind_name(lp.desc.kind), kind_article(k),
-                              zt_kind_name(k));
-            zt_plugin_unload(&lp);
-            break;
-        }
-        out->by_kind[k] = lp;
-    }
-    if (st != ZT_OK) zt_plugin_set_unload(out);
-    return st;
 }

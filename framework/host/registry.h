@@ -78,6 +78,10 @@ zt_status zt_plugin_failed(const zt_loaded_plugin *lp, zt_status st, zt_error *e
     ZT_PRINTF(4, 5);
 
 const char *zt_kind_name(int kind);         /* "tokenizer", ... */
+const char *zt_kind_article(int kind);      /* "a" or "an", for "an optimizer plugin" */
+/* Plugin names: what --plugins accepts and what a descriptor file is named after (lower case
+ * letters, digits, '-', '_', '.'; at most 63 bytes). */
+int zt_plugin_name_valid(const char *s);
 int zt_kind_from_name(const char *name);    /* 0 if unknown */
 
 /* The plugins of one run: one per kind at most. */
@@ -85,11 +89,7 @@ typedef struct zt_plugin_set {
     zt_loaded_plugin by_kind[ZT_KIND_COUNT + 1]; /* index = zt_kind; unused entries zeroed */
 } zt_plugin_set;
 
-/* Resolve "llama,zero3,paged" (names or paths) plus the documented defaults for kinds not named
- * (docs/plugins.md), loading each. `needed_kinds` is a bitmask (1 << kind) of kinds the program
- * needs; defaults are filled only for those. Two plugins of one kind is an error naming both. */
-zt_status zt_plugin_set_resolve(const zt_registry *reg, const char *list, unsigned needed_kinds,
-                                const zt_config *cfg, zt_plugin_set *out, zt_error *err);
+/* fini and unload every plugin of the set, in the reverse of the order a run initializes them. */
 void zt_plugin_set_unload(zt_plugin_set *set);
 
 #endif

@@ -1097,25 +1097,6 @@ const zt_host *zt_runtime_host(zt_runtime *rt, const char *plugin_name, const zt
 
 /* ---- create / destroy ------------------------------------------------------------------------- */
 
-/* The watchdog timeout of multi-rank collectives: comm.timeout_s from the run's config, else (no
- * config, or one without the host's keys) the host schema's default. */
-static zt_status comm_timeout_s(const zt_config *cfg, double *out, zt_error *err)
-{
-    zt_status st = cfg ? zt_config_get_float(cfg, "comm.timeout_s", out) : ZT_ERR_NOT_FOUND;
-    if (st == ZT_OK) return ZT_OK;
-    if (st != ZT_ERR_NOT_FOUND)
-        return zt_error_set(err, st, "comm.timeout_s is not a number of seconds >= 0: fix it in the config");
-    zt_config *defaults = zt_config_new();
-    if (!defaults) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading comm.timeout_s");
-    uint32_t n_host = 0;
-    const zt_option *host_opts = zt_host_options(&n_host);
-    st = zt_config_add_schema(defaults, "host", host_opts, n_host, err);
-    if (st == ZT_OK && zt_config_get_float(defaults, "comm.timeout_s", out) != ZT_OK)
-        st = zt_error_set(err, ZT_ERR_INTERNAL, "the host schema has no default for comm.timeout_s (a zt bug)");
-    zt_config_free(defaults);
-    return st;
-}
-
 /* The GPU of a rank of a multi-rank CUDA run: its local rank (the rank when the launcher gave none).
  * One GPU visible to a rank whose local rank is higher: a launcher that gives each rank its own GPU
  * through CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1); two ranks on one GPU are refused by NCCL. */
@@ -1147,9 +1128,7 @@ static zt_status create_comm_backend(zt_runtime *rt, const zt_runtime_options *o
                                      zt_error *err)
 {
     if (launch->world_size == 1) return zt_comm_local_create(rt->device, &rt->device_ctx, &rt->comm, err);
-    double timeout_s = 0;
-    zt_status st = comm_timeout_s(rt->cfg, &timeout_s, err);
-    if (st == ZT_OK) st = zt_launch_comm_create(launch, opt->device_type, timeout_s, &rt->comm, err);
+    zt_status st = zt_launch_comm_create(launch, opt->device_type, opt->comm_timeout_s, &rt->comm, err);
     if (st == ZT_OK) zt_log_set_rank(launch->rank);
     return st;
 }

@@ -19,6 +19,8 @@ typedef struct zt_runtime_options {
     uint64_t device_mem_limit; /* 0: none (zt-run --gpu-mem-limit) */
     int single_process;        /* 1: a world of one whatever the launch environment says (a child
                                   forked by a rank to inspect plugins is not a rank itself) */
+    double comm_timeout_s;     /* multi-rank runs: the collective watchdog's timeout (comm.timeout_s);
+                                  0 waits forever */
 } zt_runtime_options;
 
 /* cfg may be NULL (e.g. zt-run --list-plugins); it must outlive the runtime. */

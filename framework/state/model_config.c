@@ -60,29 +60,23 @@ zt_status zt_model_config_apply(zt_config *cfg, const zt_hf_config *config, cons
     };
     size_t n_llama3 = hf.rope_llama3 ? sizeof llama3 / sizeof llama3[0] : 0;
 
-    char *json = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&json, &len);
-    if (!f) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading --model");
-    fprintf(f, "{\"model\": {\"tie_word_embeddings\": %s, \"rope_scaling\": {\"rope_type\": \"%s\"",
-            hf.tie_word_embeddings ? "true" : "false", hf.rope_llama3 ? "llama3" : "none");
-    for (size_t i = 0; i < n_llama3 && st == ZT_OK; i++) {
-        fprintf(f, ", \"%s\": %.17g", strrchr(llama3[i].key, '.') + 1, llama3[i].value);
-        st = check_user_value(cfg, &llama3[i], path, err);
+    char origin[4200];
+    snprintf(origin, sizeof origin, "--model %s", path);
+    const int rank = ZT_CONFIG_RANK_FILE; /* as if from a config file: checked against the user's values below */
+    st = zt_config_put_bool(cfg, "model.tie_word_embeddings", hf.tie_word_embeddings != 0, origin, rank, err);
+    if (st == ZT_OK)
+        st = zt_config_put_string(cfg, "model.rope_scaling.rope_type", hf.rope_llama3 ? "llama3" : "none", origin,
+                                  rank, err);
+    const hf_key *lists[2] = {llama3, shape};
+    size_t counts[2] = {n_llama3, sizeof shape / sizeof shape[0]};
+    for (int l = 0; l < 2; l++) {
+        for (size_t i = 0; i < counts[l] && st == ZT_OK; i++) {
+            const hf_key *k = &lists[l][i];
+            st = check_user_value(cfg, k, path, err);
+            if (st != ZT_OK) break;
+            st = k->is_float ? zt_config_put_float(cfg, k->key, k->value, origin, rank, err)
+                             : zt_config_put_int(cfg, k->key, (int64_t)k->value, origin, rank, err);
+        }
     }
-    fputc('}', f);
-    for (size_t i = 0; i < sizeof shape / sizeof shape[0] && st == ZT_OK; i++) {
-        fprintf(f, ", \"%s\": %.17g", strrchr(shape[i].key, '.') + 1, shape[i].value);
-        st = check_user_value(cfg, &shape[i], path, err);
-    }
-    fputs("}}", f);
-    if (fclose(f) != 0 && st == ZT_OK)
-        st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading --model");
-    if (st == ZT_OK) {
-        char origin[4200];
-        snprintf(origin, sizeof origin, "--model %s", path);
-        st = zt_config_load_string(cfg, json, origin, err);
-    }
-    free(json);
     return st;
 }

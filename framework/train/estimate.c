@@ -8,6 +8,7 @@
 
 #include "base/fileio.h"
 #include "base/json.h"
+#include "host/select.h"
 
 #define OFFLOAD_OPTIMIZER_KEY "zero_optimization.offload_optimizer.device"
 #define OFFLOAD_PARAM_KEY "zero_optimization.offload_param.device"
@@ -97,11 +98,12 @@ static int offload_of(const zt_config *cfg, const char *key)
     return zt_config_get_string(cfg, key, &v) == ZT_OK && v && !strcmp(v, "cpu");
 }
 
+/* The origin of the offload keys the other rows are estimated with; taken back afterwards. */
+#define ALTERNATIVE_ORIGIN "--dry-run (another ZeRO configuration)"
+
 static zt_status set_offload(zt_config *cfg, const char *key, int offload, zt_error *err)
 {
-    char assignment[128];
-    snprintf(assignment, sizeof assignment, "%s=%s", key, device_name(offload));
-    return zt_config_set(cfg, assignment, err);
+    return zt_config_put_string(cfg, key, device_name(offload), ALTERNATIVE_ORIGIN, ZT_CONFIG_RANK_SET, err);
 }
 
 /* The ZeRO pools of one configuration through its plugin's estimate(), plus activations. */
@@ -153,9 +155,8 @@ typedef struct gpu_limit {
 static void find_gpu_limit(const zt_dry_run_request *req, gpu_limit *out)
 {
     const zt_host *host = req->plugins->by_kind[ZT_KIND_ZERO].host;
-    int64_t cap = 0;
+    int64_t cap = (int64_t)req->settings->gpu_mem_limit;
     char b[32];
-    if (zt_config_get_int(req->cfg, "gpu_mem_limit", &cap) != ZT_OK) cap = 0;
     out->enforced = 1;
     if (cap > 0) {
         out->bytes = (double)cap;
@@ -225,13 +226,10 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
         m.act_bytes_per_token_layer /= 2;
         m.act_bytes_per_token_layer_recompute /= 2;
     }
-    e->micro = 1;
-    e->seq_len = 1;
-    int32_t fp16 = 0;
-    zt_config_get_int(cfg, "train_micro_batch_size_per_gpu", &e->micro);
-    zt_config_get_int(cfg, "data.seq_len", &e->seq_len);
-    zt_config_get_bool(cfg, "recompute", &e->recompute);
-    zt_config_get_bool(cfg, "fp16.enabled", &fp16);
+    e->micro = req->settings->micro_batch;
+    e->seq_len = req->settings->seq_len;
+    e->recompute = req->settings->recompute;
+    int32_t fp16 = req->settings->fp16;
     zt_estimate_in *in = &e->in;
     *in = (zt_estimate_in){.struct_size = sizeof *in,
                            .dp_size = req->dp_size,
@@ -275,7 +273,7 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
         row->stage = k_alternatives[a].stage;
         row->offload_optimizer = k_alternatives[a].offload_optimizer;
         row->offload_param = k_alternatives[a].offload_param;
-        snprintf(row->plugin, sizeof row->plugin, "zero%d", (int)row->stage);
+        zt_select_zero_plugin(row->stage, row->plugin, sizeof row->plugin);
         if (!strcmp(row->plugin, chosen->plugin) && row->offload_optimizer == chosen_offload_optimizer &&
             row->offload_param == chosen_offload_param)
             continue; /* that is the chosen row */
@@ -283,12 +281,9 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
         if (!row->problem[0]) (e->gpu ? row->mem.device : row->mem.host)[ZT_POOL_WORKSPACE] += workspace;
         e->n_rows++;
     }
-    zt_error restore_err;
-    if (set_offload(req->cfg, OFFLOAD_OPTIMIZER_KEY, chosen_offload_optimizer, &restore_err) != ZT_OK ||
-        set_offload(req->cfg, OFFLOAD_PARAM_KEY, chosen_offload_param, &restore_err) != ZT_OK)
-        zt_error_clear(&restore_err); /* keys this run's zero plugin does not declare: nothing to restore */
-    /* The alternatives were estimated by setting the offload keys: the config holds the run's own
-     * values again, and must be validated again before the trainer reads or saves it. */
+    /* The alternatives were estimated by putting offload keys: taken back, the config holds the run's
+     * own values again, and is validated again before the trainer reads or saves it. */
+    zt_config_drop_puts(req->cfg, ALTERNATIVE_ORIGIN);
     if (zt_config_validate(req->cfg, err) != ZT_OK) return err ? err->status : ZT_ERR_CONFIG;
     if (e->gpu) find_gpu_limit(req, &e->limit);
     return ZT_OK;
@@ -481,8 +476,7 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
         print_side(out, "Host memory per rank (offloaded state, pinned):", e, 0);
     } else {
         print_side(out, "Host memory per rank (this run computes on the CPU, where offload moves nothing):", e, 0);
-        int64_t gpu_mem_limit = 0;
-        if (zt_config_get_int(req->cfg, "gpu_mem_limit", &gpu_mem_limit) == ZT_OK && gpu_mem_limit > 0)
+        if (req->settings->gpu_mem_limit > 0)
             fprintf(out, "\ngpu_mem_limit caps GPU memory; this run computes on the CPU, so it does not apply.\n");
     }
     fflush(out);

@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "config/config.h"
+#include "config/settings.h"
 #include "host/registry.h"
 #include "host/runtime.h"
 
@@ -44,6 +45,7 @@ double zt_estimate_workspace(const zt_model_info *m, int64_t tokens, int gpu);
 typedef struct zt_dry_run_request {
     zt_config *cfg;               /* validated; its offload keys change while other rows are estimated
                                      and are set back afterwards */
+    const zt_host_settings *settings; /* read from cfg */
     const zt_registry *reg;       /* finds zero0..zero3 for the other rows */
     const zt_plugin_set *plugins; /* the run's plugins, initialized (at least model, optimizer, zero) */
     zt_runtime *rt;

@@ -17,22 +17,20 @@ const char *zt_schedule_type_name(int type)
 
 /* A scheduler.params key the chosen type does not read: refusing it beats silently ignoring a
  * setting the user believes is in effect. */
-static zt_status refuse_unused(const zt_config *cfg, const char *type, const char *key, const char *why,
-                               zt_error *err)
+static zt_status refuse_unused(int given, const char *type, const char *key, const char *why, zt_error *err)
 {
-    if (!zt_config_is_set(cfg, key)) return ZT_OK;
+    if (!given) return ZT_OK;
     return zt_error_set(err, ZT_ERR_CONFIG,
                         "config key '%s' is set but scheduler.type \"%s\" does not use it (%s); remove the "
                         "key or choose a scheduler.type that uses it",
                         key, type, why);
 }
 
-zt_status zt_schedule_from_config(const zt_config *cfg, zt_schedule *out, zt_error *err)
+zt_status zt_schedule_from_settings(const zt_schedule_settings *in, int64_t steps, int have_optimizer_lr,
+                                    double optimizer_lr, zt_schedule *out, zt_error *err)
 {
     memset(out, 0, sizeof *out);
-    const char *type = NULL;
-    if (zt_config_get_string(cfg, "scheduler.type", &type) != ZT_OK || !type)
-        return zt_error_set(err, ZT_ERR_INTERNAL, "the host key scheduler.type has no value");
+    const char *type = in->type;
     int found = -1;
     for (int i = 0; i < (int)(sizeof k_type_names / sizeof k_type_names[0]); i++)
         if (!strcmp(type, k_type_names[i])) found = i;
@@ -45,32 +43,30 @@ zt_status zt_schedule_from_config(const zt_config *cfg, zt_schedule *out, zt_err
 
     zt_status st = ZT_OK;
     if (out->type == ZT_SCHEDULE_CONSTANT) {
-        st = refuse_unused(cfg, type, "scheduler.params.warmup_num_steps", "it has no warm-up; use WarmupLR",
-                           err);
+        st = refuse_unused(in->given_warmup_num_steps, type, "scheduler.params.warmup_num_steps",
+                           "it has no warm-up; use WarmupLR", err);
         if (st == ZT_OK)
-            st = refuse_unused(cfg, type, "scheduler.params.warmup_min_lr", "it has no warm-up; use WarmupLR",
-                               err);
+            st = refuse_unused(in->given_warmup_min_lr, type, "scheduler.params.warmup_min_lr",
+                               "it has no warm-up; use WarmupLR", err);
     }
     if (st == ZT_OK && (out->type == ZT_SCHEDULE_CONSTANT || out->type == ZT_SCHEDULE_WARMUP))
-        st = refuse_unused(cfg, type, "scheduler.params.total_num_steps",
+        st = refuse_unused(in->given_total_num_steps, type, "scheduler.params.total_num_steps",
                            "it does not decay; use WarmupDecayLR or WarmupCosineLR", err);
     if (st == ZT_OK && out->type != ZT_SCHEDULE_WARMUP_COSINE)
-        st = refuse_unused(cfg, type, "scheduler.params.cos_min_ratio", "only WarmupCosineLR reads it", err);
+        st = refuse_unused(in->given_cos_min_ratio, type, "scheduler.params.cos_min_ratio",
+                           "only WarmupCosineLR reads it", err);
     if (st != ZT_OK) return st;
 
-    if (zt_config_get_float(cfg, "scheduler.params.warmup_max_lr", &out->peak_lr) != ZT_OK &&
-        zt_config_get_float(cfg, "optimizer.params.lr", &out->peak_lr) != ZT_OK)
+    if (in->has_warmup_max_lr) out->peak_lr = in->warmup_max_lr;
+    else if (have_optimizer_lr) out->peak_lr = optimizer_lr;
+    else
         return zt_error_set(err, ZT_ERR_CONFIG,
                             "no learning rate: scheduler.params.warmup_max_lr is not set and the optimizer "
                             "plugin declares no optimizer.params.lr; set scheduler.params.warmup_max_lr");
-    if (zt_config_get_float(cfg, "scheduler.params.warmup_min_lr", &out->min_lr) != ZT_OK ||
-        zt_config_get_int(cfg, "scheduler.params.warmup_num_steps", &out->warmup_steps) != ZT_OK ||
-        zt_config_get_float(cfg, "scheduler.params.cos_min_ratio", &out->cos_min_ratio) != ZT_OK)
-        return zt_error_set(err, ZT_ERR_INTERNAL, "the host's scheduler.params keys have no values");
-    if (out->type == ZT_SCHEDULE_CONSTANT) out->min_lr = out->peak_lr;
-    if (zt_config_get_int(cfg, "scheduler.params.total_num_steps", &out->total_steps) != ZT_OK &&
-        zt_config_get_int(cfg, "steps", &out->total_steps) != ZT_OK)
-        return zt_error_set(err, ZT_ERR_INTERNAL, "the host key steps has no value");
+    out->min_lr = out->type == ZT_SCHEDULE_CONSTANT ? out->peak_lr : in->warmup_min_lr;
+    out->warmup_steps = in->warmup_num_steps;
+    out->cos_min_ratio = in->cos_min_ratio;
+    out->total_steps = in->has_total_num_steps ? in->total_num_steps : steps;
 
     int decays = out->type == ZT_SCHEDULE_WARMUP_DECAY || out->type == ZT_SCHEDULE_WARMUP_COSINE;
     if (decays && out->warmup_steps > out->total_steps)
@@ -111,4 +107,12 @@ size_t zt_schedule_to_json(const zt_schedule *s, char *buf, size_t cap)
                      zt_schedule_type_name(s->type), s->peak_lr, s->min_lr, (long long)s->warmup_steps,
                      (long long)s->total_steps, s->cos_min_ratio);
     return n < 0 ? 0 : (size_t)n;
+}
+
+zt_status zt_schedule_for_run(const zt_schedule_settings *in, int64_t steps, const zt_config *cfg, zt_schedule *out,
+                              zt_error *err)
+{
+    double lr = 0;
+    int have_lr = zt_config_get_float(cfg, "optimizer.params.lr", &lr) == ZT_OK;
+    return zt_schedule_from_settings(in, steps, have_lr, lr, out, err);
 }

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include "base/error.h"
 #include "config/config.h"
+#include "config/settings.h"
 
 typedef enum zt_schedule_type {
     ZT_SCHEDULE_CONSTANT = 0,
@@ -40,10 +41,15 @@ typedef struct zt_schedule {
     int64_t total_steps;
 } zt_schedule;
 
-/* Read scheduler.type and scheduler.params.* (and optimizer.params.lr when warmup_max_lr is unset)
- * from a validated config. A parameter given to a schedule that does not use it, warm-up longer
+/* The schedule of the host's scheduler settings, `steps` (the decay's length when total_num_steps is
+ * unset) and the optimizer's learning rate (the peak when warmup_max_lr is unset; have_optimizer_lr 0:
+ * the optimizer declares none). A parameter given to a schedule that does not use it, warm-up longer
  * than the decay, or no peak learning rate at all is a ZT_ERR_CONFIG naming the key. */
-zt_status zt_schedule_from_config(const zt_config *cfg, zt_schedule *out, zt_error *err);
+zt_status zt_schedule_from_settings(const zt_schedule_settings *in, int64_t steps, int have_optimizer_lr,
+                                    double optimizer_lr, zt_schedule *out, zt_error *err);
+/* The same, with the learning rate read from the optimizer plugin's optimizer.params.lr in cfg. */
+zt_status zt_schedule_for_run(const zt_schedule_settings *in, int64_t steps, const zt_config *cfg, zt_schedule *out,
+                              zt_error *err);
 
 /* The learning rate of optimizer step `step` (1-based). */
 double zt_schedule_lr(const zt_schedule *s, int64_t step);

@@ -32,18 +32,6 @@
 
 /* ---- settings --------------------------------------------------------------------------------- */
 
-typedef struct train_settings {
-    int64_t micro_batch, accum, steps, epochs, seed, seq_len;
-    int64_t eval_every, eval_batches, ckpt_every, ckpt_keep, log_every;
-    double clip, weight_decay;
-    int32_t recompute, shuffle, packed, fp16;
-    int64_t fp16_scale_power, fp16_window, fp16_hysteresis;
-    double fp16_min_scale;
-    const char *data_path, *output_dir, *trainable;
-    uint32_t no_decay_flags;
-    char ckpt_root[4096];
-} train_settings;
-
 static zt_status no_data_error(zt_error *err)
 {
     return zt_error_set(err, ZT_ERR_CONFIG,
@@ -51,102 +39,11 @@ static zt_status no_data_error(zt_error *err)
                         "(--data DIR, or --set data.path=DIR)");
 }
 
-static int64_t cfg_int(const zt_config *cfg, const char *key, int64_t fallback)
-{
-    int64_t v;
-    return zt_config_get_int(cfg, key, &v) == ZT_OK ? v : fallback;
-}
-
-/* optimizer.no_decay: which ZT_PARAM_* groups get no weight decay. */
-static zt_status parse_no_decay(const char *list, uint32_t *flags, zt_error *err)
-{
-    *flags = 0;
-    const char *p = list;
-    while (*p) {
-        size_t n = strcspn(p, ",");
-        if (n == 5 && !strncmp(p, "norms", 5)) *flags |= ZT_PARAM_NO_DECAY;
-        else if (n == 10 && !strncmp(p, "embeddings", 10)) *flags |= ZT_PARAM_EMBEDDING;
-        else
-            return zt_error_set(err, ZT_ERR_CONFIG,
-                                "optimizer.no_decay \"%s\": \"%.*s\" is not a parameter group; use a comma-separated "
-                                "list of norms and embeddings, or \"\" to decay every parameter",
-                                list, (int)n, p);
-        p += n;
-        if (*p == ',') p++;
-    }
-    return ZT_OK;
-}
-
-static zt_status read_settings(const zt_config *cfg, train_settings *s, zt_error *err)
-{
-    memset(s, 0, sizeof *s);
-    s->micro_batch = cfg_int(cfg, "train_micro_batch_size_per_gpu", 1);
-    s->accum = cfg_int(cfg, "gradient_accumulation_steps", 1);
-    s->steps = cfg_int(cfg, "steps", 1);
-    s->epochs = cfg_int(cfg, "epochs", 0);
-    s->seed = cfg_int(cfg, "seed", 0);
-    s->seq_len = cfg_int(cfg, "data.seq_len", 512);
-    s->eval_every = cfg_int(cfg, "eval.every", 0);
-    s->eval_batches = cfg_int(cfg, "eval.batches", 1);
-    s->ckpt_every = cfg_int(cfg, "checkpoint.every", 0);
-    s->ckpt_keep = cfg_int(cfg, "checkpoint.keep", 0);
-    s->log_every = cfg_int(cfg, "log.every", 1);
-    if (zt_config_get_float(cfg, "gradient_clipping", &s->clip) != ZT_OK) s->clip = 0;
-    /* The optimizer plugin declares weight_decay when it has one; without it nothing decays. */
-    if (zt_config_get_float(cfg, "optimizer.params.weight_decay", &s->weight_decay) != ZT_OK) s->weight_decay = 0;
-    zt_config_get_bool(cfg, "recompute", &s->recompute);
-    zt_config_get_bool(cfg, "data.shuffle", &s->shuffle);
-    zt_config_get_bool(cfg, "fp16.enabled", &s->fp16);
-    s->fp16_scale_power = cfg_int(cfg, "fp16.initial_scale_power", 16);
-    s->fp16_window = cfg_int(cfg, "fp16.loss_scale_window", 1000);
-    s->fp16_hysteresis = cfg_int(cfg, "fp16.hysteresis", 2);
-    if (zt_config_get_float(cfg, "fp16.min_loss_scale", &s->fp16_min_scale) != ZT_OK) s->fp16_min_scale = 1;
-    int32_t bf16 = 1;
-    zt_config_get_bool(cfg, "bf16.enabled", &bf16);
-    /* bf16.enabled defaults to true: only an explicit true next to fp16 is a contradiction */
-    if (s->fp16 && bf16 && zt_config_is_set(cfg, "bf16.enabled"))
-        return zt_error_set(err, ZT_ERR_CONFIG,
-                            "fp16.enabled and bf16.enabled are both true; pick one precision: set bf16.enabled to "
-                            "false for fp16 with loss scaling, or fp16.enabled to false for bf16 (recommended on "
-                            "GPUs that have it: no loss scaling needed)");
-    if (s->fp16 && ldexp(1.0, (int)s->fp16_scale_power) < s->fp16_min_scale)
-        return zt_error_set(err, ZT_ERR_CONFIG,
-                            "fp16.min_loss_scale is %g, above the initial loss scale 2^%lld = %g; lower "
-                            "fp16.min_loss_scale or raise fp16.initial_scale_power",
-                            s->fp16_min_scale, (long long)s->fp16_scale_power, ldexp(1.0, (int)s->fp16_scale_power));
-
-    s->packed = ZT_LOADER_LAYOUT_MANIFEST;
-    const char *mode = NULL;
-    if (zt_config_is_set(cfg, "data.mode") && zt_config_get_string(cfg, "data.mode", &mode) == ZT_OK)
-        s->packed = !strcmp(mode, "packed");
-
-    if (zt_config_get_string(cfg, "data.path", &s->data_path) != ZT_OK) return no_data_error(err);
-    if (zt_config_get_string(cfg, "output_dir", &s->output_dir) != ZT_OK)
-        return zt_error_set(err, ZT_ERR_INTERNAL, "the host key output_dir has no value");
-    if (zt_config_get_string(cfg, "trainable_params", &s->trainable) != ZT_OK) s->trainable = NULL;
-
-    const char *dir = NULL;
-    int n = zt_config_get_string(cfg, "checkpoint.dir", &dir) == ZT_OK
-                ? snprintf(s->ckpt_root, sizeof s->ckpt_root, "%s", dir)
-                : snprintf(s->ckpt_root, sizeof s->ckpt_root, "%s/checkpoints", s->output_dir);
-    if (n < 0 || n >= (int)sizeof s->ckpt_root)
-        return zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir (or output_dir) is longer than %zu bytes",
-                            sizeof s->ckpt_root - 1);
-
-    const char *no_decay = NULL;
-    zt_config_get_string(cfg, "optimizer.no_decay", &no_decay);
-    zt_status st = parse_no_decay(no_decay, &s->no_decay_flags, err);
-    if (st != ZT_OK) return st;
-
-    return ZT_OK;
-}
-
 /* train_batch_size, when given, against the job's data-parallel size (known once the ranks are). */
-static zt_status check_global_batch(const zt_config *cfg, const train_settings *s, int32_t dp, zt_error *err)
+static zt_status check_global_batch(const zt_host_settings *s, int32_t dp, zt_error *err)
 {
-    int64_t global;
-    if (zt_config_get_int(cfg, "train_batch_size", &global) != ZT_OK || global == s->micro_batch * s->accum * dp)
-        return ZT_OK;
+    int64_t global = s->train_batch_size;
+    if (!s->has_train_batch_size || global == s->micro_batch * s->accum * dp) return ZT_OK;
     return zt_error_set(err, ZT_ERR_CONFIG,
                         "train_batch_size is %lld but train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
                         "data-parallel ranks = %lld x %lld x %d = %lld; make them agree (as DeepSpeed requires) or "
@@ -223,9 +120,8 @@ zt_status zt_train_configure(zt_config *cfg, const char *model_dir, int require_
     int64_t vocab;
     st = manifest_vocab(data, &vocab, err);
     if (st != ZT_OK) return st;
-    char json[128];
-    snprintf(json, sizeof json, "{\"model\": {\"vocab_size\": %lld}}", (long long)vocab);
-    st = zt_config_load_string(cfg, json, "data.path manifest.json (tokenizer.vocab_size)", err);
+    st = zt_config_put_int(cfg, "model.vocab_size", vocab, "data.path manifest.json (tokenizer.vocab_size)",
+                           ZT_CONFIG_RANK_FILE, err);
     return st == ZT_OK ? zt_config_validate(cfg, err) : st;
 }
 
@@ -242,7 +138,8 @@ typedef struct micro_batch {
 typedef struct trainer {
     const zt_train_request *req;
     zt_runtime *rt;
-    train_settings set;
+    const zt_host_settings *set; /* the request's */
+    double weight_decay;          /* optimizer.params.weight_decay, 0 when the optimizer has none */
     const zt_host *host; /* the trainer's own services table: collectives */
     zt_group dp;
 
@@ -354,7 +251,7 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
     if (!t->info || t->info->n_units < 2)
         return zt_error_set(err, ZT_ERR_INTERNAL, "model plugin '%s' reports no model info (or fewer than 2 units)",
                             t->model_lp->desc.name);
-    if (t->set.recompute && !(t->model_lp->plugin->caps & ZT_CAP_RECOMPUTE))
+    if (t->set->recompute && !(t->model_lp->plugin->caps & ZT_CAP_RECOMPUTE))
         return zt_error_set(err, ZT_ERR_CONFIG,
                             "recompute is true but model plugin '%s' cannot recompute activations (no "
                             "ZT_CAP_RECOMPUTE); set recompute to false",
@@ -371,26 +268,24 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
     free(ranks);
     if (st != ZT_OK) return host_failed(t, st, err, "creating the data-parallel group 'dp'");
     /* Unset, parallel_config.data_parallel is whatever the launch gave; set, it must agree. */
-    int64_t dp_config = cfg_int(t->req->cfg, "parallel_config.data_parallel", 1);
-    if (zt_config_is_set(t->req->cfg, "parallel_config.data_parallel") && dp_config != t->dp.size)
+    int64_t dp_config = t->set->data_parallel;
+    if (t->set->has_data_parallel && dp_config != t->dp.size)
         return zt_error_set(err, ZT_ERR_CONFIG,
                             "parallel_config.data_parallel is %lld but the job has %d process%s; launch that many "
                             "ranks (zt-run --nproc %lld, or mpirun -np %lld) or remove the key",
                             (long long)dp_config, (int)t->dp.size, t->dp.size == 1 ? "" : "es", (long long)dp_config,
                             (long long)dp_config);
-    zt_status batch = check_global_batch(t->req->cfg, &t->set, t->dp.size, err);
+    zt_status batch = check_global_batch(t->set, t->dp.size, err);
     if (batch != ZT_OK) return batch;
     t->on_gpu = t->host->device->device_type == ZT_DEVICE_CUDA;
-    int32_t bf16 = 1;
-    zt_config_get_bool(t->req->cfg, "bf16.enabled", &bf16);
-    if (t->on_gpu && !t->set.fp16 && !bf16)
+    if (t->on_gpu && !t->set->fp16 && !t->set->bf16)
         return zt_error_set(err, ZT_ERR_UNSUPPORTED,
                             "bf16.enabled is false and fp16.enabled is false, but zt's GPU path computes in 16 bits "
                             "(fp32 master weights): set bf16.enabled to true, or fp16.enabled to true (with dynamic "
                             "loss scaling), or train on the CPU in fp32 (device = cpu)");
     /* a model plugin older than ABI 1.2 never reads zt_unit_call.loss_scale: its gradients would arrive
      * unscaled and then be divided by the scale */
-    if (t->on_gpu && t->set.fp16 && t->model_lp->plugin->abi_minor < 2)
+    if (t->on_gpu && t->set->fp16 && t->model_lp->plugin->abi_minor < 2)
         return zt_error_set(err, ZT_ERR_UNSUPPORTED,
                             "fp16.enabled is true, but model plugin '%s' was built against zt ABI %u.%u, before "
                             "fp16 loss scaling (1.2): rebuild it against this SDK, or train in bf16 (fp16.enabled "
@@ -400,25 +295,25 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
      * bf16 kernels alone would read fp16 bits as bf16); the optimizer says so per call instead
      * (ZT_OPTIM_WRITES_COMPUTE_COPY_F16) */
     const zt_loaded_plugin *sixteen_bit[] = {t->model_lp, t->zero_lp, t->attention_lp};
-    for (size_t i = 0; t->on_gpu && t->set.fp16 && i < sizeof sixteen_bit / sizeof sixteen_bit[0]; i++)
+    for (size_t i = 0; t->on_gpu && t->set->fp16 && i < sizeof sixteen_bit / sizeof sixteen_bit[0]; i++)
         if (!(sixteen_bit[i]->plugin->caps & ZT_CAP_FP16))
             return zt_error_set(err, ZT_ERR_UNSUPPORTED,
                                 "fp16.enabled is true, but %s plugin '%s' has no fp16 GPU code (it does not "
                                 "declare ZT_CAP_FP16): train in bf16 (bf16.enabled true, fp16.enabled false) or "
                                 "choose a %s plugin that declares it", zt_kind_name(sixteen_bit[i]->desc.kind),
                                 sixteen_bit[i]->desc.name, zt_kind_name(sixteen_bit[i]->desc.kind));
-    if (t->set.fp16 && !t->on_gpu)
+    if (t->set->fp16 && !t->on_gpu)
         zt_log(ZT_LOG_WARN, "fp16.enabled is ignored on the CPU, which trains in fp32");
-    t->fp16 = t->on_gpu && t->set.fp16;
+    t->fp16 = t->on_gpu && t->set->fp16;
     t->compute16 = t->fp16 ? ZT_F16 : ZT_BF16;
     if (t->fp16) {
-        zt_loss_scaler_init(&t->scaler, t->set.fp16_scale_power, t->set.fp16_window, t->set.fp16_hysteresis,
-                            t->set.fp16_min_scale);
+        zt_loss_scaler_init(&t->scaler, t->set->fp16_scale_power, t->set->fp16_window, t->set->fp16_hysteresis,
+                            t->set->fp16_min_scale);
         const char *hook = getenv("ZT_FP16_TEST_OVERFLOW");
         t->fp16_test_overflow = hook && !strcmp(hook, "1");
         zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with dynamic loss scaling from %g (window %lld, hysteresis %lld, "
-               "min %g)%s", t->scaler.scale, (long long)t->set.fp16_window, (long long)t->set.fp16_hysteresis,
-               t->set.fp16_min_scale, t->fp16_test_overflow ? "; ZT_FP16_TEST_OVERFLOW=1: every backward overflows" : "");
+               "min %g)%s", t->scaler.scale, (long long)t->set->fp16_window, (long long)t->set->fp16_hysteresis,
+               t->set->fp16_min_scale, t->fp16_test_overflow ? "; ZT_FP16_TEST_OVERFLOW=1: every backward overflows" : "");
     }
     return ZT_OK;
 }
@@ -427,13 +322,13 @@ static zt_status open_data(trainer *t, zt_error *err)
 {
     zt_loader_options o;
     zt_loader_options_default(&o);
-    o.dir = t->set.data_path;
+    o.dir = t->set->data_path;
     o.split = "train";
-    o.micro_batch = (int32_t)t->set.micro_batch;
-    o.seq_len = (int32_t)t->set.seq_len;
-    o.packed = t->set.packed;
-    o.shuffle = t->set.shuffle;
-    o.seed = (uint64_t)t->set.seed;
+    o.micro_batch = (int32_t)t->set->micro_batch;
+    o.seq_len = (int32_t)t->set->seq_len;
+    o.packed = t->set->data_mode;
+    o.shuffle = t->set->shuffle;
+    o.seed = (uint64_t)t->set->seed;
     o.rank = t->dp.rank;
     o.world = t->dp.size;
     o.model_vocab_size = t->info->vocab_size;
@@ -450,17 +345,17 @@ static zt_status open_data(trainer *t, zt_error *err)
         zt_log(ZT_LOG_INFO, "the model's vocabulary (%d) is larger than the tokenizer's (%lld): embedding rows "
                "past %lld are never used (models often pad their vocabulary)",
                (int)t->info->vocab_size, (long long)t->data_info->vocab_size, (long long)t->data_info->vocab_size);
-    if (t->set.seq_len > t->info->max_seq_len)
+    if (t->set->seq_len > t->info->max_seq_len)
         zt_log(ZT_LOG_WARN, "data.seq_len %lld is longer than the model's max_position_embeddings %d",
-               (long long)t->set.seq_len, (int)t->info->max_seq_len);
-    if (t->set.eval_every > 0) {
+               (long long)t->set->seq_len, (int)t->info->max_seq_len);
+    if (t->set->eval_every > 0) {
         o.split = "val";
         o.single_pass = 1;
         o.shuffle = 0;
         st = zt_loader_open(&o, &t->val_loader, err);
         if (st != ZT_OK) {
             zt_error_append(err, "\neval.every is %lld, which needs the data set's validation split: re-run zt-prep "
-                            "with --val-fraction, or set eval.every to 0", (long long)t->set.eval_every);
+                            "with --val-fraction, or set eval.every to 0", (long long)t->set->eval_every);
             return st;
         }
     }
@@ -470,13 +365,13 @@ static zt_status open_data(trainer *t, zt_error *err)
 static zt_status alloc_buffers(trainer *t, zt_error *err)
 {
     const zt_model_info *m = t->info;
-    int64_t rows = t->set.micro_batch * t->set.seq_len;
+    int64_t rows = t->set->micro_batch * t->set->seq_len;
     int32_t n_units = m->n_units;
-    t->micro = talloc(t, ZT_POOL_OTHER, (uint64_t)t->set.accum * sizeof *t->micro, "trainer micro-batch table", err);
+    t->micro = talloc(t, ZT_POOL_OTHER, (uint64_t)t->set->accum * sizeof *t->micro, "trainer micro-batch table", err);
     t->hidden = talloc(t, ZT_POOL_OTHER, (uint64_t)n_units * sizeof *t->hidden, "trainer hidden table", err);
     t->saved = talloc(t, ZT_POOL_OTHER, (uint64_t)n_units * sizeof *t->saved, "trainer saved slots", err);
     if (!t->micro || !t->hidden || !t->saved) return ZT_ERR_OUT_OF_MEMORY;
-    for (int64_t k = 0; k < t->set.accum; k++) {
+    for (int64_t k = 0; k < t->set->accum; k++) {
         micro_batch *mb = &t->micro[k];
         int32_t **arrays[] = {&mb->tokens, &mb->targets, &mb->positions, &mb->doc_ids, &mb->cu_seqlens};
         for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) {
@@ -531,7 +426,7 @@ static void drop_shard_buffer(trainer *t)
 static void free_buffers(trainer *t)
 {
     if (t->micro) {
-        for (int64_t k = 0; k < t->set.accum; k++) {
+        for (int64_t k = 0; k < t->set->accum; k++) {
             micro_batch *mb = &t->micro[k];
             int32_t *arrays[] = {mb->tokens, mb->targets, mb->positions, mb->doc_ids, mb->cu_seqlens};
             for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++) zt_runtime_free(t->rt, arrays[a]);
@@ -561,8 +456,8 @@ static void free_buffers(trainer *t)
 static zt_batch batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global)
 {
     zt_batch b = {.struct_size = sizeof b,
-                  .batch = (int32_t)t->set.micro_batch,
-                  .seq_len = (int32_t)t->set.seq_len,
+                  .batch = (int32_t)t->set->micro_batch,
+                  .seq_len = (int32_t)t->set->seq_len,
                   .n_docs = mb->n_spans,
                   .tokens = mb->tokens,
                   .targets = mb->targets,
@@ -713,7 +608,7 @@ static zt_status fp16_after_step(trainer *t, int64_t step, step_outcome *out, zt
         zt_log(ZT_LOG_INFO, "step %lld: loss scale %g -> %g", (long long)step, used, t->scaler.scale);
     if (f & ZT_LOSS_SCALE_DOUBLED)
         zt_log(ZT_LOG_INFO, "step %lld: loss scale %g -> %g (%lld steps without overflow)", (long long)step, used,
-               t->scaler.scale, (long long)t->set.fp16_window);
+               t->scaler.scale, (long long)t->set->fp16_window);
     return ZT_OK;
 }
 
@@ -723,7 +618,7 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     memset(out, 0, sizeof *out);
     out->result.struct_size = sizeof out->result;
     int64_t counts[2] = {0, 0}; /* loss tokens, tokens of this rank's micro-batches */
-    for (int64_t k = 0; k < t->set.accum; k++) {
+    for (int64_t k = 0; k < t->set->accum; k++) {
         const zt_loader_batch *lb;
         zt_status st = zt_loader_next(t->train_loader, &lb, err);
         if (st != ZT_OK) return st;
@@ -751,12 +646,12 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     }
 
     double loss = 0;
-    uint32_t flags = ZT_UNIT_TRAIN | (t->set.recompute ? ZT_UNIT_RECOMPUTE : 0);
+    uint32_t flags = ZT_UNIT_TRAIN | (t->set->recompute ? ZT_UNIT_RECOMPUTE : 0);
     zt_step_args a = {.struct_size = sizeof a,
                       .step = applied,
                       .lr = out->lr,
-                      .weight_decay = t->set.weight_decay,
-                      .max_grad_norm = t->set.clip,
+                      .weight_decay = t->weight_decay,
+                      .max_grad_norm = t->set->clip,
                       .loss_scale = t->fp16 ? t->scaler.scale : 1.0};
     out->loss_scale = t->fp16 ? t->scaler.scale : 0;
     /* ABI 1.1: the zero plugin may step each unit inside the backward (step_in_backward) */
@@ -764,12 +659,12 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
         st = t->zero->begin_step(t->zero_lp->state, &a);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "begin_step %lld", (long long)step);
     }
-    for (int64_t k = 0; k < t->set.accum; k++) {
+    for (int64_t k = 0; k < t->set->accum; k++) {
         zt_batch b = batch_of(t, &t->micro[k], counts[0]);
         float part = 0;
         st = upload_batch(t, &b, err);
         if (st == ZT_OK) st = forward(t, &b, flags, &part, err);
-        if (st == ZT_OK) st = backward(t, &b, k == t->set.accum - 1, err);
+        if (st == ZT_OK) st = backward(t, &b, k == t->set->accum - 1, err);
         if (st != ZT_OK) return st;
         loss += part;
     }
@@ -800,7 +695,7 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
 {
     zt_loader_rewind(t->val_loader);
     int64_t n_batches = zt_loader_info_get(t->val_loader)->batches_per_epoch;
-    if (n_batches > t->set.eval_batches) n_batches = t->set.eval_batches;
+    if (n_batches > t->set->eval_batches) n_batches = t->set->eval_batches;
     double sum = 0;
     int64_t tokens = 0;
     for (int64_t i = 0; i < n_batches && (t->dp.size > 1 || !zt_runtime_cancel_requested()); i++) {
@@ -894,7 +789,7 @@ static zt_status random_source(trainer *t, void *ctx, int32_t unit, int64_t offs
                                zt_error *err)
 {
     (void)ctx, (void)err;
-    zt_layout_init_range(t->layout, t->rt, unit, (uint64_t)t->set.seed, offset, count, dst);
+    zt_layout_init_range(t->layout, t->rt, unit, (uint64_t)t->set->seed, offset, count, dst);
     return ZT_OK;
 }
 
@@ -974,7 +869,7 @@ static char *trainer_state_json(trainer *t, int64_t step)
     if (asprintf(&text,
                  "{\"format\":\"" TRAINER_STATE_FORMAT "\",\"version\":1,\"step\":%lld,\"seed\":%lld,"
                  "\"elapsed_s\":%.17g,\"tokens_seen\":%lld,\"schedule\":%s%s}",
-                 (long long)step, (long long)t->set.seed, t->elapsed_before + t->session_s, (long long)t->tokens_seen,
+                 (long long)step, (long long)t->set->seed, t->elapsed_before + t->session_s, (long long)t->tokens_seen,
                  schedule, scaler) < 0)
         return NULL;
     return text;
@@ -1119,7 +1014,7 @@ static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_posit
     zt_ckpt_tensor_decl *decls = NULL;
     zt_status st = all ? hold_shard_buffer(t, err)
                        : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving a checkpoint");
-    if (st == ZT_OK && t->dp.rank == 0) st = zt_ckpt_stage(t->set.ckpt_root, step, &staging, err);
+    if (st == ZT_OK && t->dp.rank == 0) st = zt_ckpt_stage(t->set->checkpoint_dir, step, &staging, err);
     if (st == ZT_OK && staging && strlen(staging) >= sizeof staging_path)
         st = zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir is too long: %s", staging);
     if (st == ZT_OK && staging) memcpy(staging_path, staging, strlen(staging) + 1);
@@ -1138,7 +1033,7 @@ static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_posit
             st = err->status;
     }
     if (st == ZT_OK && t->dp.rank == 0) {
-        zt_ckpt_commit_args a = {.root = t->set.ckpt_root,
+        zt_ckpt_commit_args a = {.root = t->set->checkpoint_dir,
                                  .staging_dir = staging,
                                  .step = step,
                                  .config_json = config,
@@ -1151,14 +1046,14 @@ static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_posit
                                  .n_tensors = n_decls,
                                  .ranks = all,
                                  .n_ranks = (size_t)t->dp.size,
-                                 .keep_last = (int32_t)t->set.ckpt_keep};
+                                 .keep_last = (int32_t)t->set->checkpoint_keep};
         zt_ckpt_model_shape_from_info(t->info, &a.model);
         st = zt_ckpt_commit(&a, final_dir, err);
     }
     st = agree_on_status(t, st, err, "publishing the checkpoint");
     if (st != ZT_OK && staging) zt_ckpt_discard_stage(staging);
     if (st == ZT_OK) zt_log(ZT_LOG_INFO, "checkpoint of step %lld saved to %s (%.1f s)", (long long)step,
-                            final_dir && *final_dir ? *final_dir : t->set.ckpt_root, zt_now_s() - started);
+                            final_dir && *final_dir ? *final_dir : t->set->checkpoint_dir, zt_now_s() - started);
     for (int32_t r = 1; all && r < t->dp.size; r++) zt_ckpt_rank_result_free(&all[r]);
     zt_ckpt_rank_result_free(&result);
     free(all);
@@ -1254,9 +1149,9 @@ static zt_status restore_trainer_state(trainer *t, zt_ckpt *c, zt_error *err)
     t->elapsed_before = json_number(&j, "elapsed_s", 0);
     t->tokens_seen = (int64_t)json_number(&j, "tokens_seen", 0);
     double seed = json_number(&j, "seed", -1);
-    if (seed != (double)t->set.seed)
+    if (seed != (double)t->set->seed)
         zt_log(ZT_LOG_WARN, "the checkpoint was trained with seed %.0f, this run has seed %lld", seed,
-               (long long)t->set.seed);
+               (long long)t->set->seed);
     if (t->fp16) restore_loss_scale(t, &j);
     int sched = zt_json_object_get(&j, 0, "schedule");
     char now[512];
@@ -1332,7 +1227,7 @@ static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
 static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
 {
     const char *want = t->req->resume;
-    if (!strcmp(want, "latest")) return zt_ckpt_latest(t->set.ckpt_root, step_dir, err);
+    if (!strcmp(want, "latest")) return zt_ckpt_latest(t->set->checkpoint_dir, step_dir, err);
     char probe[4096];
     struct stat sb;
     snprintf(probe, sizeof probe, "%s/checkpoint.json", want);
@@ -1341,7 +1236,7 @@ static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
         return zt_error_set(err, ZT_ERR_NOT_FOUND,
                             "--resume %s: no such directory; give a checkpoint (a step-NNNNNN directory), a "
                             "checkpoint root, or latest (the newest under %s)",
-                            want, t->set.ckpt_root);
+                            want, t->set->checkpoint_dir);
     return zt_ckpt_latest(want, step_dir, err); /* a root: its newest complete checkpoint */
 }
 
@@ -1555,7 +1450,7 @@ static void fill_record(trainer *t, const step_outcome *o, int64_t step, double 
 {
     memset(r, 0, sizeof *r);
     r->step = step;
-    r->total_steps = t->set.steps;
+    r->total_steps = t->set->steps;
     r->loss = o->loss;
     r->lr = o->lr;
     r->grad_norm = o->result.grad_norm;
@@ -1565,7 +1460,7 @@ static void fill_record(trainer *t, const step_outcome *o, int64_t step, double 
     r->loss_tokens = o->loss_tokens;
     r->step_s = step_s;
     r->elapsed_s = t->elapsed_before + t->session_s;
-    r->eta_s = t->session_s / (double)session_steps * (double)(t->set.steps - step);
+    r->eta_s = t->session_s / (double)session_steps * (double)(t->set->steps - step);
     r->has_device = t->host->device->device_type != ZT_DEVICE_CPU;
     for (int p = 0; p < ZT_POOL_COUNT; p++) {
         zt_runtime_mem_stats(t->rt, p, ZT_MEM_HOST, &r->host_mem[p]);
@@ -1590,7 +1485,7 @@ static zt_status run_eval(trainer *t, int64_t step, zt_error *err)
     if (st != ZT_OK || zt_runtime_cancel_requested()) return st;
     double took = zt_now_s() - started;
     zt_log(ZT_LOG_INFO, "step %lld/%lld | eval_loss %.4f over %lld tokens (%.1f s)", (long long)step,
-           (long long)t->set.steps, loss, (long long)tokens, took);
+           (long long)t->set->steps, loss, (long long)tokens, took);
     return t->metrics ? zt_metrics_eval(t->metrics, step, loss, tokens, took, err) : ZT_OK;
 }
 
@@ -1605,7 +1500,7 @@ static void interrupted_message(trainer *t, int64_t start_step, const char *save
     zt_error_set(err, ZT_ERR_CANCELLED,
                  "interrupted after step %lld of %lld; its checkpoint is in %s. Resume with the same command plus "
                  "--resume latest",
-                 (long long)t->step, (long long)t->set.steps, saved_dir ? saved_dir : t->set.ckpt_root);
+                 (long long)t->step, (long long)t->set->steps, saved_dir ? saved_dir : t->set->checkpoint_dir);
 }
 
 static zt_status train_loop(trainer *t, zt_error *err)
@@ -1616,17 +1511,17 @@ static zt_status train_loop(trainer *t, zt_error *err)
     zt_loader_get_position(t->train_loader, &pos);
     zt_status st = ZT_OK;
     int32_t stop[2] = {0, 0}; /* interrupted, epochs done: on any rank */
-    while (t->step < t->set.steps) {
+    while (t->step < t->set->steps) {
         stop[0] = zt_runtime_cancel_requested();
-        stop[1] = t->set.epochs > 0 && pos.epoch >= (uint64_t)t->set.epochs;
+        stop[1] = t->set->epochs > 0 && pos.epoch >= (uint64_t)t->set->epochs;
         if (t->dp.size > 1) {
             st = t->host->all_reduce(t->host->ctx, &t->dp, stop, stop, 2, ZT_I32, ZT_REDUCE_MAX, NULL);
             if (st != ZT_OK) return host_failed(t, st, err, "agreeing on whether to stop (all-reduce over 'dp')");
         }
         if (stop[0]) break;
         if (stop[1]) {
-            zt_log(ZT_LOG_INFO, "reached %lld epoch%s after step %lld: stopping (epochs)", (long long)t->set.epochs,
-                   t->set.epochs == 1 ? "" : "s", (long long)t->step);
+            zt_log(ZT_LOG_INFO, "reached %lld epoch%s after step %lld: stopping (epochs)", (long long)t->set->epochs,
+                   t->set->epochs == 1 ? "" : "s", (long long)t->step);
             break;
         }
         int64_t step = t->step + 1;
@@ -1646,16 +1541,16 @@ static zt_status train_loop(trainer *t, zt_error *err)
         fill_record(t, &o, step, step_s, session_steps, &r);
         st = t->metrics ? zt_metrics_train(t->metrics, &r, err) : ZT_OK;
         if (st != ZT_OK) return st;
-        if (step % t->set.log_every == 0 || step == t->set.steps) {
+        if (step % t->set->log_every == 0 || step == t->set->steps) {
             char line[512];
             zt_metrics_format_train(&r, line, sizeof line);
             zt_log(ZT_LOG_INFO, "%s", line);
         }
-        if (t->set.eval_every > 0 && step % t->set.eval_every == 0) {
+        if (t->set->eval_every > 0 && step % t->set->eval_every == 0) {
             st = run_eval(t, step, err);
             if (st != ZT_OK) return st;
         }
-        if (t->set.ckpt_every > 0 && step % t->set.ckpt_every == 0 && step < t->set.steps) {
+        if (t->set->checkpoint_every > 0 && step % t->set->checkpoint_every == 0 && step < t->set->steps) {
             char *dir = NULL;
             st = save_checkpoint(t, step, &pos, &dir, err);
             free(dir);
@@ -1665,10 +1560,8 @@ static zt_status train_loop(trainer *t, zt_error *err)
     }
     int cancelled = st == ZT_ERR_CANCELLED || stop[0];
     char *dir = NULL;
-    int32_t final_checkpoint = 1;
-    zt_config_get_bool(t->req->cfg, "checkpoint.final", &final_checkpoint);
     /* checkpoint.final = false skips the end-of-run checkpoint, never the one an interruption needs */
-    int save = t->step > last_saved && (final_checkpoint || cancelled);
+    int save = t->step > last_saved && (t->set->checkpoint_final || cancelled);
     zt_status saved = save ? save_checkpoint(t, t->step, &pos, &dir, err) : ZT_OK;
     if (saved == ZT_OK && cancelled) {
         interrupted_message(t, start_step, dir, err);
@@ -1683,10 +1576,10 @@ static zt_status train_loop(trainer *t, zt_error *err)
 static zt_status prepare_output(trainer *t, zt_error *err)
 {
     if (t->dp.rank != 0) return ZT_OK; /* one run, one output directory: rank 0 writes it */
-    zt_status st = zt_mkdir_p(t->set.output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
+    zt_status st = zt_mkdir_p(t->set->output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.resolved.json", t->set.output_dir);
+    snprintf(path, sizeof path, "%s/config.resolved.json", t->set->output_dir);
     st = zt_config_save_resolved(t->req->cfg, path, t->req->plugins_json, err);
     if (st != ZT_OK) return st;
     /* Every value the run uses, defaults included, with the plugin versions: the first thing to read
@@ -1694,17 +1587,20 @@ static zt_status prepare_output(trainer *t, zt_error *err)
     zt_log(ZT_LOG_INFO, "resolved config (also in %s):", path);
     st = zt_config_write_resolved(t->req->cfg, stderr, t->req->plugins_json, err);
     if (st != ZT_OK) return st;
-    snprintf(path, sizeof path, "%s/metrics.jsonl", t->set.output_dir);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", t->set->output_dir);
     return zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
 }
 
 static zt_status setup_and_train(trainer *t, zt_error *err)
 {
-    zt_status st = read_settings(t->req->cfg, &t->set, err);
-    if (st == ZT_OK) st = bind_plugins(t, err);
+    t->set = t->req->settings;
+    /* The optimizer plugin declares weight_decay when it has one; without it nothing decays. */
+    if (zt_config_get_float(t->req->cfg, "optimizer.params.weight_decay", &t->weight_decay) != ZT_OK) t->weight_decay = 0;
+    if (!t->set->data_path) return no_data_error(err);
+    zt_status st = bind_plugins(t, err);
     if (st == ZT_OK && t->dp.rank > 0) zt_log_set_level(ZT_LOG_WARN);
-    if (st == ZT_OK) st = zt_schedule_from_config(t->req->cfg, &t->schedule, err);
-    zt_layout_options lo = {t->dp.size, t->set.trainable, t->set.no_decay_flags};
+    if (st == ZT_OK) st = zt_schedule_for_run(&t->set->schedule, t->set->steps, t->req->cfg, &t->schedule, err);
+    zt_layout_options lo = {t->dp.size, t->set->trainable_params, t->set->no_decay_flags};
     if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
     if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = t->compute16;
     if (st == ZT_OK) {
@@ -1724,12 +1620,12 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
 
     zt_log(ZT_LOG_INFO, "training %lld parameters (%lld trainable) for %lld steps of %lld x %lld x %d sequences of "
            "%lld tokens; schedule %s, peak lr %g",
-           (long long)t->info->n_parameters, (long long)t->layout->n_trainable, (long long)t->set.steps,
-           (long long)t->set.micro_batch, (long long)t->set.accum, (int)t->dp.size, (long long)t->set.seq_len,
+           (long long)t->info->n_parameters, (long long)t->layout->n_trainable, (long long)t->set->steps,
+           (long long)t->set->micro_batch, (long long)t->set->accum, (int)t->dp.size, (long long)t->set->seq_len,
            zt_schedule_type_name(t->schedule.type), t->schedule.peak_lr);
-    if (t->step >= t->set.steps)
+    if (t->step >= t->set->steps)
         zt_log(ZT_LOG_INFO, "the checkpoint is at step %lld and steps is %lld: nothing left to train",
-               (long long)t->step, (long long)t->set.steps);
+               (long long)t->step, (long long)t->set->steps);
     st = train_loop(t, err);
     if (st == ZT_OK && t->req->export_dir) st = export_hf(t, err);
     return st;

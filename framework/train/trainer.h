@@ -25,6 +25,7 @@
 
 #include "base/error.h"
 #include "config/config.h"
+#include "config/settings.h"
 #include "host/registry.h"
 #include "host/runtime.h"
 #include "state/hf_model.h"
@@ -41,6 +42,7 @@ zt_status zt_train_configure(zt_config *cfg, const char *model_dir, int require_
 
 typedef struct zt_train_request {
     zt_config *cfg;            /* validated by zt_train_configure */
+    const zt_host_settings *settings; /* read from cfg after that validation */
     zt_plugin_set *plugins;    /* model, attention, optimizer, zero (and parallel) loaded and initialized */
     zt_runtime *rt;
     const char *plugins_json;  /* the "_plugins" of the resolved config */

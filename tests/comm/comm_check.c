@@ -314,7 +314,7 @@ static zt_runtime *start(double timeout_s, zt_config **cfg_out)
     const zt_option *host_opts = zt_host_options(&n_host);
     char assignment[64];
     snprintf(assignment, sizeof assignment, "comm.timeout_s=%g", timeout_s);
-    zt_runtime_options opt = {.n_threads = 1, .device_type = ZT_DEVICE_CPU};
+    zt_runtime_options opt = {.n_threads = 1, .device_type = ZT_DEVICE_CPU, .comm_timeout_s = timeout_s};
     zt_runtime *rt = NULL;
     if (zt_config_add_schema(cfg, "host", host_opts, n_host, &err) != ZT_OK ||
         zt_config_set(cfg, assignment, &err) != ZT_OK || zt_runtime_create(&opt, cfg, &rt, &err) != ZT_OK) {

@@ -367,7 +367,7 @@ static void start(double timeout_s)
     const zt_option *host_opts = zt_host_options(&n_host);
     char assignment[64];
     snprintf(assignment, sizeof assignment, "comm.timeout_s=%g", timeout_s);
-    zt_runtime_options opt = {.n_threads = 1, .device_type = ZT_DEVICE_CUDA};
+    zt_runtime_options opt = {.n_threads = 1, .device_type = ZT_DEVICE_CUDA, .comm_timeout_s = timeout_s};
     if (zt_config_add_schema(g_cfg, "host", host_opts, n_host, &err) != ZT_OK ||
         zt_config_set(g_cfg, assignment, &err) != ZT_OK || zt_runtime_create(&opt, g_cfg, &g_rt, &err) != ZT_OK) {
         fprintf(stderr, "nccl_check: cannot start: %s\n", err.msg);

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "config/config.h"
+#include "config/settings.h"
 #include "train/schedule.h"
 #include "ztest.h"
 
@@ -21,7 +22,9 @@ static zt_status schedule_of(const char *json, zt_schedule *s, zt_error *err)
     if (st == ZT_OK) st = zt_config_add_schema(cfg, "optimizer", k_optimizer_lr, 1, err);
     if (st == ZT_OK) st = zt_config_load_string(cfg, json, "test", err);
     if (st == ZT_OK) st = zt_config_validate(cfg, err);
-    if (st == ZT_OK) st = zt_schedule_from_config(cfg, s, err);
+    zt_host_settings set;
+    if (st == ZT_OK) st = zt_host_settings_read(cfg, &set, err);
+    if (st == ZT_OK) st = zt_schedule_for_run(&set.schedule, set.steps, cfg, s, err);
     zt_config_free(cfg);
     return st;
 }
@@ -125,7 +128,9 @@ static void test_errors(void)
     const zt_option *host = zt_host_options(&n_host);
     zt_config_add_schema(cfg, "host", host, n_host, &err);
     ZT_CHECK_INT(zt_config_validate(cfg, &err), ZT_OK);
-    ZT_CHECK_INT(zt_schedule_from_config(cfg, &s, &err), ZT_ERR_CONFIG);
+    zt_host_settings set;
+    ZT_CHECK_INT(zt_host_settings_read(cfg, &set, &err), ZT_OK);
+    ZT_CHECK_INT(zt_schedule_for_run(&set.schedule, set.steps, cfg, &s, &err), ZT_ERR_CONFIG);
     ZT_CHECK_CONTAINS(err.msg, "no learning rate");
     zt_config_free(cfg);
 }

@@ -1,0 +1,124 @@
+/* Private to framework/cli/: what zt-run's actions share (zt-run itself is cli/main.c).
+ *
+ *   main.c     the options, --help, parsing, and which action runs
+ *   isolate.c  running plugin code in a forked child (probe, init, fini for the inspecting actions)
+ *   run.c      what --check and training share: the run's config, plugins and runtime
+ *   inspect.c  --list-plugins, --env (with env.c, the machine) and --describe
+ *   check.c    --check
+ *   train.c    training and --dry-run (the loop itself is framework/train/)
+ */
+#ifndef ZT_FRAMEWORK_CLI_H
+#define ZT_FRAMEWORK_CLI_H
+
+#include <stdio.h>
+
+#include "base/error.h"
+#include "config/config.h"
+#include "config/settings.h"
+#include "generate/generate.h"
+#include "host/registry.h"
+#include "host/runtime.h"
+
+enum { ZT_EXIT_OK = 0, ZT_EXIT_ERROR = 1, ZT_EXIT_USAGE = 2, ZT_EXIT_INTERRUPTED = 130 };
+
+enum option_id {
+    OPT_HELP, OPT_VERSION, OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK,
+    OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR,
+    OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_DRY_RUN, OPT_GPU_MEM_LIMIT,
+    OPT_GENERATE, OPT_TOKENIZER, OPT_PROMPT, OPT_INPUT, OPT_PROMPT_IDS, OPT_TEMPLATE, OPT_RAW, OPT_MAX_NEW_TOKENS,
+    OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_PRINT_IDS, N_OPTIONS
+};
+
+typedef struct run_args {
+    int action; /* OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK, or -1 for none */
+    const char *describe_name;
+    const char **plugin_paths;
+    int n_plugin_paths;
+    const char *plugins;
+    const char *config_path;
+    const char **sets;
+    int n_sets;
+    const char *output_dir;
+    const char *data, *model, *resume, *export_dir, *nproc, *gpu_mem_limit; /* training */
+    int dry_run;
+    zt_generate_options gen; /* --generate */
+    int probe_timeout_s;
+} run_args;
+
+/* "zt-run: error: ..." and the pointer to --help; returns ZT_EXIT_USAGE. */
+int zt_cli_usage_error(const char *fmt, ...) ZT_PRINTF(1, 2);
+/* "zt-run: error: <message>"; returns ZT_EXIT_ERROR. */
+int zt_cli_run_error(const zt_error *err);
+
+/* "cpu,cuda,bf16": the ZT_CAP_* flags by name. */
+void zt_cli_format_caps(uint64_t caps, char *buf, size_t cap);
+
+/* ---- isolate.c ------------------------------------------------------------------------------------ */
+
+/* What a child reported. The child writes "key<TAB>value" lines as it goes (flushed, so they
+ * survive a crash), and last "status<TAB>N" followed by the message up to the end. */
+typedef struct child_result {
+    int completed;        /* the child reported a final status */
+    zt_status status;
+    char message[ZT_ERROR_MSG_MAX];
+    char call[192];       /* the last plugin call it announced: "probe() of plugin 'x'" */
+    char library[4096];   /* and that plugin's library */
+    char version[64];
+    char description[256];
+    char caps[512];
+    int abi_major, abi_minor;
+    int term_signal;      /* the signal that killed it, 0 if none */
+    int exit_code;
+    int timed_out;
+} child_result;
+
+typedef void (*child_body)(void *arg, FILE *report);
+
+/* Reports from the child: facts as they are learnt, the plugin call it is about to make, and its
+ * final status (with the message). */
+void zt_child_report_line(FILE *report, const char *key, const char *value);
+void zt_child_report_call(FILE *report, const char *call, const zt_loaded_plugin *lp);
+void zt_child_report_final(FILE *report, zt_status status, const char *message);
+
+/* Run body(arg, report) in a forked child and collect what it reported. quiet: the child's
+ * stdout and stderr go to /dev/null (listing); else its output goes to our stderr, so plugin log
+ * lines and a C++ runtime's "terminate called after throwing..." reach the user while our stdout
+ * stays clean. timeout_s 0: wait as long as it takes. */
+void zt_run_isolated(child_body body, void *arg, int quiet, int timeout_s, child_result *r);
+
+/* Why a child did not report success, as one message: a crash, a hang, or the plugin's error.
+ * fallback_call names what the child was doing if it died before announcing a plugin call. */
+void zt_child_failure(const child_result *r, const char *fallback_call, int timeout_s, zt_error *err);
+
+/* ---- run.c ---------------------------------------------------------------------------------------- */
+
+/* The run's config as the command line gives it: the host's schema, --config, every --set, and the
+ * options that stand for keys (--output-dir, and for training --data and --gpu-mem-limit). */
+zt_status zt_cli_load_config(const run_args *a, int training, zt_config *cfg, zt_error *err);
+
+/* The run's plugins: the registry scanned, the plugins resolved (host/select.c) and their choices
+ * recorded in cfg. */
+zt_status zt_cli_resolve_plugins(const run_args *a, zt_config *cfg, zt_registry **reg, zt_plugin_set *set,
+                                 zt_error *err);
+/* Every plugin's schema, added to cfg (before it is validated). */
+zt_status zt_cli_add_schemas(zt_config *cfg, const zt_plugin_set *set, zt_error *err);
+
+/* A runtime for the run: settings NULL (listing, probing) is a CPU runtime with the host's default
+ * settings; otherwise the device the settings and the plugins decide (zt_select_device), the
+ * settings' GPU memory cap and collective timeout. in_child: a child forked to inspect plugins,
+ * which is one process even when zt-run is a rank. */
+zt_status zt_cli_create_runtime(const zt_config *cfg, const zt_host_settings *settings, const zt_plugin_set *set,
+                                int n_threads, int in_child, zt_runtime **rt, zt_error *err);
+
+/* "_plugins" of the resolved config: [{"name", "kind", "version", "abi", "path"}, ...]; NULL when out
+ * of memory. The caller frees it. */
+char *zt_cli_plugins_json(const zt_plugin_set *set);
+
+/* ---- the actions ------------------------------------------------------------------------------------- */
+
+int zt_cli_list_plugins(const run_args *a, int with_env); /* inspect.c */
+int zt_cli_describe(const run_args *a);                   /* inspect.c */
+int zt_cli_check(const run_args *a);                      /* check.c */
+int zt_cli_train(const run_args *a);                      /* train.c */
+
+#endif

@@ -1,0 +1,98 @@
+/* What --check and training share: the run's config as the command line gives it, its plugins (chosen
+ * by host/select.c, their schemas added), and the runtime they run on. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "cli/cli.h"
+#include "host/select.h"
+
+zt_status zt_cli_load_config(const run_args *a, int training, zt_config *cfg, zt_error *err)
+{
+    uint32_t n_host = 0;
+    const zt_option *host_opts = zt_host_options(&n_host);
+    zt_status st = zt_config_add_schema(cfg, "host", host_opts, n_host, err);
+    if (st == ZT_OK && a->config_path) st = zt_config_load_file(cfg, a->config_path, err);
+    for (int i = 0; i < a->n_sets && st == ZT_OK; i++) st = zt_config_set(cfg, a->sets[i], err);
+    /* The options that stand for a key count as a --set of it. */
+    if (st == ZT_OK && a->output_dir)
+        st = zt_config_put_string(cfg, "output_dir", a->output_dir, "--output-dir", ZT_CONFIG_RANK_SET, err);
+    if (st == ZT_OK && training && a->gpu_mem_limit)
+        st = zt_config_put_string(cfg, "gpu_mem_limit", a->gpu_mem_limit, "--gpu-mem-limit", ZT_CONFIG_RANK_SET, err);
+    if (st == ZT_OK && training && a->data)
+        st = zt_config_put_string(cfg, "data.path", a->data, "--data", ZT_CONFIG_RANK_SET, err);
+    return st;
+}
+
+zt_status zt_cli_resolve_plugins(const run_args *a, zt_config *cfg, zt_registry **reg, zt_plugin_set *set,
+                                 zt_error *err)
+{
+    zt_status st = zt_registry_scan(a->plugin_paths, a->n_plugin_paths, reg, err);
+    if (st == ZT_OK) st = zt_plugin_set_resolve(*reg, a->plugins, zt_select_run_kinds(cfg), cfg, set, err);
+    if (st == ZT_OK) st = zt_select_record(cfg, set, err);
+    return st;
+}
+
+zt_status zt_cli_add_schemas(zt_config *cfg, const zt_plugin_set *set, zt_error *err)
+{
+    zt_status st = ZT_OK;
+    for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++) {
+        const zt_loaded_plugin *lp = &set->by_kind[k];
+        if (lp->plugin) st = zt_config_add_schema(cfg, lp->desc.name, lp->plugin->options, lp->plugin->n_options, err);
+    }
+    return st;
+}
+
+zt_status zt_cli_create_runtime(const zt_config *cfg, const zt_host_settings *settings, const zt_plugin_set *set,
+                                int n_threads, int in_child, zt_runtime **rt, zt_error *err)
+{
+    zt_host_settings defaults;
+    zt_runtime_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.n_threads = n_threads;
+    opt.single_process = in_child;
+    zt_status st = zt_select_device(settings, set, &opt.device_type, err);
+    if (st == ZT_OK && !settings) st = zt_host_settings_defaults(&defaults, err);
+    if (st != ZT_OK) return st;
+    if (!settings) settings = &defaults;
+    opt.device_mem_limit = settings->gpu_mem_limit;
+    opt.comm_timeout_s = settings->comm_timeout_s;
+    return zt_runtime_create(&opt, cfg, rt, err);
+}
+
+/* "_plugins" of the resolved config: [{"name", "kind", "version", "abi", "path"}, ...] */
+char *zt_cli_plugins_json(const zt_plugin_set *set)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    fputc('[', f);
+    int n = 0;
+    for (int k = 1; k <= ZT_KIND_COUNT; k++) {
+        const zt_loaded_plugin *lp = &set->by_kind[k];
+        if (!lp->plugin) continue;
+        char abi[32];
+        snprintf(abi, sizeof abi, "%u.%u", lp->plugin->abi_major, lp->plugin->abi_minor);
+        const char *fields[5][2] = {{"name", lp->desc.name},
+                                    {"kind", zt_kind_name(k)},
+                                    {"version", lp->plugin->version},
+                                    {"abi", abi},
+                                    {"path", lp->desc.library}};
+        fputs(n++ ? ", {" : "{", f);
+        for (int i = 0; i < 5; i++) {
+            fprintf(f, "%s\"%s\": ", i ? ", " : "", fields[i][0]);
+            zt_json_write_string(f, fields[i][1], strlen(fields[i][1]));
+        }
+        fputc('}', f);
+    }
+    fputc(']', f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+

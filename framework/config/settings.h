@@ -1,0 +1,100 @@
+/* The host's settings: every host key (host_options.c, docs/config.md) read once, typed, right after
+ * the run's config is validated, and handed to the trainer, the estimator, the schedule and the
+ * runtime. Readers never fall back to a default of their own: the schema's default is the only one,
+ * and a key that is unset where the schema has none (ZT_OPT_NO_DEFAULT) says so with a `has_` flag or
+ * a NULL string.
+ *
+ * The keys that choose plugins (device, optimizer.type, zero_optimization.stage, the parallel sizes)
+ * are also read before validation, by plugin selection (host/select.c): which plugins load decides
+ * which schemas there are to validate against. The settings read them again, validated.
+ */
+#ifndef ZT_FRAMEWORK_SETTINGS_H
+#define ZT_FRAMEWORK_SETTINGS_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "config/config.h"
+
+/* `device` */
+enum { ZT_DEVICE_SETTING_AUTO = 0, ZT_DEVICE_SETTING_CPU = 1, ZT_DEVICE_SETTING_CUDA = 2 };
+/* `data.mode`; unset is ZT_DATA_MODE_MANIFEST: the layout zt-prep recorded (--pack or --pad) */
+enum { ZT_DATA_MODE_MANIFEST = -1, ZT_DATA_MODE_PADDED = 0, ZT_DATA_MODE_PACKED = 1 };
+
+/* scheduler.type and scheduler.params.*: the schedule's own settings (train/schedule.h turns them into
+ * a schedule with the optimizer's learning rate). `given_*`: the user set the key, so a schedule that
+ * does not use it can refuse it instead of ignoring it. */
+typedef struct zt_schedule_settings {
+    const char *type;                     /* "constant", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" */
+    int64_t warmup_num_steps;
+    double warmup_min_lr;
+    int32_t has_warmup_max_lr;            /* unset: the optimizer's lr */
+    double warmup_max_lr;
+    int32_t has_total_num_steps;          /* unset: steps */
+    int64_t total_num_steps;
+    double cos_min_ratio;
+    int32_t given_warmup_num_steps, given_warmup_min_lr, given_total_num_steps, given_cos_min_ratio;
+} zt_schedule_settings;
+
+typedef struct zt_host_settings {
+    /* batch and steps (DeepSpeed's names) */
+    int64_t micro_batch;         /* train_micro_batch_size_per_gpu */
+    int64_t accum;               /* gradient_accumulation_steps */
+    int32_t has_train_batch_size;
+    int64_t train_batch_size;
+    int64_t steps;
+    int64_t epochs;              /* 0: not given (steps alone decide) */
+    double clip;                 /* gradient_clipping; 0: off */
+    int64_t seed;
+
+    /* precision */
+    int32_t bf16, fp16;          /* bf16.enabled, fp16.enabled (both true is refused) */
+    int64_t fp16_scale_power, fp16_window, fp16_hysteresis;
+    double fp16_min_scale;
+
+    /* plugins chosen by the config */
+    int32_t zero_stage;
+    const char *optimizer_type;
+    uint32_t no_decay_flags;     /* optimizer.no_decay as ZT_PARAM_NO_DECAY | ZT_PARAM_EMBEDDING */
+
+    zt_schedule_settings schedule;
+
+    /* model */
+    int32_t recompute;
+    const char *trainable_params; /* NULL: train everything */
+
+    /* data */
+    const char *data_path;       /* NULL: not given (a dry run needs none) */
+    int32_t data_mode;           /* ZT_DATA_MODE_* */
+    int64_t seq_len;
+    int32_t shuffle;
+
+    /* evaluation, checkpoints, logging, output */
+    int64_t eval_every, eval_batches;
+    int64_t checkpoint_every, checkpoint_keep;
+    int32_t checkpoint_final;
+    char checkpoint_dir[4096];   /* checkpoint.dir, else <output_dir>/checkpoints */
+    int64_t log_every;
+    const char *output_dir;
+    int64_t threads;             /* 0: one per online core */
+    uint64_t gpu_mem_limit;      /* 0: no cap */
+    int32_t device;              /* ZT_DEVICE_SETTING_* */
+
+    /* parallelism (MindFormers' names) */
+    int32_t has_data_parallel;   /* unset: the launch's rank count */
+    int64_t data_parallel, model_parallel, pipeline_stage, micro_batch_num;
+    int32_t auto_trans_ckpt;
+    double comm_timeout_s;
+} zt_host_settings;
+
+/* Read every host key of a config that holds the host's schema (validated, or at least holding no
+ * invalid host value). Checks that span keys: fp16 and bf16 both set true, fp16.min_loss_scale above
+ * the initial scale, optimizer.no_decay's groups, and paths that would not fit. Strings point into
+ * cfg and live as long as it. */
+zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *out, zt_error *err);
+
+/* The settings of a config with nothing but the host's schema at its defaults: for runtimes made
+ * without a run config (zt-run --list-plugins, --env, probing in a child). */
+zt_status zt_host_settings_defaults(zt_host_settings *out, zt_error *err);
+
+#endif
