@@ -1,6 +1,6 @@
-/* The training loop (trainer.h). Sections: settings from the config, the run's plugins, buffers,
- * one micro-batch forward/backward, the step, evaluation, weights in (random, HF, checkpoint) and
- * out (checkpoint, HF export), Ctrl-C, and the loop itself. */
+/* The training loop (trainer.h). This file: settings and configuration, the run's plugins, buffers,
+ * one micro-batch forward/backward, the step, evaluation, ranks, Ctrl-C, and the loop itself;
+ * trainer_internal.h names the files that hold weights and checkpoints. */
 #define _GNU_SOURCE
 #include "train/trainer.h"
 
@@ -18,17 +18,10 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "base/log.h"
-#include "data/loader.h"
 #include "state/checkpoint.h"
 #include "state/hf_model.h"
 #include "state/model_config.h"
-#include "train/layout.h"
-#include "train/loss_scale.h"
-#include "train/metrics.h"
-#include "train/schedule.h"
-
-#define TRAINER_STATE_BLOB "trainer_state"
-#define TRAINER_STATE_FORMAT "zt-trainer-state"
+#include "train/trainer_internal.h"
 
 /* ---- settings --------------------------------------------------------------------------------- */
 
@@ -127,61 +120,11 @@ zt_status zt_train_configure(zt_config *cfg, const char *model_dir, int require_
 
 /* ---- the trainer's state ------------------------------------------------------------------------ */
 
-/* A copy of one loader micro-batch: the loader overwrites its own on the next call, and a step needs
- * all of its micro-batches at once (their loss tokens are counted before the first forward). */
-typedef struct micro_batch {
-    int32_t *tokens, *targets, *positions, *doc_ids, *cu_seqlens;
-    int32_t n_spans, max_span_len;
-    int64_t n_tokens, n_loss_tokens;
-} micro_batch;
 
-typedef struct trainer {
-    const zt_train_request *req;
-    zt_runtime *rt;
-    const zt_host_settings *set; /* the request's */
-    double weight_decay;          /* optimizer.params.weight_decay, 0 when the optimizer has none */
-    const zt_host *host; /* the trainer's own services table: collectives */
-    zt_group dp;
-
-    const zt_loaded_plugin *model_lp, *zero_lp, *opt_lp, *attention_lp;
-    const zt_model_ops *model;
-    const zt_zero_ops *zero;
-    const zt_optimizer_ops *opt;
-    const zt_model_info *info;
-    zt_attention_binding attention;
-
-    zt_host_layout *layout;
-    zt_schedule schedule;
-    zt_loader *train_loader, *val_loader;
-    const zt_loader_info *data_info;
-
-    micro_batch *micro;  /* [accum] */
-    /* fp16 on a GPU (fp16.enabled): 16-bit compute in IEEE half with dynamic loss scaling */
-    int fp16;
-    int32_t compute16;   /* GPU runs: ZT_BF16 or ZT_F16 */
-    zt_loss_scaler scaler;
-    int fp16_test_overflow; /* ZT_FP16_TEST_OVERFLOW=1: every backward overflows (the collapse test) */
-    /* GPU runs: the units compute on the device, in bf16 or fp16; the micro-batch being computed is copied
-     * into device_micro (its int32 arrays only) and hidden states live in device memory. */
-    int on_gpu;
-    micro_batch device_micro;
-    void **hidden;       /* [n_units - 1]: the output of unit u is hidden[u] (compute dtype) */
-    void *dx[2];
-    void **saved;        /* [n_units] */
-    zt_tensor *params, *grads;
-    int32_t max_unit_params;
-    float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
-
-    zt_metrics *metrics;
-    int64_t step;        /* optimizer steps completed */
-    double elapsed_before; /* training seconds of earlier sessions (resume) */
-    double session_s;      /* training seconds of this session (steps only) */
-    int64_t tokens_seen;
-} trainer;
 
 
 /* Our own collective failed: the runtime recorded why in our services table. */
-static zt_status host_failed(trainer *t, zt_status st, zt_error *err, const char *what)
+zt_status tr_host_failed(trainer *t, zt_status st, zt_error *err, const char *what)
 {
     zt_status reported;
     const char *msg = zt_runtime_take_error(t->host, &reported);
@@ -266,7 +209,7 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
     for (int32_t r = 0; r < world; r++) ranks[r] = r;
     zt_status st = t->host->group_create(t->host->ctx, "dp", ranks, world, &t->dp);
     free(ranks);
-    if (st != ZT_OK) return host_failed(t, st, err, "creating the data-parallel group 'dp'");
+    if (st != ZT_OK) return tr_host_failed(t, st, err, "creating the data-parallel group 'dp'");
     /* Unset, parallel_config.data_parallel is whatever the launch gave; set, it must agree. */
     int64_t dp_config = t->set->data_parallel;
     if (t->set->has_data_parallel && dp_config != t->dp.size)
@@ -409,7 +352,7 @@ static zt_status alloc_buffers(trainer *t, zt_error *err)
 
 /* One unit's shard in host memory for weights on their way in or out (loading, checkpoints,
  * export). Held only meanwhile: for a 7B model it is the 0.5 GB embedding. */
-static zt_status hold_shard_buffer(trainer *t, zt_error *err)
+zt_status tr_hold_shard_buffer(trainer *t, zt_error *err)
 {
     if (!t->shard_buf)
         t->shard_buf = talloc(t, ZT_POOL_WORKSPACE, (uint64_t)t->layout->largest_unit_numel * sizeof(float),
@@ -417,7 +360,7 @@ static zt_status hold_shard_buffer(trainer *t, zt_error *err)
     return t->shard_buf ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
 }
 
-static void drop_shard_buffer(trainer *t)
+void tr_drop_shard_buffer(trainer *t)
 {
     zt_runtime_free(t->rt, t->shard_buf);
     t->shard_buf = NULL;
@@ -448,7 +391,7 @@ static void free_buffers(trainer *t)
     zt_runtime_free(t->rt, t->dx[1]);
     zt_runtime_free(t->rt, t->params);
     zt_runtime_free(t->rt, t->grads);
-    drop_shard_buffer(t);
+    tr_drop_shard_buffer(t);
 }
 
 /* ---- one micro-batch -------------------------------------------------------------------------- */
@@ -627,7 +570,7 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
         counts[1] += lb->n_tokens;
     }
     zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, counts, counts, 2, ZT_I64, ZT_REDUCE_SUM, NULL);
-    if (st != ZT_OK) return host_failed(t, st, err, "counting the global batch's loss tokens (all-reduce over 'dp')");
+    if (st != ZT_OK) return tr_host_failed(t, st, err, "counting the global batch's loss tokens (all-reduce over 'dp')");
     out->loss_tokens = counts[0];
     out->tokens = counts[1];
     /* Skipped fp16 steps advance neither the schedule nor Adam's step counter (DeepSpeed's fp16 optimizer
@@ -671,7 +614,7 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     if (t->dp.size > 1) {
         float shared = (float)loss;
         st = t->host->all_reduce(t->host->ctx, &t->dp, &shared, &shared, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
-        if (st != ZT_OK) return host_failed(t, st, err, "summing the loss over 'dp'");
+        if (st != ZT_OK) return tr_host_failed(t, st, err, "summing the loss over 'dp'");
         loss = shared;
     }
     out->loss = loss;
@@ -717,7 +660,7 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
         int64_t n = tokens;
         zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, &s, &s, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
         if (st == ZT_OK) st = t->host->all_reduce(t->host->ctx, &t->dp, &n, &n, 1, ZT_I64, ZT_REDUCE_SUM, NULL);
-        if (st != ZT_OK) return host_failed(t, st, err, "summing the evaluation loss over 'dp'");
+        if (st != ZT_OK) return tr_host_failed(t, st, err, "summing the evaluation loss over 'dp'");
         sum = s;
         tokens = n;
     }
@@ -731,12 +674,12 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
 /* After a part that can fail on some ranks only (a full disk, a file another rank wrote): every rank
  * learns whether all succeeded, so none waits in a collective the others skip. A failing rank keeps
  * its own message; the others get one naming the lowest failing rank (its message is in its output). */
-static zt_status agree_on_status(trainer *t, zt_status mine, zt_error *err, const char *what)
+zt_status tr_agree_on_status(trainer *t, zt_status mine, zt_error *err, const char *what)
 {
     if (t->dp.size == 1) return mine;
     int64_t first = mine == ZT_OK ? INT64_MAX : (int64_t)t->dp.rank * 256 + (int64_t)mine;
     zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, &first, &first, 1, ZT_I64, ZT_REDUCE_MIN, NULL);
-    if (st != ZT_OK) return mine != ZT_OK ? mine : host_failed(t, st, err, what);
+    if (st != ZT_OK) return mine != ZT_OK ? mine : tr_host_failed(t, st, err, what);
     if (mine != ZT_OK || first == INT64_MAX) return mine;
     return zt_error_set(err, (zt_status)(first % 256), "%s failed on rank %d (its message is in that rank's output)",
                         what, (int)(first / 256));
@@ -745,7 +688,7 @@ static zt_status agree_on_status(trainer *t, zt_status mine, zt_error *err, cons
 /* A unit's whole fp32 master [padded] into `full` on every rank. A replicated unit (the zero plugin's
  * shard is the whole unit) is read locally; a sharded one is read into the start of `full` and
  * all-gathered in place, which needs every rank. */
-static zt_status gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
+zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
 {
     void *zs = t->zero_lp->state;
     int64_t offset, count, padded = t->layout->units[unit].padded_numel;
@@ -760,651 +703,7 @@ static zt_status gather_master(trainer *t, int32_t unit, float *full, zt_error *
                             t->zero_lp->desc.name, (long long)offset, (long long)(offset + count), (int)unit,
                             (long long)padded, (int)t->dp.rank, (int)t->dp.size, (int)t->dp.size);
     st = t->host->all_gather(t->host->ctx, &t->dp, full, full, (uint64_t)count, ZT_F32, NULL);
-    return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "gathering a unit's weights (all-gather over 'dp')");
-}
-
-/* ---- weights in ------------------------------------------------------------------------------- */
-
-/* Fill every unit's master from `fill`, which writes this rank's slice [offset, offset + count) of a
- * unit's padded buffer into dst (padding zero). */
-typedef zt_status (*shard_source)(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
-                                  zt_error *err);
-
-static zt_status load_master(trainer *t, shard_source fill, void *ctx, zt_error *err)
-{
-    void *zs = t->zero_lp->state;
-    zt_status st = hold_shard_buffer(t, err);
-    for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
-        int64_t offset, count;
-        t->zero->shard_range(zs, u, &offset, &count);
-        st = fill(t, ctx, u, offset, count, t->shard_buf, err);
-        if (st != ZT_OK) return st;
-        st = t->zero->write_shard(zs, u, ZT_SHARD_MASTER, t->shard_buf);
-        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, weights)", (int)u);
-    }
-    return st;
-}
-
-static zt_status random_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
-                               zt_error *err)
-{
-    (void)ctx, (void)err;
-    zt_layout_init_range(t->layout, t->rt, unit, (uint64_t)t->set->seed, offset, count, dst);
-    return ZT_OK;
-}
-
-/* Calls fn for every parameter with storage that overlaps [offset, offset + count) of unit u:
- * the element range inside the tensor and where it lies in the slice. */
-typedef zt_status (*piece_fn)(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
-                              zt_error *err);
-
-static zt_status for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count, float *slice, piece_fn fn,
-                                void *ctx, zt_error *err)
-{
-    const zt_unit_layout *ul = &t->layout->units[u];
-    for (int32_t i = ul->first_param; i < ul->first_param + ul->n_params; i++) {
-        int64_t lo = t->layout->param_offset[i];
-        if (lo < 0) continue; /* tied */
-        int64_t hi = lo + t->layout->numel[i];
-        int64_t from = lo > offset ? lo : offset, to = hi < offset + count ? hi : offset + count;
-        if (from >= to) continue;
-        zt_status st = fn(t, ctx, i, from - lo, to - from, slice + (from - offset), err);
-        if (st != ZT_OK) return st;
-    }
-    return ZT_OK;
-}
-
-static zt_status hf_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
-                          zt_error *err)
-{
-    const zt_param_decl *p = &t->info->params[param];
-    return zt_hf_model_read(ctx, p->name, p->ndim, p->shape, (uint64_t)elem_offset, (uint64_t)n, slice_at, err);
-}
-
-static zt_status hf_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
-                           zt_error *err)
-{
-    memset(dst, 0, (size_t)count * sizeof *dst);
-    return for_each_piece(t, unit, offset, count, dst, hf_piece, ctx, err);
-}
-
-static zt_status load_hf(trainer *t, const char *dir, zt_error *err)
-{
-    zt_hf_model *m;
-    zt_status st = zt_hf_model_open(dir, &m, err);
-    if (st != ZT_OK) return st;
-    st = load_master(t, hf_source, m, err);
-    zt_hf_model_close(m);
-    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "weights loaded from %s", dir);
-    return st;
-}
-
-/* ---- checkpoints ------------------------------------------------------------------------------ */
-
-static const char *state_name(trainer *t, int32_t k)
-{
-    const char *name = t->opt->state_name ? t->opt->state_name(t->opt_lp->state, k) : NULL;
-    return name ? name : "state";
-}
-
-static int32_t n_opt_state(trainer *t)
-{
-    return t->opt->n_state ? t->opt->n_state(t->opt_lp->state) : 0;
-}
-
-/* The trainer's own state: JSON, one object. */
-static char *trainer_state_json(trainer *t, int64_t step)
-{
-    char schedule[512];
-    zt_schedule_to_json(&t->schedule, schedule, sizeof schedule);
-    /* fp16: the loss scaler, so a resumed run continues with the scale (and Adam step count) it had */
-    char scaler[320] = "";
-    if (t->fp16)
-        snprintf(scaler, sizeof scaler,
-                 ",\"loss_scale\":{\"scale\":%.17g,\"hysteresis_left\":%lld,\"good_steps\":%lld,"
-                 "\"overflows_at_min\":%lld,\"skipped_total\":%lld}",
-                 t->scaler.scale, (long long)t->scaler.hysteresis_left, (long long)t->scaler.good_steps,
-                 (long long)t->scaler.overflows_at_min, (long long)t->scaler.skipped_total);
-    char *text = NULL;
-    if (asprintf(&text,
-                 "{\"format\":\"" TRAINER_STATE_FORMAT "\",\"version\":1,\"step\":%lld,\"seed\":%lld,"
-                 "\"elapsed_s\":%.17g,\"tokens_seen\":%lld,\"schedule\":%s%s}",
-                 (long long)step, (long long)t->set->seed, t->elapsed_before + t->session_s, (long long)t->tokens_seen,
-                 schedule, scaler) < 0)
-        return NULL;
-    return text;
-}
-
-typedef struct save_ctx {
-    zt_ckpt_rank_writer *w;
-    const char *group;
-} save_ctx;
-
-static zt_status save_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
-                            zt_error *err)
-{
-    save_ctx *s = ctx;
-    if (strcmp(s->group, ZT_CKPT_GROUP_PARAM) != 0 && !t->layout->trainable[param]) return ZT_OK; /* no state */
-    return zt_ckpt_rank_writer_add_shard(s->w, t->info->params[param].name, s->group, elem_offset, n, slice_at, err);
-}
-
-static char *resolved_config_json(trainer *t, zt_error *err)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) {
-        zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing the resolved config");
-        return NULL;
-    }
-    zt_status st = zt_config_write_resolved(t->req->cfg, f, t->req->plugins_json, err);
-    if (fclose(f) != 0 && st == ZT_OK) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st != ZT_OK) {
-        free(text);
-        return NULL;
-    }
-    return text;
-}
-
-/* The declarations of every tensor a checkpoint holds: weights of every parameter with storage,
- * optimizer state of the trainable ones. */
-static zt_ckpt_tensor_decl *checkpoint_decls(trainer *t, size_t *n_out)
-{
-    int32_t n_state = n_opt_state(t), np = t->info->n_params_decl;
-    zt_ckpt_tensor_decl *d = calloc((size_t)np * (size_t)(1 + n_state), sizeof *d);
-    size_t n = 0;
-    for (int32_t g = 0; d && g <= n_state; g++) {
-        for (int32_t i = 0; i < np; i++) {
-            const zt_param_decl *p = &t->info->params[i];
-            if (t->layout->param_offset[i] < 0 || (g > 0 && !t->layout->trainable[i])) continue;
-            d[n].name = p->name;
-            d[n].group = g == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, g - 1);
-            d[n].ndim = p->ndim;
-            for (int32_t k = 0; k < p->ndim; k++) d[n].shape[k] = p->shape[k];
-            n++;
-        }
-    }
-    *n_out = n;
-    return d;
-}
-
-static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, const zt_loader_position *pos,
-                                 zt_ckpt_rank_result *result, zt_error *err)
-{
-    zt_ckpt_rank_writer *w;
-    zt_status st = zt_ckpt_rank_writer_open(staging, t->dp.rank, &w, err);
-    if (st != ZT_OK) return st;
-    void *zs = t->zero_lp->state;
-    int32_t n_state = n_opt_state(t);
-    for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
-        int64_t offset, count;
-        t->zero->shard_range(zs, u, &offset, &count);
-        if (count == t->layout->units[u].padded_numel && t->dp.rank != 0) continue;
-        for (int32_t which = 0; which <= n_state && st == ZT_OK; which++) {
-            st = t->zero->read_shard(zs, u, which, t->shard_buf);
-            if (st != ZT_OK) {
-                st = zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, array %d)", (int)u, (int)which);
-                break;
-            }
-            save_ctx sc = {w, which == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, which - 1)};
-            st = for_each_piece(t, u, offset, count, t->shard_buf, save_piece, &sc, err);
-        }
-    }
-    char position[512], blob_name[64];
-    zt_loader_position_to_json(pos, position, sizeof position);
-    snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)t->dp.rank);
-    if (st == ZT_OK) st = zt_ckpt_rank_writer_add_blob(w, blob_name, position, strlen(position), err);
-    if (st == ZT_OK && t->dp.rank == 0) {
-        char *state = trainer_state_json(t, step);
-        st = state ? zt_ckpt_rank_writer_add_blob(w, TRAINER_STATE_BLOB, state, strlen(state), err)
-                   : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing the trainer state");
-        free(state);
-    }
-    if (st != ZT_OK) {
-        zt_ckpt_rank_writer_abort(w);
-        return st;
-    }
-    return zt_ckpt_rank_writer_finish(w, result, err);
-}
-
-/* Every rank's description of its data file, on rank 0 (all[r] for rank r, all[0] == *mine); the
- * other ranks send theirs. */
-static zt_status gather_rank_results(trainer *t, const zt_ckpt_rank_result *mine, zt_ckpt_rank_result *all,
-                                     zt_error *err)
-{
-    const zt_host *h = t->host;
-    zt_status st = ZT_OK;
-    if (t->dp.rank != 0) {
-        int64_t header[2] = {(int64_t)mine->n_pieces, (int64_t)mine->file_size};
-        st = h->send(h->ctx, &t->dp, header, 2, ZT_I64, 0, NULL);
-        if (st == ZT_OK && mine->n_pieces)
-            st = h->send(h->ctx, &t->dp, mine->pieces, mine->n_pieces * sizeof *mine->pieces, ZT_U8, 0, NULL);
-        return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "sending this rank's checkpoint description to rank 0");
-    }
-    all[0] = *mine;
-    for (int32_t r = 1; r < t->dp.size && st == ZT_OK; r++) {
-        int64_t header[2];
-        st = h->recv(h->ctx, &t->dp, header, 2, ZT_I64, r, NULL);
-        if (st != ZT_OK) break;
-        all[r].rank = r;
-        all[r].file_size = (uint64_t)header[1];
-        all[r].n_pieces = (size_t)header[0];
-        all[r].pieces = calloc(all[r].n_pieces ? all[r].n_pieces : 1, sizeof *all[r].pieces);
-        if (!all[r].pieces)
-            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory receiving rank %d's checkpoint description",
-                                (int)r);
-        if (all[r].n_pieces)
-            st = h->recv(h->ctx, &t->dp, all[r].pieces, all[r].n_pieces * sizeof *all[r].pieces, ZT_U8, r, NULL);
-    }
-    return st == ZT_OK ? ZT_OK : host_failed(t, st, err, "receiving the ranks' checkpoint descriptions");
-}
-
-/* Rank 0 stages the directory and tells the others where it is; every rank writes its own file; rank 0
- * collects the descriptions and publishes (checkpoint.h). The ranks agree after each part, so a
- * failure on one of them stops all of them at the same point. */
-static zt_status save_checkpoint(trainer *t, int64_t step, const zt_loader_position *pos, char **final_dir,
-                                 zt_error *err)
-{
-    double started = zt_now_s();
-    char *staging = NULL, *config = NULL;
-    char staging_path[4096] = "";
-    zt_ckpt_rank_result result = {0};
-    zt_ckpt_rank_result *all = calloc((size_t)t->dp.size, sizeof *all);
-    size_t n_decls = 0;
-    zt_ckpt_tensor_decl *decls = NULL;
-    zt_status st = all ? hold_shard_buffer(t, err)
-                       : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving a checkpoint");
-    if (st == ZT_OK && t->dp.rank == 0) st = zt_ckpt_stage(t->set->checkpoint_dir, step, &staging, err);
-    if (st == ZT_OK && staging && strlen(staging) >= sizeof staging_path)
-        st = zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir is too long: %s", staging);
-    if (st == ZT_OK && staging) memcpy(staging_path, staging, strlen(staging) + 1);
-    st = agree_on_status(t, st, err, "creating the checkpoint's directory");
-    if (st == ZT_OK && t->dp.size > 1) {
-        st = t->host->broadcast(t->host->ctx, &t->dp, staging_path, sizeof staging_path, ZT_U8, 0, NULL);
-        if (st != ZT_OK) st = host_failed(t, st, err, "sharing the checkpoint's directory (broadcast over 'dp')");
-    }
-    if (st == ZT_OK) st = write_rank_file(t, staging_path, step, pos, &result, err);
-    st = agree_on_status(t, st, err, "writing the checkpoint's rank files");
-    if (st == ZT_OK) st = gather_rank_results(t, &result, all, err);
-    if (st == ZT_OK && t->dp.rank == 0) {
-        if (!(decls = checkpoint_decls(t, &n_decls)))
-            st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory listing the checkpoint's tensors");
-        else if (!(config = resolved_config_json(t, err)))
-            st = err->status;
-    }
-    if (st == ZT_OK && t->dp.rank == 0) {
-        zt_ckpt_commit_args a = {.root = t->set->checkpoint_dir,
-                                 .staging_dir = staging,
-                                 .step = step,
-                                 .config_json = config,
-                                 .layout = {.world_size = t->host->world_size,
-                                            .zero_stage = t->zero->stage,
-                                            .dp_size = t->dp.size,
-                                            .tp_size = 1,
-                                            .pp_size = 1},
-                                 .tensors = decls,
-                                 .n_tensors = n_decls,
-                                 .ranks = all,
-                                 .n_ranks = (size_t)t->dp.size,
-                                 .keep_last = (int32_t)t->set->checkpoint_keep};
-        zt_ckpt_model_shape_from_info(t->info, &a.model);
-        st = zt_ckpt_commit(&a, final_dir, err);
-    }
-    st = agree_on_status(t, st, err, "publishing the checkpoint");
-    if (st != ZT_OK && staging) zt_ckpt_discard_stage(staging);
-    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "checkpoint of step %lld saved to %s (%.1f s)", (long long)step,
-                            final_dir && *final_dir ? *final_dir : t->set->checkpoint_dir, zt_now_s() - started);
-    for (int32_t r = 1; all && r < t->dp.size; r++) zt_ckpt_rank_result_free(&all[r]);
-    zt_ckpt_rank_result_free(&result);
-    free(all);
-    free(staging);
-    free(config);
-    free(decls);
-    drop_shard_buffer(t);
-    return st;
-}
-
-typedef struct resume_ctx {
-    zt_ckpt *ckpt;
-    const char *group;
-    int64_t missing;   /* optimizer-state elements the checkpoint lacks (newly trainable parameters) */
-} resume_ctx;
-
-static zt_status ckpt_param_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
-                                   zt_error *err)
-{
-    resume_ctx *r = ctx;
-    return zt_ckpt_read_unit_shard(r->ckpt, &t->layout->layout, unit, ZT_CKPT_GROUP_PARAM, offset, count, dst, err);
-}
-
-static zt_status resume_state_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n,
-                                    float *slice_at, zt_error *err)
-{
-    resume_ctx *r = ctx;
-    const char *name = t->info->params[param].name;
-    if (!t->layout->trainable[param]) return ZT_OK;
-    if (!zt_ckpt_find(r->ckpt, name, r->group)) {
-        r->missing += n; /* stays zero: a fresh optimizer state, as for a parameter never trained */
-        return ZT_OK;
-    }
-    return zt_ckpt_read(r->ckpt, name, r->group, elem_offset, n, slice_at, err);
-}
-
-/* The JSON number of `key` in object text, or fallback. */
-static double json_number(const zt_json *j, const char *key, double fallback)
-{
-    int v = zt_json_object_get(j, 0, key);
-    return v >= 0 && zt_json_is_number(j, v) ? zt_json_get_number(j, v) : fallback;
-}
-
-/* fp16: the checkpoint's loss scaler; a checkpoint without one (written by a bf16 run or an older zt)
- * starts from the configured initial scale. */
-static void restore_loss_scale(trainer *t, const zt_json *j)
-{
-    int obj = zt_json_object_get(j, 0, "loss_scale");
-    if (obj < 0 || j->tok[obj].type != ZT_JSON_OBJECT) {
-        zt_log(ZT_LOG_INFO, "fp16: the checkpoint has no loss-scale state (a bf16 run or an older zt): starting from "
-               "the initial scale %g", t->scaler.scale);
-        return;
-    }
-    double v[5];
-    static const char *const keys[5] = {"scale", "hysteresis_left", "good_steps", "overflows_at_min", "skipped_total"};
-    for (int i = 0; i < 5; i++) {
-        int at = zt_json_object_get(j, obj, keys[i]);
-        v[i] = at >= 0 && zt_json_is_number(j, at) ? zt_json_get_number(j, at) : NAN;
-        if (!isfinite(v[i]) || v[i] < 0) {
-            zt_log(ZT_LOG_WARN, "fp16: the checkpoint's loss-scale state lacks a valid \"%s\": starting from the "
-                   "initial scale %g", keys[i], t->scaler.scale);
-            return;
-        }
-    }
-    t->scaler.scale = v[0] < t->scaler.min_scale ? t->scaler.min_scale : v[0];
-    t->scaler.hysteresis_left = (int64_t)v[1] < 1 || (int64_t)v[1] > t->scaler.hysteresis ? t->scaler.hysteresis
-                                                                                          : (int64_t)v[1];
-    t->scaler.good_steps = (int64_t)v[2];
-    t->scaler.overflows_at_min = (int64_t)v[3];
-    t->scaler.skipped_total = (int64_t)v[4];
-    zt_log(ZT_LOG_INFO, "fp16: loss scale %g restored from the checkpoint (%lld steps skipped before it)",
-           t->scaler.scale, (long long)t->scaler.skipped_total);
-}
-
-static zt_status restore_trainer_state(trainer *t, zt_ckpt *c, zt_error *err)
-{
-    const void *data;
-    size_t size;
-    zt_status st = zt_ckpt_blob(c, TRAINER_STATE_BLOB, &data, &size, err);
-    if (st != ZT_OK) return st;
-    zt_json j;
-    st = zt_json_parse(data, size, "checkpoint blob " TRAINER_STATE_BLOB, &j, err);
-    if (st != ZT_OK) return st;
-    int format = zt_json_object_get(&j, 0, "format");
-    if (j.tok[0].type != ZT_JSON_OBJECT || format < 0 || !zt_json_eq(&j, format, TRAINER_STATE_FORMAT) ||
-        json_number(&j, "version", 0) != 1 || json_number(&j, "step", -1) != (double)zt_ckpt_step(c)) {
-        zt_json_free(&j);
-        return zt_error_set(err, ZT_ERR_FORMAT,
-                            "the checkpoint's " TRAINER_STATE_BLOB " is not a version 1 " TRAINER_STATE_FORMAT
-                            " for its step %lld; it was written by another program or version",
-                            (long long)zt_ckpt_step(c));
-    }
-    t->elapsed_before = json_number(&j, "elapsed_s", 0);
-    t->tokens_seen = (int64_t)json_number(&j, "tokens_seen", 0);
-    double seed = json_number(&j, "seed", -1);
-    if (seed != (double)t->set->seed)
-        zt_log(ZT_LOG_WARN, "the checkpoint was trained with seed %.0f, this run has seed %lld", seed,
-               (long long)t->set->seed);
-    if (t->fp16) restore_loss_scale(t, &j);
-    int sched = zt_json_object_get(&j, 0, "schedule");
-    char now[512];
-    zt_schedule_to_json(&t->schedule, now, sizeof now);
-    if (sched >= 0) {
-        int len = j.tok[sched].end - j.tok[sched].start;
-        if ((size_t)len != strlen(now) || memcmp(j.text + j.tok[sched].start, now, (size_t)len) != 0)
-            zt_log(ZT_LOG_WARN, "the learning-rate schedule changed since the checkpoint: it was %.*s, now %s", len,
-                   j.text + j.tok[sched].start, now);
-    }
-    zt_json_free(&j);
-    return ZT_OK;
-}
-
-static zt_status read_position(zt_ckpt *c, int32_t rank, zt_loader_position *pos, zt_error *err)
-{
-    char blob_name[64];
-    snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)rank);
-    const void *data;
-    size_t size;
-    zt_status st = zt_ckpt_blob(c, blob_name, &data, &size, err);
-    return st == ZT_OK ? zt_loader_position_from_json(data, size, blob_name, pos, err) : st;
-}
-
-/* The data stream where the checkpoint left it. With the rank count it was written with, each rank
- * continues its own stream. With another count: rank r of w takes samples r, r + w, ... of each
- * epoch's order, so W ranks that each consumed c samples consumed exactly the first W * c; the new
- * ranks continue from there (rounded down to a multiple of the new count), and when the old ranks
- * had consumed different counts (packed rows), from the smallest, so no sample is skipped and the
- * few consumed beyond it are seen again (logged). */
-static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
-{
-    zt_loader_position pos;
-    zt_status st = read_position(c, 0, &pos, err);
-    if (st != ZT_OK) return st;
-    if (pos.world == t->dp.size) {
-        if (t->dp.rank != 0) st = read_position(c, t->dp.rank, &pos, err);
-        return st == ZT_OK ? zt_loader_set_position(t->train_loader, &pos, err) : st;
-    }
-    int32_t old_world = pos.world;
-    uint64_t consumed = 0, epoch = pos.epoch, cursor = pos.cursor;
-    for (int32_t r = 0; r < old_world && st == ZT_OK; r++) {
-        zt_loader_position other;
-        st = read_position(c, r, &other, err);
-        if (st != ZT_OK) break;
-        if (other.epoch < epoch || (other.epoch == epoch && other.cursor < cursor)) {
-            epoch = other.epoch;
-            cursor = other.cursor;
-        }
-        consumed += other.cursor;
-    }
-    if (st != ZT_OK) return st;
-    uint64_t global = cursor * (uint64_t)old_world, new_cursor = global / (uint64_t)t->dp.size;
-    pos.world = t->dp.size;
-    pos.rank = t->dp.rank;
-    pos.epoch = epoch;
-    pos.cursor = new_cursor;
-    st = zt_loader_set_position(t->train_loader, &pos, err);
-    if (st != ZT_OK) return st;
-    uint64_t resumed_at = new_cursor * (uint64_t)t->dp.size;
-    if (consumed > resumed_at && pos.epoch == epoch)
-        zt_log(ZT_LOG_INFO, "the checkpoint was written by %d data-parallel ranks, this run has %d: the data continues "
-               "at sample %llu of epoch %llu, so %llu samples the old ranks had consumed are seen again",
-               (int)old_world, (int)t->dp.size, (unsigned long long)resumed_at, (unsigned long long)epoch,
-               (unsigned long long)(consumed - resumed_at));
-    else
-        zt_log(ZT_LOG_INFO, "the checkpoint was written by %d data-parallel ranks, this run has %d: the data continues "
-               "at sample %llu of epoch %llu, exactly where the old ranks stopped",
-               (int)old_world, (int)t->dp.size, (unsigned long long)resumed_at, (unsigned long long)epoch);
-    return ZT_OK;
-}
-
-static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
-{
-    const char *want = t->req->resume;
-    if (!strcmp(want, "latest")) return zt_ckpt_latest(t->set->checkpoint_dir, step_dir, err);
-    char probe[4096];
-    struct stat sb;
-    snprintf(probe, sizeof probe, "%s/checkpoint.json", want);
-    if (stat(probe, &sb) == 0) return (*step_dir = strdup(want)) ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
-    if (stat(want, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return zt_error_set(err, ZT_ERR_NOT_FOUND,
-                            "--resume %s: no such directory; give a checkpoint (a step-NNNNNN directory), a "
-                            "checkpoint root, or latest (the newest under %s)",
-                            want, t->set->checkpoint_dir);
-    return zt_ckpt_latest(want, step_dir, err); /* a root: its newest complete checkpoint */
-}
-
-static zt_status resume(trainer *t, zt_error *err)
-{
-    char *dir = NULL;
-    zt_status st = resolve_resume_dir(t, &dir, err);
-    if (st != ZT_OK) {
-        if (st == ZT_ERR_NOT_FOUND)
-            zt_error_append(err, "\nnothing to resume from: train without --resume first, or point --resume at "
-                            "a checkpoint directory");
-        return st;
-    }
-    zt_ckpt *c = NULL;
-    st = zt_ckpt_open(dir, &c, err);
-    static const char *const groups[] = {ZT_CKPT_GROUP_PARAM};
-    if (st == ZT_OK) st = zt_ckpt_check_model(c, t->info, groups, 1, err);
-    resume_ctx r = {c, ZT_CKPT_GROUP_PARAM, 0};
-    if (st == ZT_OK) st = load_master(t, ckpt_param_source, &r, err);
-    void *zs = t->zero_lp->state;
-    int32_t n_state = n_opt_state(t);
-    for (int32_t k = 0; k < n_state && st == ZT_OK; k++) {
-        r.group = state_name(t, k);
-        for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
-            int64_t offset, count;
-            t->zero->shard_range(zs, u, &offset, &count);
-            memset(t->shard_buf, 0, (size_t)count * sizeof(float));
-            st = for_each_piece(t, u, offset, count, t->shard_buf, resume_state_piece, &r, err);
-            if (st != ZT_OK) break;
-            st = t->zero->write_shard(zs, u, k + 1, t->shard_buf);
-            if (st != ZT_OK) st = zt_plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, %s)", (int)u, r.group);
-        }
-    }
-    if (st == ZT_OK) st = restore_trainer_state(t, c, err);
-    if (st == ZT_OK) st = restore_loader(t, c, err);
-    if (st == ZT_OK) {
-        t->step = zt_ckpt_step(c);
-        if (r.missing)
-            zt_log(ZT_LOG_WARN, "the checkpoint holds no optimizer state for %lld elements of parameters that are "
-                   "trainable now (trainable_params changed); their state starts at zero", (long long)r.missing);
-        zt_log(ZT_LOG_INFO, "resumed from %s at step %lld", dir, (long long)t->step);
-    } else {
-        zt_error_append(err, "\n(while resuming from %s)", dir);
-    }
-    zt_ckpt_close(c);
-    free(dir);
-    return st;
-}
-
-/* ---- HF export -------------------------------------------------------------------------------- */
-
-typedef struct export_ctx {
-    trainer *t;
-    const zt_hf_tensor_list *list;
-    int32_t loaded_unit; /* whose master is in shard_buf; -1 none */
-} export_ctx;
-
-static zt_status export_fill(void *opaque, size_t index, uint64_t elem_offset, uint64_t count, float *dst,
-                             zt_error *err)
-{
-    export_ctx *x = opaque;
-    trainer *t = x->t;
-    const char *name = x->list->specs[index].name;
-    int32_t i = zt_layout_find(t->layout, name);
-    if (i < 0)
-        return zt_error_set(err, ZT_ERR_INTERNAL, "export: the model has no parameter '%s' that config.json implies",
-                            name);
-    int32_t owner = t->layout->owner[i];
-    int32_t unit = t->info->params[owner].unit;
-    if (x->loaded_unit != unit) {
-        zt_status st = ZT_OK;
-        if (t->dp.size > 1) st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
-        if (st != ZT_OK) return host_failed(t, st, err, "asking the ranks for a unit to export (broadcast over 'dp')");
-        st = gather_master(t, unit, t->shard_buf, err);
-        if (st != ZT_OK) return st;
-        x->loaded_unit = unit;
-    }
-    memcpy(dst, t->shard_buf + t->layout->param_offset[owner] + (int64_t)elem_offset, count * sizeof(float));
-    return ZT_OK;
-}
-
-/* The config.json of the trained model: the --model one, else built from the model and its keys. */
-static zt_status export_config(trainer *t, zt_hf_config *c, zt_error *err)
-{
-    if (t->req->model_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/config.json", t->req->model_dir);
-        return zt_hf_config_load(path, c, err);
-    }
-    const zt_config *cfg = t->req->cfg;
-    if (zt_config_is_set(cfg, "model.preset") &&
-        (!zt_config_is_set(cfg, "model.rms_norm_eps") || !zt_config_is_set(cfg, "model.rope_theta")))
-        return zt_error_set(err, ZT_ERR_CONFIG,
-                            "--export with model.preset needs model.rms_norm_eps and model.rope_theta set "
-                            "explicitly (the preset's values are internal to the model plugin); add them, e.g. "
-                            "--set model.rms_norm_eps=1e-5 --set model.rope_theta=10000");
-    const zt_model_info *m = t->info;
-    zt_hf_config_defaults(c);
-    c->hidden_size = m->hidden_size;
-    c->intermediate_size = m->intermediate_size;
-    c->num_hidden_layers = m->n_layers;
-    c->num_attention_heads = m->n_heads;
-    c->num_key_value_heads = m->n_kv_heads;
-    c->head_dim = m->head_dim;
-    c->vocab_size = m->vocab_size;
-    c->max_position_embeddings = m->max_seq_len;
-    c->tie_word_embeddings = 0;
-    for (int32_t i = 0; i < m->n_params_decl; i++)
-        if (m->params[i].flags & ZT_PARAM_TIED) c->tie_word_embeddings = 1;
-    zt_config_get_float(cfg, "model.rms_norm_eps", &c->rms_norm_eps);
-    zt_config_get_float(cfg, "model.rope_theta", &c->rope_theta);
-    zt_config_get_float(cfg, "model.initializer_range", &c->initializer_range);
-    const char *rope_type = "none";
-    zt_config_get_string(cfg, "model.rope_scaling.rope_type", &rope_type);
-    if (!strcmp(rope_type, "llama3")) {
-        c->rope_llama3 = 1;
-        zt_config_get_float(cfg, "model.rope_scaling.factor", &c->rope_factor);
-        zt_config_get_float(cfg, "model.rope_scaling.low_freq_factor", &c->rope_low_freq_factor);
-        zt_config_get_float(cfg, "model.rope_scaling.high_freq_factor", &c->rope_high_freq_factor);
-        zt_config_get_int(cfg, "model.rope_scaling.original_max_position_embeddings",
-                          &c->rope_original_max_position_embeddings);
-    }
-    /* The special tokens of the tokenizer the data was prepared with. */
-    c->bos_token_id = t->data_info->bos_id;
-    c->pad_token_id = t->data_info->pad_id;
-    c->n_eos = 0;
-    if (t->data_info->eos_id >= 0) c->eos_token_ids[c->n_eos++] = t->data_info->eos_id;
-    c->dtype = ZT_ST_F32;
-    return ZT_OK;
-}
-
-static zt_status export_hf_rank0(trainer *t, zt_error *err)
-{
-    zt_hf_config c;
-    zt_status st = export_config(t, &c, err);
-    if (st != ZT_OK) return st;
-    c.dtype = ZT_ST_F32;
-    zt_hf_tensor_list list = {0};
-    st = zt_hf_llama_tensors(&c, ZT_ST_F32, &list, err);
-    if (st != ZT_OK) return st;
-    export_ctx x = {t, &list, -1};
-    st = zt_hf_export(t->req->export_dir, &c, list.specs, list.n, export_fill, &x, 0, err);
-    zt_hf_tensor_list_free(&list);
-    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "model exported in Hugging Face format to %s", t->req->export_dir);
-    return st;
-}
-
-/* Rank 0 writes the files. Sharded units are gathered as it reads them: it broadcasts each unit it
- * needs and every rank joins the gather, until it broadcasts -1. */
-static zt_status export_hf(trainer *t, zt_error *err)
-{
-    zt_status st = hold_shard_buffer(t, err);
-    st = agree_on_status(t, st, err, "holding a unit's weights for the export");
-    if (st != ZT_OK) return st;
-    int32_t unit = -1;
-    if (t->dp.rank == 0) {
-        st = export_hf_rank0(t, err);
-        if (t->dp.size > 1) t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
-    } else {
-        while (st == ZT_OK) {
-            st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
-            if (st != ZT_OK) st = host_failed(t, st, err, "waiting for rank 0's export (broadcast over 'dp')");
-            if (st != ZT_OK || unit < 0) break;
-            st = gather_master(t, unit, t->shard_buf, err);
-        }
-    }
-    drop_shard_buffer(t);
-    return agree_on_status(t, st, err, "exporting the model");
+    return st == ZT_OK ? ZT_OK : tr_host_failed(t, st, err, "gathering a unit's weights (all-gather over 'dp')");
 }
 
 /* ---- Ctrl-C ------------------------------------------------------------------------------------ */
@@ -1516,7 +815,7 @@ static zt_status train_loop(trainer *t, zt_error *err)
         stop[1] = t->set->epochs > 0 && pos.epoch >= (uint64_t)t->set->epochs;
         if (t->dp.size > 1) {
             st = t->host->all_reduce(t->host->ctx, &t->dp, stop, stop, 2, ZT_I32, ZT_REDUCE_MAX, NULL);
-            if (st != ZT_OK) return host_failed(t, st, err, "agreeing on whether to stop (all-reduce over 'dp')");
+            if (st != ZT_OK) return tr_host_failed(t, st, err, "agreeing on whether to stop (all-reduce over 'dp')");
         }
         if (stop[0]) break;
         if (stop[1]) {
@@ -1552,7 +851,7 @@ static zt_status train_loop(trainer *t, zt_error *err)
         }
         if (t->set->checkpoint_every > 0 && step % t->set->checkpoint_every == 0 && step < t->set->steps) {
             char *dir = NULL;
-            st = save_checkpoint(t, step, &pos, &dir, err);
+            st = tr_save_checkpoint(t, step, &pos, &dir, err);
             free(dir);
             if (st != ZT_OK) return st;
             last_saved = step;
@@ -1562,7 +861,7 @@ static zt_status train_loop(trainer *t, zt_error *err)
     char *dir = NULL;
     /* checkpoint.final = false skips the end-of-run checkpoint, never the one an interruption needs */
     int save = t->step > last_saved && (t->set->checkpoint_final || cancelled);
-    zt_status saved = save ? save_checkpoint(t, t->step, &pos, &dir, err) : ZT_OK;
+    zt_status saved = save ? tr_save_checkpoint(t, t->step, &pos, &dir, err) : ZT_OK;
     if (saved == ZT_OK && cancelled) {
         interrupted_message(t, start_step, dir, err);
         saved = ZT_ERR_CANCELLED;
@@ -1611,10 +910,10 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (st == ZT_OK) st = alloc_buffers(t, err);
     if (st != ZT_OK) return st;
 
-    if (t->req->resume) st = resume(t, err);
-    else if (t->req->model_dir) st = load_hf(t, t->req->model_dir, err);
-    else st = load_master(t, random_source, NULL, err);
-    drop_shard_buffer(t);
+    if (t->req->resume) st = tr_resume(t, err);
+    else if (t->req->model_dir) st = tr_load_hf(t, t->req->model_dir, err);
+    else st = tr_load_master(t, tr_random_source, NULL, err);
+    tr_drop_shard_buffer(t);
     if (st == ZT_OK) st = prepare_output(t, err);
     if (st != ZT_OK) return st;
 
@@ -1627,7 +926,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
         zt_log(ZT_LOG_INFO, "the checkpoint is at step %lld and steps is %lld: nothing left to train",
                (long long)t->step, (long long)t->set->steps);
     st = train_loop(t, err);
-    if (st == ZT_OK && t->req->export_dir) st = export_hf(t, err);
+    if (st == ZT_OK && t->req->export_dir) st = tr_export_hf(t, err);
     return st;
 }
 

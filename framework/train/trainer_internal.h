@@ -1,0 +1,118 @@
+/* Private to framework/train/: the trainer's state and what its files share.
+ *
+ *   trainer.c        settings and configuration, setup, one micro-batch, one optimizer step,
+ *                    evaluation, ranks, Ctrl-C, the loop, the entry
+ *   weights.c        weights in (random, a Hugging Face directory) and out (the HF export)
+ *   checkpointing.c  checkpoints: saving (every rank's shard, committed by rank 0) and resuming
+ */
+#ifndef ZT_FRAMEWORK_TRAINER_INTERNAL_H
+#define ZT_FRAMEWORK_TRAINER_INTERNAL_H
+
+#include "data/loader.h"
+#include "train/layout.h"
+#include "train/loss_scale.h"
+#include "train/metrics.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
+
+/* A copy of one loader micro-batch: the loader overwrites its own on the next call, and a step needs
+ * all of its micro-batches at once (their loss tokens are counted before the first forward). */
+typedef struct micro_batch {
+    int32_t *tokens, *targets, *positions, *doc_ids, *cu_seqlens;
+    int32_t n_spans, max_span_len;
+    int64_t n_tokens, n_loss_tokens;
+} micro_batch;
+
+typedef struct trainer {
+    const zt_train_request *req;
+    zt_runtime *rt;
+    const zt_host_settings *set; /* the request's */
+    double weight_decay;          /* optimizer.params.weight_decay, 0 when the optimizer has none */
+    const zt_host *host; /* the trainer's own services table: collectives */
+    zt_group dp;
+
+    const zt_loaded_plugin *model_lp, *zero_lp, *opt_lp, *attention_lp;
+    const zt_model_ops *model;
+    const zt_zero_ops *zero;
+    const zt_optimizer_ops *opt;
+    const zt_model_info *info;
+    zt_attention_binding attention;
+
+    zt_host_layout *layout;
+    zt_schedule schedule;
+    zt_loader *train_loader, *val_loader;
+    const zt_loader_info *data_info;
+
+    micro_batch *micro;  /* [accum] */
+    /* fp16 on a GPU (fp16.enabled): 16-bit compute in IEEE half with dynamic loss scaling */
+    int fp16;
+    int32_t compute16;   /* GPU runs: ZT_BF16 or ZT_F16 */
+    zt_loss_scaler scaler;
+    int fp16_test_overflow; /* ZT_FP16_TEST_OVERFLOW=1: every backward overflows (the collapse test) */
+    /* GPU runs: the units compute on the device, in bf16 or fp16; the micro-batch being computed is copied
+     * into device_micro (its int32 arrays only) and hidden states live in device memory. */
+    int on_gpu;
+    micro_batch device_micro;
+    void **hidden;       /* [n_units - 1]: the output of unit u is hidden[u] (compute dtype) */
+    void *dx[2];
+    void **saved;        /* [n_units] */
+    zt_tensor *params, *grads;
+    int32_t max_unit_params;
+    float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
+
+    zt_metrics *metrics;
+    int64_t step;        /* optimizer steps completed */
+    double elapsed_before; /* training seconds of earlier sessions (resume) */
+    double session_s;      /* training seconds of this session (steps only) */
+    int64_t tokens_seen;
+} trainer;
+
+/* Fill every unit's master from `fill`, which writes this rank's slice [offset, offset + count) of a
+ * unit's padded buffer into dst (padding zero). */
+typedef zt_status (*shard_source)(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                                  zt_error *err);
+
+/* Calls fn for every parameter with storage that overlaps [offset, offset + count) of unit u:
+ * the element range inside the tensor and where it lies in the slice. */
+typedef zt_status (*piece_fn)(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                              zt_error *err);
+
+/* ---- trainer.c ----------------------------------------------------------------------------------- */
+
+/* Our own collective failed: the runtime recorded why in our services table. */
+zt_status tr_host_failed(trainer *t, zt_status st, zt_error *err, const char *what);
+/* One unit's shard in host memory for weights on their way in or out (loading, checkpoints,
+ * export). Held only meanwhile: for a 7B model it is the 0.5 GB embedding. */
+zt_status tr_hold_shard_buffer(trainer *t, zt_error *err);
+void tr_drop_shard_buffer(trainer *t);
+/* After a part that can fail on some ranks only (a full disk, a file another rank wrote): every rank
+ * learns whether all succeeded, so none waits in a collective the others skip. A failing rank keeps
+ * its own message; the others get one naming the lowest failing rank (its message is in its output). */
+zt_status tr_agree_on_status(trainer *t, zt_status mine, zt_error *err, const char *what);
+/* A unit's whole fp32 master [padded] into `full` on every rank. A replicated unit (the zero plugin's
+ * shard is the whole unit) is read locally; a sharded one is read into the start of `full` and
+ * all-gathered in place, which needs every rank. */
+zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err);
+
+/* ---- weights.c ----------------------------------------------------------------------------------- */
+
+zt_status tr_load_master(trainer *t, shard_source fill, void *ctx, zt_error *err);
+zt_status tr_random_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                           zt_error *err);
+zt_status tr_for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count, float *slice, piece_fn fn,
+                            void *ctx, zt_error *err);
+zt_status tr_load_hf(trainer *t, const char *dir, zt_error *err);
+/* Rank 0 writes the files. Sharded units are gathered as it reads them: it broadcasts each unit it
+ * needs and every rank joins the gather, until it broadcasts -1. */
+zt_status tr_export_hf(trainer *t, zt_error *err);
+
+/* ---- checkpointing.c ----------------------------------------------------------------------------- */
+
+/* Rank 0 stages the directory and tells the others where it is; every rank writes its own file; rank 0
+ * collects the descriptions and publishes (checkpoint.h). The ranks agree after each part, so a
+ * failure on one of them stops all of them at the same point. */
+zt_status tr_save_checkpoint(trainer *t, int64_t step, const zt_loader_position *pos, char **final_dir,
+                             zt_error *err);
+zt_status tr_resume(trainer *t, zt_error *err);
+
+#endif
