@@ -1,12 +1,8 @@
-/* The runtime behind the zt_host services table. See runtime.h.
- *
- * Layout of this file:
- *   memory accounting    per (pool, where) counters, limits, the allocation table, OOM messages
- *   plugin contexts      one zt_host per plugin: logging, the error slot, config getters
- *   collectives          named groups over a zt_comm_backend (comm.h)
- *   create / destroy
- */
-#define _POSIX_C_SOURCE 200809L /* posix_memalign */
+/* The runtime behind the zt_host services table (runtime.h). This file: one zt_host per plugin
+ * (logging, the error slot, config getters, memory, threads, cancel), the table itself, and creating
+ * and destroying the runtime; runtime_internal.h names the files of memory accounting and
+ * collectives. */
+#define _POSIX_C_SOURCE 200809L
 #include "host/runtime.h"
 
 #include <pthread.h>
@@ -18,425 +14,13 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "base/threadpool.h"
-#include "device/device.h"
-#include "dist/comm.h"
+#include "host/runtime_internal.h"
 #include "dist/launch.h"
-
-#define WHERE_COUNT 3
-#define HOST_ALIGNMENT 64    /* a cache line: no false sharing between allocations */
-#define DEVICE_ALIGNMENT 256 /* what cudaMalloc guarantees and vectorized kernels assume */
-#define TAG_MAX 48           /* tags are kept (truncated) for the leak report at shutdown */
-#define NAME_MAX_LEN 64
-
-/* Limits are per side: pinned memory is host RAM, so it counts against the host limit. */
-enum { SIDE_HOST = 0, SIDE_DEVICE = 1, SIDE_COUNT = 2 };
-static int side_of(int where) { return where == ZT_MEM_DEVICE ? SIDE_DEVICE : SIDE_HOST; }
-
-typedef struct mem_counter {
-    uint64_t current;
-    uint64_t peak;
-    uint64_t n_allocs; /* live allocations: 0 at the end of a run that freed everything */
-} mem_counter;
-
-/* One live allocation. Kept in a side table rather than a header in front of the block, because
- * device memory cannot be written from the host. */
-typedef struct alloc_record {
-    void *ptr; /* NULL: empty slot */
-    uint64_t bytes;
-    int32_t pool;
-    int32_t where;
-    char tag[TAG_MAX];
-} alloc_record;
-
-typedef struct plugin_ctx {
-    zt_runtime *rt;
-    char name[NAME_MAX_LEN];
-    const zt_option *schema;
-    uint32_t n_options;
-    zt_config *defaults; /* only without a run config: this plugin's and the host's schemas */
-    zt_host host;
-
-    /* The error slot: what host->error() (or a failed host->alloc) recorded since the last take.
-     * `taken` keeps the last taken message alive for the caller of zt_runtime_take_error. */
-    pthread_mutex_t error_lock;
-    zt_status error_status;
-    char error_msg[ZT_ERROR_MSG_MAX];
-    char taken_msg[ZT_ERROR_MSG_MAX];
-
-    struct plugin_ctx *next;
-} plugin_ctx;
-
-#define GROUP_MAGIC 0x5247545Au /* "ZTGR": tells our group records from any other pointer */
-
-typedef struct comm_group {
-    uint32_t magic;
-    zt_runtime *rt;
-    char name[NAME_MAX_LEN];
-    int32_t *world_ranks;
-    int32_t size;
-    int32_t rank;
-    void *comm; /* the backend's communicator */
-    struct comm_group *next;
-} comm_group;
-
-struct zt_runtime {
-    const zt_config *cfg;
-    zt_threadpool *threads;
-    const zt_device_backend *device;
-    zt_device_ctx device_ctx;
-    zt_comm_backend *comm;
-
-    /* Guards the counters and the allocation table. Held across the backend's allocation so that
-     * a limit check and the allocation it admits are one step for concurrent callers. */
-    pthread_mutex_t mem_lock;
-    mem_counter mem[ZT_POOL_COUNT][WHERE_COUNT];
-    uint64_t side_used[SIDE_COUNT];
-    uint64_t side_limit[SIDE_COUNT]; /* 0: none */
-    char *memory_note;               /* zt_runtime_set_memory_note: the estimate, for device OOMs */
-    alloc_record *records;           /* open addressing, linear probing; capacity a power of 2 */
-    size_t records_cap;
-    size_t records_used;
-
-    pthread_mutex_t names_lock; /* guards the plugin and group lists */
-    plugin_ctx *plugins;
-    comm_group *groups;
-};
 
 static volatile sig_atomic_t g_cancel_requested = 0;
 
 void zt_runtime_request_cancel(void) { g_cancel_requested = 1; }
 int zt_runtime_cancel_requested(void) { return g_cancel_requested != 0; }
-
-const char *zt_pool_name(int pool)
-{
-    static const char *const names[ZT_POOL_COUNT] = {"params",    "grads", "optimizer", "activations",
-                                                     "workspace", "comm",  "kv_cache",  "other"};
-    return pool >= 0 && pool < ZT_POOL_COUNT ? names[pool] : "unknown";
-}
-
-const char *zt_mem_where_name(int where)
-{
-    static const char *const names[WHERE_COUNT] = {"host", "pinned", "device"};
-    return where >= 0 && where < WHERE_COUNT ? names[where] : "unknown";
-}
-
-/* "1 byte", "300 bytes", "300 KiB", "2.00 GiB", "10.5 GiB": binary units, three significant
- * digits. */
-static const char *format_bytes(uint64_t bytes, char buf[32])
-{
-    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (bytes < 1024) {
-        snprintf(buf, 32, "%llu byte%s", (unsigned long long)bytes, bytes == 1 ? "" : "s");
-        return buf;
-    }
-    double value = (double)bytes / 1024.0;
-    int unit = 0;
-    while (value >= 1024.0 && unit < 5) {
-        value /= 1024.0;
-        unit++;
-    }
-    const char *fmt = value < 10.0 ? "%.2f %s" : value < 100.0 ? "%.1f %s" : "%.0f %s";
-    snprintf(buf, 32, fmt, value, units[unit]);
-    return buf;
-}
-
-/* ---- memory accounting ---------------------------------------------------------------------- */
-
-static size_t record_home(const zt_runtime *rt, const void *ptr)
-{
-    uint64_t h = (uint64_t)(uintptr_t)ptr;
-    h ^= h >> 33; /* mix: aligned addresses have many equal low bits */
-    h *= UINT64_C(0xff51afd7ed558ccd);
-    h ^= h >> 33;
-    return (size_t)h & (rt->records_cap - 1);
-}
-
-static void records_place(zt_runtime *rt, const alloc_record *rec)
-{
-    size_t i = record_home(rt, rec->ptr);
-    while (rt->records[i].ptr) i = (i + 1) & (rt->records_cap - 1);
-    rt->records[i] = *rec;
-}
-
-/* Make room for one more record (load factor <= 1/2), so inserting after an allocation succeeded
- * can never fail. */
-static int records_reserve_one(zt_runtime *rt)
-{
-    if ((rt->records_used + 1) * 2 <= rt->records_cap) return 1;
-    size_t new_cap = rt->records_cap ? rt->records_cap * 2 : 64;
-    alloc_record *old = rt->records;
-    size_t old_cap = rt->records_cap;
-    alloc_record *grown = calloc(new_cap, sizeof *grown);
-    if (!grown) return 0;
-    rt->records = grown;
-    rt->records_cap = new_cap;
-    for (size_t i = 0; i < old_cap; i++)
-        if (old[i].ptr) records_place(rt, &old[i]);
-    free(old);
-    return 1;
-}
-
-static long records_find(const zt_runtime *rt, const void *ptr)
-{
-    if (!rt->records_cap) return -1;
-    for (size_t i = record_home(rt, ptr); rt->records[i].ptr; i = (i + 1) & (rt->records_cap - 1))
-        if (rt->records[i].ptr == ptr) return (long)i;
-    return -1;
-}
-
-/* Backward-shift deletion: later entries of the probe run move up so lookups never stop early. */
-static void records_remove_at(zt_runtime *rt, size_t hole)
-{
-    size_t mask = rt->records_cap - 1;
-    for (size_t j = (hole + 1) & mask; rt->records[j].ptr; j = (j + 1) & mask) {
-        size_t home = record_home(rt, rt->records[j].ptr);
-        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-        if (stays) continue;
-        rt->records[hole] = rt->records[j];
-        hole = j;
-    }
-    rt->records[hole].ptr = NULL;
-    rt->records_used--;
-}
-
-/* "params 256 KiB, grads 512 KiB": every pool holding memory on `side`. */
-static void describe_pool_use(const zt_runtime *rt, int side, char *out, size_t cap)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    for (int pool = 0; pool < ZT_POOL_COUNT; pool++) {
-        uint64_t bytes = 0;
-        for (int where = 0; where < WHERE_COUNT; where++)
-            if (side_of(where) == side) bytes += rt->mem[pool][where].current;
-        if (!bytes || used >= cap) continue;
-        char b[32];
-        used += (size_t)snprintf(out + used, cap - used, "%s%s %s", used ? ", " : "",
-                                 zt_pool_name(pool), format_bytes(bytes, b));
-    }
-    if (!out[0]) snprintf(out, cap, "no pool holds any");
-}
-
-/* The message of a failed allocation: the pool that overflowed, the request and its tag, the
- * limit, and every pool's use, then how to make it fit. `reason` is NULL when the limit refused the
- * request, else what the allocator said. Called with mem_lock held. */
-static void describe_out_of_memory(const zt_runtime *rt, int pool, int where, uint64_t bytes,
-                                   const char *tag, const char *reason, zt_error *err)
-{
-    int side = side_of(where);
-    uint64_t pool_use = 0;
-    for (int w = 0; w < WHERE_COUNT; w++)
-        if (side_of(w) == side) pool_use += rt->mem[pool][w].current;
-    char asked[32], pool_b[32], all_b[32], limit_b[32], pools[512], all_use[160];
-    describe_pool_use(rt, side, pools, sizeof pools);
-    const char *side_name = side == SIDE_HOST ? "host" : "device";
-    if (rt->side_limit[side])
-        snprintf(all_use, sizeof all_use, "%s of the %s %s limit", format_bytes(rt->side_used[side], all_b),
-                 format_bytes(rt->side_limit[side], limit_b), side_name);
-    else
-        snprintf(all_use, sizeof all_use, "%s of %s memory (no limit set)",
-                 format_bytes(rt->side_used[side], all_b), side_name);
-    /* The exact byte count helps match a request to the code that made it; below 1 KiB the short
-     * form already is exact. */
-    char exact[64] = "";
-    if (bytes >= 1024) snprintf(exact, sizeof exact, " (%llu bytes)", (unsigned long long)bytes);
-
-    zt_error_set(err, ZT_ERR_OUT_OF_MEMORY,
-                 "out of memory in pool '%s' on %s: asked %s%s for '%s', %s; the pool uses %s, all pools "
-                 "use %s (%s)",
-                 zt_pool_name(pool), where == ZT_MEM_PINNED ? "pinned host" : side_name,
-                 format_bytes(bytes, asked), exact, tag,
-                 reason ? reason : "which does not fit under the limit",
-                 format_bytes(pool_use, pool_b), all_use, pools);
-    if (side == SIDE_HOST && rt->side_limit[side])
-        zt_error_append(err, "; pinned memory counts against the host limit");
-    if (side == SIDE_DEVICE && rt->memory_note)
-        zt_error_append(err, ".\n%s", rt->memory_note);
-    if (side == SIDE_DEVICE)
-        zt_error_append(err, ".\nTo fit: raise gpu_mem_limit (zt-run --gpu-mem-limit) if it is below the "
-                             "GPU's memory, offload optimizer state or parameters to the CPU "
-                             "(zero_optimization.offload_optimizer.device = \"cpu\"), use a higher "
-                             "zero_optimization.stage, activation checkpointing (recompute), or a "
-                             "smaller train_micro_batch_size_per_gpu.");
-    else
-        zt_error_append(err, ".\nTo fit: raise the host memory limit or free memory on this machine, "
-                             "offload less to the CPU, or use a smaller train_micro_batch_size_per_gpu.");
-}
-
-void zt_runtime_set_memory_note(zt_runtime *rt, const char *note)
-{
-    char *copy = note ? strdup(note) : NULL; /* NULL on failure: the message goes without the note */
-    pthread_mutex_lock(&rt->mem_lock);
-    free(rt->memory_note);
-    rt->memory_note = copy;
-    pthread_mutex_unlock(&rt->mem_lock);
-}
-
-static void *mem_alloc(zt_runtime *rt, int pool, int where, uint64_t bytes, uint64_t alignment,
-                       const char *tag, zt_error *err)
-{
-    if (!tag || !*tag) tag = "(untagged)";
-    if (pool < 0 || pool >= ZT_POOL_COUNT) {
-        zt_error_set(err, ZT_ERR_INVALID_ARG,
-                     "allocation '%s' names memory pool %d, which does not exist: use a zt_pool value "
-                     "from ZT_POOL_PARAMS (0) to ZT_POOL_OTHER (%d)", tag, pool, ZT_POOL_COUNT - 1);
-        return NULL;
-    }
-    if (where < 0 || where >= WHERE_COUNT) {
-        zt_error_set(err, ZT_ERR_INVALID_ARG,
-                     "allocation '%s' asks for memory kind %d, which does not exist: use ZT_MEM_HOST (0), "
-                     "ZT_MEM_PINNED (1) or ZT_MEM_DEVICE (2)", tag, where);
-        return NULL;
-    }
-    if (alignment == 0) alignment = where == ZT_MEM_DEVICE ? DEVICE_ALIGNMENT : HOST_ALIGNMENT;
-    if (alignment & (alignment - 1)) {
-        zt_error_set(err, ZT_ERR_INVALID_ARG,
-                     "allocation '%s' asks for alignment %llu, which is not a power of two: use a power "
-                     "of two, or 0 for the default (%d on the host, %d on the device)",
-                     tag, (unsigned long long)alignment, HOST_ALIGNMENT, DEVICE_ALIGNMENT);
-        return NULL;
-    }
-    if (alignment < sizeof(void *)) alignment = sizeof(void *); /* stricter alignment satisfies it */
-
-    int side = side_of(where);
-    void *ptr = NULL;
-    pthread_mutex_lock(&rt->mem_lock);
-    uint64_t limit = rt->side_limit[side], used = rt->side_used[side];
-    if (limit && (used > limit || bytes > limit - used)) {
-        describe_out_of_memory(rt, pool, where, bytes, tag, NULL, err);
-    } else if (bytes > SIZE_MAX - alignment) {
-        describe_out_of_memory(rt, pool, where, bytes, tag, "more than this machine can address", err);
-    } else if (!records_reserve_one(rt)) {
-        describe_out_of_memory(rt, pool, where, bytes, tag,
-                               "the system allocator failed (growing the allocation table)", err);
-    } else {
-        if (where == ZT_MEM_HOST) {
-            if (posix_memalign(&ptr, (size_t)alignment, bytes ? (size_t)bytes : 1) != 0) ptr = NULL;
-            if (!ptr) describe_out_of_memory(rt, pool, where, bytes, tag, "the system allocator failed", err);
-        } else {
-            zt_error backend_err;
-            zt_error_clear(&backend_err);
-            ptr = rt->device->alloc(&rt->device_ctx, where, bytes, alignment, &backend_err);
-            if (!ptr && backend_err.status == ZT_ERR_OUT_OF_MEMORY) {
-                describe_out_of_memory(rt, pool, where, bytes, tag, backend_err.msg, err);
-            } else if (!ptr) {
-                char asked[32];
-                zt_error_set(err, backend_err.status, "cannot allocate %s for '%s' in pool '%s' on %s: %s",
-                             format_bytes(bytes, asked), tag, zt_pool_name(pool), zt_mem_where_name(where),
-                             backend_err.msg);
-            }
-        }
-        if (ptr) {
-            alloc_record rec = {.ptr = ptr, .bytes = bytes, .pool = pool, .where = where};
-            snprintf(rec.tag, sizeof rec.tag, "%s", tag);
-            records_place(rt, &rec);
-            rt->records_used++;
-            mem_counter *c = &rt->mem[pool][where];
-            c->current += bytes;
-            c->n_allocs++;
-            if (c->current > c->peak) c->peak = c->current;
-            rt->side_used[side] += bytes;
-        }
-    }
-    pthread_mutex_unlock(&rt->mem_lock);
-    return ptr;
-}
-
-/* Returns 0 when ptr is not a live allocation of this runtime (nothing is freed then). */
-static int mem_free(zt_runtime *rt, void *ptr)
-{
-    pthread_mutex_lock(&rt->mem_lock);
-    long i = records_find(rt, ptr);
-    if (i < 0) {
-        pthread_mutex_unlock(&rt->mem_lock);
-        return 0;
-    }
-    alloc_record rec = rt->records[i];
-    records_remove_at(rt, (size_t)i);
-    mem_counter *c = &rt->mem[rec.pool][rec.where];
-    c->current -= rec.bytes;
-    c->n_allocs--;
-    rt->side_used[side_of(rec.where)] -= rec.bytes;
-    pthread_mutex_unlock(&rt->mem_lock);
-
-    if (rec.where == ZT_MEM_HOST) free(ptr);
-    else rt->device->free(&rt->device_ctx, rec.where, ptr);
-    return 1;
-}
-
-static int mem_stats(zt_runtime *rt, int pool, int where, zt_mem_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    if (pool < 0 || pool >= ZT_POOL_COUNT || where < 0 || where >= WHERE_COUNT) return 0;
-    pthread_mutex_lock(&rt->mem_lock);
-    const mem_counter *c = &rt->mem[pool][where];
-    out->current = c->current;
-    out->peak = c->peak;
-    out->n_allocs = c->n_allocs;
-    out->limit = rt->side_limit[side_of(where)];
-    pthread_mutex_unlock(&rt->mem_lock);
-    return 1;
-}
-
-void *zt_runtime_alloc(zt_runtime *rt, int pool, int where, uint64_t bytes, uint64_t alignment,
-                       const char *tag, zt_error *err)
-{
-    return mem_alloc(rt, pool, where, bytes, alignment, tag, err);
-}
-
-void zt_runtime_free(zt_runtime *rt, void *ptr)
-{
-    if (ptr && !mem_free(rt, ptr))
-        zt_log(ZT_LOG_ERROR, "zt_runtime_free(%p): not a live allocation of this runtime (freed twice, "
-                             "or allocated elsewhere); left alone", ptr);
-}
-
-void zt_runtime_mem_stats(zt_runtime *rt, int pool, int where, zt_mem_stats *out)
-{
-    mem_stats(rt, pool, where, out);
-}
-
-void zt_runtime_mem_reset_peaks(zt_runtime *rt)
-{
-    pthread_mutex_lock(&rt->mem_lock);
-    for (int pool = 0; pool < ZT_POOL_COUNT; pool++)
-        for (int where = 0; where < WHERE_COUNT; where++) rt->mem[pool][where].peak = rt->mem[pool][where].current;
-    pthread_mutex_unlock(&rt->mem_lock);
-}
-
-zt_status zt_runtime_memcpy(zt_runtime *rt, void *dst, const void *src, uint64_t bytes, zt_error *err)
-{
-    return rt->device->memcpy(&rt->device_ctx, dst, src, bytes, rt->device_ctx.compute_stream, err);
-}
-
-zt_status zt_runtime_sync(zt_runtime *rt, zt_error *err)
-{
-    return rt->device->sync(&rt->device_ctx, rt->device_ctx.compute_stream, err);
-}
-
-/* Free what is still allocated at shutdown, naming the first few blocks so the owner can be
- * found. */
-static void release_leaks(zt_runtime *rt)
-{
-    if (!rt->records_used) return;
-    enum { SHOWN = 8 };
-    uint64_t total = 0;
-    size_t shown = 0, n = rt->records_used;
-    for (size_t i = 0; i < rt->records_cap; i++) total += rt->records[i].ptr ? rt->records[i].bytes : 0;
-    char b[32];
-    zt_log(ZT_LOG_WARN, "%zu allocation%s (%s) still live at shutdown (whoever allocated them did not "
-           "free them); freeing them:", n, n == 1 ? "" : "s", format_bytes(total, b));
-    for (size_t i = 0; i < rt->records_cap; i++) {
-        alloc_record rec = rt->records[i];
-        if (!rec.ptr) continue;
-        if (shown++ < SHOWN)
-            zt_log(ZT_LOG_WARN, "  '%s': %s in pool '%s' on %s", rec.tag, format_bytes(rec.bytes, b),
-                   zt_pool_name(rec.pool), zt_mem_where_name(rec.where));
-        if (rec.where == ZT_MEM_HOST) free(rec.ptr);
-        else rt->device->free(&rt->device_ctx, rec.where, rec.ptr);
-    }
-    if (n > SHOWN) zt_log(ZT_LOG_WARN, "  and %zu more", n - SHOWN);
-}
 
 /* ---- plugin contexts: logging and the error slot --------------------------------------------- */
 
@@ -453,8 +37,7 @@ static void record_errorv(plugin_ctx *pc, zt_status status, const char *fmt, va_
     pthread_mutex_unlock(&pc->error_lock);
 }
 
-static void record_error(plugin_ctx *pc, zt_status status, const char *fmt, ...) ZT_PRINTF(3, 4);
-static void record_error(plugin_ctx *pc, zt_status status, const char *fmt, ...)
+void rt_record_error(plugin_ctx *pc, zt_status status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -636,15 +219,15 @@ static void *host_alloc(void *ctx, int32_t pool, int32_t where, uint64_t bytes, 
 {
     plugin_ctx *pc = ctx;
     zt_error err;
-    void *ptr = mem_alloc(pc->rt, pool, where, bytes, alignment, tag, &err);
-    if (!ptr) record_error(pc, err.status, "%s", err.msg);
+    void *ptr = rt_mem_alloc(pc->rt, pool, where, bytes, alignment, tag, &err);
+    if (!ptr) rt_record_error(pc, err.status, "%s", err.msg);
     return ptr;
 }
 
 static void host_free(void *ctx, void *ptr)
 {
     plugin_ctx *pc = ctx;
-    if (ptr && !mem_free(pc->rt, ptr))
+    if (ptr && !rt_mem_free(pc->rt, ptr))
         plugin_log(pc, ZT_LOG_ERROR, "host->free(%p): not a live allocation of host->alloc (freed twice, "
                    "or allocated elsewhere); left alone (a bug in plugin '%s')", ptr, pc->name);
 }
@@ -652,7 +235,7 @@ static void host_free(void *ctx, void *ptr)
 static void host_mem_stats(void *ctx, int32_t pool, int32_t where, zt_mem_stats *out)
 {
     plugin_ctx *pc = ctx;
-    if (!mem_stats(pc->rt, pool, where, out))
+    if (!rt_mem_stats(pc->rt, pool, where, out))
         plugin_log(pc, ZT_LOG_ERROR, "host->mem_stats(pool %d, where %d): no such pool or memory kind; "
                    "returned zeros (a bug in plugin '%s')", pool, where, pc->name);
 }
@@ -680,328 +263,6 @@ void zt_runtime_parallel_for(zt_runtime *rt, int64_t n, int64_t grain, zt_range_
 }
 
 int zt_runtime_n_threads(const zt_runtime *rt) { return zt_threadpool_n_threads(rt->threads); }
-
-/* ---- collectives ------------------------------------------------------------------------------ */
-
-static comm_group *find_group(zt_runtime *rt, const char *name)
-{
-    for (comm_group *g = rt->groups; g; g = g->next)
-        if (strcmp(g->name, name) == 0) return g;
-    return NULL;
-}
-
-static void list_group_names(zt_runtime *rt, char *out, size_t cap)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    for (comm_group *g = rt->groups; g && used < cap; g = g->next)
-        used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? ", " : "", g->name);
-}
-
-static void format_ranks(const int32_t *ranks, int32_t n, char *out, size_t cap)
-{
-    size_t used = (size_t)snprintf(out, cap, "[");
-    for (int32_t i = 0; i < n && used < cap; i++)
-        used += (size_t)snprintf(out + used, cap - used, "%s%d", i ? ", " : "", ranks[i]);
-    if (used < cap) snprintf(out + used, cap - used, "]");
-}
-
-static void fill_group(const comm_group *g, zt_group *out)
-{
-    out->handle = (void *)g;
-    out->rank = g->rank;
-    out->size = g->size;
-}
-
-/* Validates the name and ranks and makes the backend communicator; called with names_lock held. */
-static zt_status create_group(zt_runtime *rt, const char *name, const int32_t *world_ranks, int32_t n,
-                              comm_group **out, zt_error *err)
-{
-    int32_t world_size = rt->comm->world_size, me = rt->comm->world_rank;
-    if (!name || !*name || strlen(name) >= NAME_MAX_LEN)
-        return zt_error_set(err, ZT_ERR_INVALID_ARG, "group_create needs a name of 1 to %d characters",
-                            NAME_MAX_LEN - 1);
-    if (n < 1 || !world_ranks)
-        return zt_error_set(err, ZT_ERR_INVALID_ARG, "group_create('%s') needs at least one rank (got %d)",
-                            name, n);
-    int32_t my_index = -1;
-    for (int32_t i = 0; i < n; i++) {
-        if (world_ranks[i] < 0 || world_ranks[i] >= world_size)
-            return zt_error_set(err, ZT_ERR_INVALID_ARG,
-                                "group_create('%s'): rank %d is not in the job, whose world ranks are 0 to "
-                                "%d (world size %d)", name, world_ranks[i], world_size - 1, world_size);
-        for (int32_t j = 0; j < i; j++)
-            if (world_ranks[j] == world_ranks[i])
-                return zt_error_set(err, ZT_ERR_INVALID_ARG, "group_create('%s'): rank %d is listed twice",
-                                    name, world_ranks[i]);
-        if (world_ranks[i] == me) my_index = i;
-    }
-    if (my_index < 0)
-        return zt_error_set(err, ZT_ERR_INVALID_ARG,
-                            "group_create('%s'): this process (world rank %d) is not among the ranks "
-                            "given; each process creates only the groups it belongs to", name, me);
-
-    comm_group *existing = find_group(rt, name);
-    if (existing) {
-        /* Asking again for the same members is harmless (several plugins may need "dp"). */
-        int same = existing->size == n;
-        for (int32_t i = 0; same && i < n; i++) same = existing->world_ranks[i] == world_ranks[i];
-        if (same) {
-            *out = existing;
-            return ZT_OK;
-        }
-        char had[256], asked[256];
-        format_ranks(existing->world_ranks, existing->size, had, sizeof had);
-        format_ranks(world_ranks, n, asked, sizeof asked);
-        return zt_error_set(err, ZT_ERR_INVALID_ARG,
-                            "group_create('%s', %s): a group of that name already exists with ranks %s; "
-                            "pick another name", name, asked, had);
-    }
-
-    comm_group *g = calloc(1, sizeof *g);
-    int32_t *ranks = malloc((size_t)n * sizeof *ranks);
-    if (!g || !ranks) {
-        free(g);
-        free(ranks);
-        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating group '%s'", name);
-    }
-    memcpy(ranks, world_ranks, (size_t)n * sizeof *ranks);
-    zt_status st = rt->comm->group_create(rt->comm, name, world_ranks, n, &g->comm, err);
-    if (st != ZT_OK) {
-        free(g);
-        free(ranks);
-        return st;
-    }
-    g->magic = GROUP_MAGIC;
-    g->rt = rt;
-    snprintf(g->name, sizeof g->name, "%s", name);
-    g->world_ranks = ranks;
-    g->size = n;
-    g->rank = my_index;
-    g->next = rt->groups;
-    rt->groups = g;
-    *out = g;
-    return ZT_OK;
-}
-
-static zt_status host_group_get(void *ctx, const char *name, zt_group *out)
-{
-    plugin_ctx *pc = ctx;
-    zt_runtime *rt = pc->rt;
-    if (!name || !out) {
-        record_error(pc, ZT_ERR_INVALID_ARG, "group_get needs a group name and an output zt_group");
-        return ZT_ERR_INVALID_ARG;
-    }
-    pthread_mutex_lock(&rt->names_lock);
-    comm_group *g = find_group(rt, name);
-    if (g) fill_group(g, out);
-    char names[512];
-    if (!g) list_group_names(rt, names, sizeof names);
-    pthread_mutex_unlock(&rt->names_lock);
-    if (g) return ZT_OK;
-    record_error(pc, ZT_ERR_NOT_FOUND,
-                 "there is no communication group named '%s' (the groups are: %s); create it with "
-                 "host->group_create first", name, names);
-    return ZT_ERR_NOT_FOUND;
-}
-
-static zt_status host_group_create(void *ctx, const char *name, const int32_t *world_ranks, int32_t n,
-                                   zt_group *out)
-{
-    plugin_ctx *pc = ctx;
-    zt_runtime *rt = pc->rt;
-    if (!out) {
-        record_error(pc, ZT_ERR_INVALID_ARG, "group_create needs an output zt_group");
-        return ZT_ERR_INVALID_ARG;
-    }
-    zt_error err;
-    comm_group *g = NULL;
-    pthread_mutex_lock(&rt->names_lock);
-    zt_status st = create_group(rt, name, world_ranks, n, &g, &err);
-    if (st == ZT_OK) fill_group(g, out);
-    pthread_mutex_unlock(&rt->names_lock);
-    if (st != ZT_OK) record_error(pc, st, "%s", err.msg);
-    return st;
-}
-
-/* The group behind a plugin's zt_group, or NULL after recording why it is not one of ours. */
-static comm_group *group_of(plugin_ctx *pc, const char *op, const zt_group *handle)
-{
-    const comm_group *g = handle ? handle->handle : NULL;
-    if (!g || g->magic != GROUP_MAGIC || g->rt != pc->rt) {
-        record_error(pc, ZT_ERR_INVALID_ARG,
-                     "%s: the zt_group was not made by this host; get one with host->group_get(\"world\") "
-                     "or host->group_create", op);
-        return NULL;
-    }
-    return (comm_group *)g;
-}
-
-/* Checks shared by every data-moving collective: a known dtype, buffers present, and the byte
- * count of the largest buffer (count * multiple elements) representable. */
-static zt_status check_transfer(plugin_ctx *pc, const char *op_name, const comm_group *g, const void *a,
-                                const void *b, uint64_t count, uint64_t multiple, int32_t dtype)
-{
-    uint64_t elem = zt_comm_element_size(dtype);
-    if (!elem) {
-        record_error(pc, ZT_ERR_INVALID_ARG, "%s on group '%s': dtype %d is not a zt_dtype", op_name,
-                     g->name, dtype);
-        return ZT_ERR_INVALID_ARG;
-    }
-    if (count && (!a || !b)) {
-        record_error(pc, ZT_ERR_INVALID_ARG, "%s on group '%s': a buffer is NULL for %llu elements",
-                     op_name, g->name, (unsigned long long)count);
-        return ZT_ERR_INVALID_ARG;
-    }
-    if (count > UINT64_MAX / multiple / elem) {
-        record_error(pc, ZT_ERR_INVALID_ARG, "%s on group '%s': %llu elements is more than fits in "
-                     "memory", op_name, g->name, (unsigned long long)count);
-        return ZT_ERR_INVALID_ARG;
-    }
-    return ZT_OK;
-}
-
-static zt_status check_reduce_op(plugin_ctx *pc, const char *op_name, const comm_group *g, int32_t op)
-{
-    if (op >= ZT_REDUCE_SUM && op <= ZT_REDUCE_AVG) return ZT_OK;
-    record_error(pc, ZT_ERR_INVALID_ARG, "%s on group '%s': reduce op %d is not a zt_reduce_op (SUM 0, "
-                 "MAX 1, MIN 2, AVG 3)", op_name, g->name, op);
-    return ZT_ERR_INVALID_ARG;
-}
-
-/* `rank` (a root or a peer) must be a rank of the group. */
-static zt_status check_group_rank(plugin_ctx *pc, const char *op_name, const comm_group *g, int32_t rank,
-                                  const char *role)
-{
-    if (rank >= 0 && rank < g->size) return ZT_OK;
-    record_error(pc, ZT_ERR_INVALID_ARG, "%s on group '%s': %s %d is not a rank of the group (ranks 0 to "
-                 "%d)", op_name, g->name, role, rank, g->size - 1);
-    return ZT_ERR_INVALID_ARG;
-}
-
-/* Point-to-point needs a peer other than this process. */
-static zt_status check_peer(plugin_ctx *pc, const char *op_name, const comm_group *g, int32_t peer)
-{
-    zt_status st = check_group_rank(pc, op_name, g, peer, "peer");
-    if (st != ZT_OK || peer != g->rank) return st;
-    record_error(pc, ZT_ERR_INVALID_ARG,
-                 "%s on group '%s': peer %d is this process's own rank, and a rank cannot exchange with "
-                 "itself%s", op_name, g->name, peer,
-                 g->size == 1 ? " (the group has only this rank, so it has no peer)" : "");
-    return ZT_ERR_INVALID_ARG;
-}
-
-static void *comm_stream(const plugin_ctx *pc, void *stream)
-{
-    return stream ? stream : pc->rt->device_ctx.comm_stream;
-}
-
-static zt_status backend_result(plugin_ctx *pc, const char *op_name, const comm_group *g, zt_status st,
-                                const zt_error *err)
-{
-    if (st != ZT_OK) record_error(pc, st, "%s on group '%s': %s", op_name, g->name, err->msg);
-    return st;
-}
-
-static zt_status host_all_reduce(void *ctx, const zt_group *group, const void *send, void *recv,
-                                 uint64_t count, int32_t dtype, int32_t op, void *stream)
-{
-    plugin_ctx *pc = ctx;
-    comm_group *g = group_of(pc, "all_reduce", group);
-    if (!g) return ZT_ERR_INVALID_ARG;
-    zt_status st = check_transfer(pc, "all_reduce", g, send, recv, count, 1, dtype);
-    if (st == ZT_OK) st = check_reduce_op(pc, "all_reduce", g, op);
-    if (st != ZT_OK) return st;
-    zt_error err;
-    zt_comm_backend *c = pc->rt->comm;
-    st = c->all_reduce(c, g->comm, send, recv, count, dtype, op, comm_stream(pc, stream), &err);
-    return backend_result(pc, "all_reduce", g, st, &err);
-}
-
-static zt_status host_reduce_scatter(void *ctx, const zt_group *group, const void *send, void *recv,
-                                     uint64_t count, int32_t dtype, int32_t op, void *stream)
-{
-    plugin_ctx *pc = ctx;
-    comm_group *g = group_of(pc, "reduce_scatter", group);
-    if (!g) return ZT_ERR_INVALID_ARG;
-    zt_status st = check_transfer(pc, "reduce_scatter", g, send, recv, count, (uint64_t)g->size, dtype);
-    if (st == ZT_OK) st = check_reduce_op(pc, "reduce_scatter", g, op);
-    if (st != ZT_OK) return st;
-    zt_error err;
-    zt_comm_backend *c = pc->rt->comm;
-    st = c->reduce_scatter(c, g->comm, send, recv, count, dtype, op, comm_stream(pc, stream), &err);
-    return backend_result(pc, "reduce_scatter", g, st, &err);
-}
-
-static zt_status host_all_gather(void *ctx, const zt_group *group, const void *send, void *recv,
-                                 uint64_t count, int32_t dtype, void *stream)
-{
-    plugin_ctx *pc = ctx;
-    comm_group *g = group_of(pc, "all_gather", group);
-    if (!g) return ZT_ERR_INVALID_ARG;
-    zt_status st = check_transfer(pc, "all_gather", g, send, recv, count, (uint64_t)g->size, dtype);
-    if (st != ZT_OK) return st;
-    zt_error err;
-    zt_comm_backend *c = pc->rt->comm;
-    st = c->all_gather(c, g->comm, send, recv, count, dtype, comm_stream(pc, stream), &err);
-    return backend_result(pc, "all_gather", g, st, &err);
-}
-
-static zt_status host_broadcast(void *ctx, const zt_group *group, void *buf, uint64_t count, int32_t dtype,
-                                int32_t root, void *stream)
-{
-    plugin_ctx *pc = ctx;
-    comm_group *g = group_of(pc, "broadcast", group);
-    if (!g) return ZT_ERR_INVALID_ARG;
-    zt_status st = check_transfer(pc, "broadcast", g, buf, buf, count, 1, dtype);
-    if (st == ZT_OK) st = check_group_rank(pc, "broadcast", g, root, "root");
-    if (st != ZT_OK) return st;
-    zt_error err;
-    zt_comm_backend *c = pc->rt->comm;
-    st = c->broadcast(c, g->comm, buf, count, dtype, root, comm_stream(pc, stream), &err);
-    return backend_result(pc, "broadcast", g, st, &err);
-}
-
-static zt_status host_send(void *ctx, const zt_group *group, const void *buf, uint64_t count, int32_t dtype,
-                           int32_t peer, void *stream)
-{
-    plugin_ctx *pc = ctx;
-    comm_group *g = group_of(pc, "send", group);
-    if (!g) return ZT_ERR_INVALID_ARG;
-    zt_status st = check_transfer(pc, "send", g, buf, buf, count, 1, dtype);
-    if (st == ZT_OK) st = check_peer(pc, "send", g, peer);
-    if (st != ZT_OK) return st;
-    zt_error err;
-    zt_comm_backend *c = pc->rt->comm;
-    st = c->send(c, g->comm, buf, count, dtype, peer, comm_stream(pc, stream), &err);
-    return backend_result(pc, "send", g, st, &err);
-}
-
-static zt_status host_recv(void *ctx, const zt_group *group, void *buf, uint64_t count, int32_t dtype,
-                           int32_t peer, void *stream)
-{
-    plugin_ctx *pc = ctx;
-    comm_group *g = group_of(pc, "recv", group);
-    if (!g) return ZT_ERR_INVALID_ARG;
-    zt_status st = check_transfer(pc, "recv", g, buf, buf, count, 1, dtype);
-    if (st == ZT_OK) st = check_peer(pc, "recv", g, peer);
-    if (st != ZT_OK) return st;
-    zt_error err;
-    zt_comm_backend *c = pc->rt->comm;
-    st = c->recv(c, g->comm, buf, count, dtype, peer, comm_stream(pc, stream), &err);
-    return backend_result(pc, "recv", g, st, &err);
-}
-
-static zt_status host_barrier(void *ctx, const zt_group *group)
-{
-    plugin_ctx *pc = ctx;
-    comm_group *g = group_of(pc, "barrier", group);
-    if (!g) return ZT_ERR_INVALID_ARG;
-    zt_error err;
-    zt_comm_backend *c = pc->rt->comm;
-    zt_status st = c->barrier(c, g->comm, &err);
-    return backend_result(pc, "barrier", g, st, &err);
-}
 
 /* ---- the per-plugin services table ------------------------------------------------------------ */
 
@@ -1063,15 +324,15 @@ static plugin_ctx *new_plugin_ctx(zt_runtime *rt, const char *plugin_name, const
         .device = &rt->device_ctx,
         .world_rank = rt->comm->world_rank,
         .world_size = rt->comm->world_size,
-        .group_get = host_group_get,
-        .group_create = host_group_create,
-        .all_reduce = host_all_reduce,
-        .reduce_scatter = host_reduce_scatter,
-        .all_gather = host_all_gather,
-        .broadcast = host_broadcast,
-        .send = host_send,
-        .recv = host_recv,
-        .barrier = host_barrier,
+        .group_get = rt_host_group_get,
+        .group_create = rt_host_group_create,
+        .all_reduce = rt_host_all_reduce,
+        .reduce_scatter = rt_host_reduce_scatter,
+        .all_gather = rt_host_all_gather,
+        .broadcast = rt_host_broadcast,
+        .send = rt_host_send,
+        .recv = rt_host_recv,
+        .barrier = rt_host_barrier,
         .parallel_for = host_parallel_for,
         .cancelled = host_cancelled,
     };
@@ -1141,7 +402,7 @@ static zt_status create_world_group(zt_runtime *rt, zt_error *err)
     if (!all) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating group 'world'");
     for (int32_t i = 0; i < n; i++) all[i] = i;
     comm_group *world;
-    zt_status st = create_group(rt, "world", all, n, &world, err);
+    zt_status st = rt_create_group(rt, "world", all, n, &world, err);
     free(all);
     return st;
 }
@@ -1200,7 +461,7 @@ void zt_runtime_destroy(zt_runtime *rt)
         next = pc->next;
         free_plugin_ctx(pc);
     }
-    release_leaks(rt);
+    rt_release_leaks(rt);
     free(rt->records);
     if (rt->device) rt->device->shutdown(&rt->device_ctx);
     zt_threadpool_destroy(rt->threads);
