@@ -38,7 +38,7 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_PLUGIN_PATH] = {"--plugin-path", NULL, "DIR",
                          "search DIR first for NAME.plugin descriptors (repeatable; DIR may be a:b:c)"},
     [OPT_PLUGINS] = {"--plugins", NULL, "LIST",
-                     "plugins to use, comma-separated: names, .plugin or .so paths (e.g. llama,zero3,paged)"},
+                     "plugins to use, comma-separated: names, .plugin or .so paths (e.g. llama,zero3,flash)"},
     [OPT_CONFIG] = {"--config", NULL, "FILE", "JSON run configuration (a DeepSpeed ds_config.json works)"},
     [OPT_SET] = {"--set", NULL, "KEY=VALUE", "override one config key, e.g. --set zero_optimization.stage=2 (repeatable)"},
     [OPT_OUTPUT_DIR] = {"--output-dir", NULL, "DIR",

@@ -20,7 +20,7 @@
  * a data-parallel rank). Reads the parallel sizes of a config not validated yet. */
 unsigned zt_select_run_kinds(const zt_config *cfg);
 
-/* Resolve "llama,zero3,paged" (names or paths) plus the documented defaults for kinds not named
+/* Resolve "llama,zero3,flash" (names or paths) plus the documented defaults for kinds not named
  * (docs/plugins.md), loading each. `needed_kinds` is a bitmask (1 << kind) of kinds the program
  * needs; defaults are filled only for those. Two plugins of one kind is an error naming both; so is
  * a named plugin that contradicts the config key that would choose its kind. cfg may be NULL (every
