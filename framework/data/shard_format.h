@@ -1,5 +1,6 @@
 /* The on-disk layout of a zt token shard (docs/shard-format.md is the prose version).
- * Written by zt-prep (dataprep/), read by the loader (framework/data/loader.c). Little-endian.
+ * Written by zt-prep (dataprep/), read by the loader (framework/data/shard.c validates it, loader.c
+ * reads it). Little-endian.
  *
  *   offset 0     zt_shard_header (256 bytes, zero-padded)
  *   tokens       n_tokens ids, uint16 or uint32 (token_bytes)

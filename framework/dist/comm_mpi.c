@@ -20,6 +20,7 @@
  * (MPI_ERRORS_RETURN) instead of aborting; they become ZT_ERR_COMM messages that name the call.
  */
 #define _POSIX_C_SOURCE 200809L /* sigaction, nanosleep, clock_gettime */
+#include "base/clock.h"
 #include "dist/comm_mpi.h"
 
 #include <limits.h>
@@ -127,13 +128,6 @@ static void unwatch_sigterm(void) { sigaction(SIGTERM, &g_term_before, NULL); }
 
 /* ---- waiting under the watchdog ---------------------------------------------------------------- */
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static zt_status mpi_failed(int rc, zt_error *err)
 {
     char text[MPI_MAX_ERROR_STRING];
@@ -180,7 +174,7 @@ static zt_status wait_watched(const mpi_backend *b, MPI_Request *reqs, int n, co
     if (rc != MPI_SUCCESS) return mpi_failed(rc, err);
     if (done) return ZT_OK;
     watch_sigterm(b);
-    double start = seconds_now(), waited = 0;
+    double start = zt_now_s(), waited = 0;
     while (!done) {
         if (b->timeout_s > 0 && waited >= b->timeout_s) break;
         pause_between_tests(waited);
@@ -189,7 +183,7 @@ static zt_status wait_watched(const mpi_backend *b, MPI_Request *reqs, int n, co
             unwatch_sigterm();
             return mpi_failed(rc, err);
         }
-        waited = seconds_now() - start;
+        waited = zt_now_s() - start;
     }
     unwatch_sigterm();
     if (done) return ZT_OK;

@@ -18,6 +18,7 @@
  * watchdog shares only the queue of pending operations and the list of groups, under `lock`.
  */
 #define _POSIX_C_SOURCE 200809L /* nanosleep, clock_gettime, setenv */
+#include "base/clock.h"
 #include "dist/comm_nccl.h"
 
 #include <cuda_runtime.h>
@@ -74,13 +75,6 @@ typedef struct nccl_backend {
     pthread_t watchdog;
     int watchdog_running, stop;
 } nccl_backend;
-
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_us(long us)
 {
@@ -157,7 +151,7 @@ static void reap(nccl_backend *b)
         b->n_pending--;
         if (b->n_pending > 0) {
             pending_op *next = &b->ring[b->head];
-            double now = seconds_now();
+            double now = zt_now_s();
             if (next->since < now) next->since = now; /* only the oldest is timed */
         }
     }
@@ -178,7 +172,7 @@ static int track_begin(nccl_backend *b, const char *what)
     int slot = (b->head + b->n_pending) % MAX_PENDING;
     pending_op *p = &b->ring[slot];
     p->recorded = 0;
-    p->since = seconds_now();
+    p->since = zt_now_s();
     snprintf(p->what, sizeof p->what, "%s", what);
     b->n_pending++;
     pthread_mutex_unlock(&b->lock);
@@ -203,14 +197,14 @@ static zt_status track_end(nccl_backend *b, int slot, cudaStream_t stream, zt_er
 /* Waits on the host until every operation so far is complete (the watchdog bounds the wait). */
 static void wait_all_tracked(nccl_backend *b)
 {
-    double start = seconds_now();
+    double start = zt_now_s();
     for (;;) {
         pthread_mutex_lock(&b->lock);
         reap(b);
         int n = b->n_pending;
         pthread_mutex_unlock(&b->lock);
         if (!n) return;
-        pause_after(seconds_now() - start);
+        pause_after(zt_now_s() - start);
     }
 }
 
@@ -228,7 +222,7 @@ static void *watchdog_main(void *arg)
         reap(b);
         if (b->n_pending > 0 && b->timeout_s > 0) {
             pending_op *p = &b->ring[b->head];
-            double waited = seconds_now() - p->since;
+            double waited = zt_now_s() - p->since;
             if (waited >= b->timeout_s) {
                 char msg[1024];
                 snprintf(msg, sizeof msg,
@@ -265,7 +259,7 @@ static void *watchdog_main(void *arg)
 static zt_status finish_call(nccl_backend *b, ncclComm_t comm, ncclResult_t rc, int timeout, const char *what,
                              zt_error *err)
 {
-    double start = seconds_now(), waited = 0;
+    double start = zt_now_s(), waited = 0;
     while (rc == ncclInProgress) {
         if (timeout && b->timeout_s > 0 && waited >= b->timeout_s)
             return zt_error_set(err, ZT_ERR_TIMEOUT,
@@ -275,7 +269,7 @@ static zt_status finish_call(nccl_backend *b, ncclComm_t comm, ncclResult_t rc, 
                                 b->base.world_rank, b->base.world_size, what, b->timeout_s);
         pause_after(waited);
         if (ncclCommGetAsyncError(comm, &rc) != ncclSuccess) rc = ncclInternalError;
-        waited = seconds_now() - start;
+        waited = zt_now_s() - start;
     }
     return rc == ncclSuccess ? ZT_OK : nccl_failed(b, comm, rc, what, err);
 }

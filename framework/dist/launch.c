@@ -125,18 +125,11 @@ static int find_mpi_backend(char *path, size_t cap, char *tried, size_t tried_ca
 
 #define RDV_MAGIC 0x7a74726eu /* "ztrn" */
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Milliseconds left before `deadline` for poll(); -1 (forever) when there is none. */
 static int ms_left(double deadline)
 {
     if (deadline <= 0) return -1;
-    double left = deadline - seconds_now();
+    double left = deadline - zt_now_s();
     return left <= 0 ? 0 : left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
 }
 
@@ -192,7 +185,7 @@ static zt_status rendezvous_serve(const char *addr, int port, int32_t world, dou
                             strerror(e));
     }
     freeaddrinfo(ai);
-    double deadline = timeout_s > 0 ? seconds_now() + timeout_s : 0;
+    double deadline = timeout_s > 0 ? zt_now_s() + timeout_s : 0;
     char *seen = calloc((size_t)world, 1);
     if (!seen) {
         close(fd);
@@ -219,7 +212,7 @@ static zt_status rendezvous_serve(const char *addr, int port, int32_t world, dou
         int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0) continue;
         uint32_t hello[3];
-        double one_deadline = seconds_now() + 10; /* a connected peer answers at once */
+        double one_deadline = zt_now_s() + 10; /* a connected peer answers at once */
         if (transfer_all(c, hello, sizeof hello, 1, deadline > 0 && deadline < one_deadline ? deadline : one_deadline)
             || ntohl(hello[0]) != RDV_MAGIC) {
             close(c); /* not a zt rank (a port scanner, a stale job): ignore it */
@@ -249,7 +242,7 @@ static zt_status rendezvous_serve(const char *addr, int port, int32_t world, dou
 static zt_status rendezvous_join(const char *addr, int port, int32_t rank, int32_t world, double timeout_s,
                                  void *data, size_t len, zt_error *err)
 {
-    double start = seconds_now(), deadline = timeout_s > 0 ? start + timeout_s : 0;
+    double start = zt_now_s(), deadline = timeout_s > 0 ? start + timeout_s : 0;
     char port_text[16];
     snprintf(port_text, sizeof port_text, "%d", port);
     const char *last = "no attempt";
@@ -280,7 +273,7 @@ static zt_status rendezvous_join(const char *addr, int port, int32_t rank, int32
                     continue;
                 }
                 uint32_t hello[3] = {htonl(RDV_MAGIC), htonl((uint32_t)rank), htonl((uint32_t)world)};
-                double io_deadline = seconds_now() + (timeout_s > 0 ? timeout_s : 3600);
+                double io_deadline = zt_now_s() + (timeout_s > 0 ? timeout_s : 3600);
                 int got = transfer_all(fd, hello, sizeof hello, 0, io_deadline) == 0 &&
                           transfer_all(fd, data, len, 1, io_deadline) == 0;
                 close(fd);
@@ -296,7 +289,7 @@ static zt_status rendezvous_join(const char *addr, int port, int32_t rank, int32
             snprintf(last_buf, sizeof last_buf, "cannot resolve %s: %s", addr, gai_strerror(rc));
             last = last_buf;
         }
-        if (deadline > 0 && seconds_now() >= deadline)
+        if (deadline > 0 && zt_now_s() >= deadline)
             return zt_error_set(err, ZT_ERR_TIMEOUT,
                                 "rank %d of %d could not reach the rendezvous at %s:%d after %g s (%s): is rank 0 "
                                 "running, with the same ZT_MASTER_ADDR/ZT_MASTER_PORT? Is the address this "

@@ -1,8 +1,8 @@
-/* zt-run --generate (generate.h). Sections: the command line's numbers, the sampler, where the
- * model, template and tokenizer come from (checkpoint config, data manifest), the tokenizer, the
- * model run against the KV cache, streaming the text, and the whole run. */
-#define _GNU_SOURCE /* open_memstream, memmem */
-#include "generate/generate.h"
+/* zt-run --generate (generate.h): the command line's numbers, streaming the text, and the whole run.
+ * Where the model, template and tokenizer come from and the tokenizer itself are in sources.c, the
+ * model against its KV cache in decode.c, the sampler in sampler.c (generate_internal.h). */
+#define _GNU_SOURCE /* memmem, strdup */
+#include "generate/generate_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,17 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/fileio.h"
-#include "base/json.h"
+#include "base/clock.h"
 #include "base/log.h"
-#include "config/config.h"
-#include "data/prompt_template.h"
-#include "host/registry.h"
-#include "host/runtime.h"
 #include "host/select.h"
-#include "state/checkpoint.h"
-#include "state/hf_model.h"
-#include "state/llama2c.h"
 #include "state/model_config.h"
 
 #define DEFAULT_MAX_NEW_TOKENS 128
@@ -152,589 +144,6 @@ static zt_status parse_prompt_ids(const char *text, int32_t vocab, int32_t **ids
     return ZT_OK;
 }
 
-/* ---- the sampler ------------------------------------------------------------------------------ */
-
-zt_status zt_sampler_init(zt_sampler *s, int32_t vocab, double temperature, double top_p, uint64_t seed,
-                          zt_error *err)
-{
-    memset(s, 0, sizeof *s);
-    if (vocab < 1 || !(temperature >= 0) || !(top_p > 0 && top_p <= 1))
-        return zt_error_set(err, ZT_ERR_INVALID_ARG,
-                            "sampler: vocab %d, temperature %g, top_p %g: need vocab >= 1, temperature >= 0 and "
-                            "top_p in (0, 1]",
-                            (int)vocab, temperature, top_p);
-    s->vocab = vocab;
-    s->temperature = temperature;
-    s->top_p = top_p;
-    s->state = seed;
-    s->order = malloc((size_t)vocab * sizeof *s->order);
-    s->prob = malloc((size_t)vocab * sizeof *s->prob);
-    if (!s->order || !s->prob) {
-        zt_sampler_free(s);
-        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the sampler (vocabulary %d)", (int)vocab);
-    }
-    return ZT_OK;
-}
-
-void zt_sampler_free(zt_sampler *s)
-{
-    free(s->order);
-    free(s->prob);
-    s->order = NULL;
-    s->prob = NULL;
-}
-
-static int32_t argmax(const float *x, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-static int more_likely_first(const void *pa, const void *pb, void *probs)
-{
-    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-    double x = ((const double *)probs)[a], y = ((const double *)probs)[b];
-    if (x != y) return x > y ? -1 : 1;
-    return (a > b) - (a < b);
-}
-
-/* The sampling distribution into s->prob (temperature > 0). */
-static void distribution(zt_sampler *s, const float *logits)
-{
-    int32_t V = s->vocab;
-    float top = logits[argmax(logits, V)];
-    double sum = 0;
-    for (int32_t i = 0; i < V; i++) {
-        s->prob[i] = logits[i] == -INFINITY ? 0.0 : exp(((double)logits[i] - top) / s->temperature);
-        sum += s->prob[i];
-    }
-    for (int32_t i = 0; i < V; i++) s->prob[i] /= sum;
-    if (s->top_p >= 1) return;
-    for (int32_t i = 0; i < V; i++) s->order[i] = i;
-    qsort_r(s->order, (size_t)V, sizeof *s->order, more_likely_first, s->prob);
-    double kept = 0; /* the mass of the tokens kept so far, all more likely than the next */
-    int32_t k = 0;
-    for (; k < V && kept < s->top_p; k++) kept += s->prob[s->order[k]];
-    for (int32_t i = k; i < V; i++) s->prob[s->order[i]] = 0;
-    for (int32_t i = 0; i < k; i++) s->prob[s->order[i]] /= kept;
-}
-
-void zt_sampler_distribution(zt_sampler *s, const float *logits, double *probs)
-{
-    if (s->temperature == 0) {
-        memset(probs, 0, (size_t)s->vocab * sizeof *probs);
-        probs[argmax(logits, s->vocab)] = 1;
-        return;
-    }
-    distribution(s, logits);
-    memcpy(probs, s->prob, (size_t)s->vocab * sizeof *probs);
-}
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-int32_t zt_sampler_next(zt_sampler *s, const float *logits)
-{
-    if (s->temperature == 0) return argmax(logits, s->vocab);
-    distribution(s, logits);
-    double u = (double)(splitmix64(&s->state) >> 11) * 0x1p-53, cumulative = 0;
-    int32_t last = 0;
-    for (int32_t i = 0; i < s->vocab; i++) {
-        if (s->prob[i] == 0) continue;
-        cumulative += s->prob[i];
-        last = i;
-        if (u < cumulative) return i;
-    }
-    return last; /* u beyond the rounded total: the last token that can be drawn */
-}
-
-/* ---- where model, template and tokenizer come from ---------------------------------------------- */
-
-/* What a zt-prep manifest says about the tokenizer and the template. */
-typedef struct manifest_info {
-    char path[4096];
-    char *tokenizer_path;
-    char *tokenizer_plugin;
-    uint64_t tokenizer_hash;
-    char *template_json; /* the template as a template file's JSON object */
-} manifest_info;
-
-static void manifest_free(manifest_info *m)
-{
-    free(m->tokenizer_path);
-    free(m->tokenizer_plugin);
-    free(m->template_json);
-    memset(m, 0, sizeof *m);
-}
-
-static zt_status manifest_string(const zt_json *j, int obj, const char *key, const char *path, char **out,
-                                 zt_error *err)
-{
-    int v = obj >= 0 && j->tok[obj].type == ZT_JSON_OBJECT ? zt_json_object_get(j, obj, key) : -1;
-    if (v < 0 || j->tok[v].type != ZT_JSON_STRING)
-        return zt_error_set(err, ZT_ERR_FORMAT, "%s has no string %s; re-run zt-prep to rewrite the data set", path,
-                            key);
-    size_t len;
-    return zt_json_string(j, v, out, &len, err);
-}
-
-/* The template object of the manifest, less the keys that only describe where it came from, is a
- * template file (docs/zt-prep.md). */
-static zt_status manifest_template_json(const zt_json *j, int tpl, const char *path, char **out, zt_error *err)
-{
-    if (tpl < 0 || j->tok[tpl].type != ZT_JSON_OBJECT)
-        return zt_error_set(err, ZT_ERR_FORMAT, "%s has no template object; re-run zt-prep to rewrite the data set",
-                            path);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
-    fputc('{', f);
-    int written = 0;
-    for (int k = tpl + 1, i = 0; i < j->tok[tpl].size; i++) {
-        int v = k + 1;
-        if (!zt_json_eq(j, k, "file") && !zt_json_eq(j, k, "file_fnv1a64")) {
-            /* String tokens span their contents; the quotes are one byte either side. */
-            int quote = j->tok[v].type == ZT_JSON_STRING;
-            fprintf(f, "%s\"%.*s\": %.*s", written++ ? ", " : "", j->tok[k].end - j->tok[k].start,
-                    j->text + j->tok[k].start, j->tok[v].end - j->tok[v].start + 2 * quote,
-                    j->text + j->tok[v].start - quote);
-        }
-        k = zt_json_skip(j, v);
-    }
-    fputc('}', f);
-    if (fclose(f) != 0) {
-        free(text);
-        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
-    }
-    *out = text;
-    return ZT_OK;
-}
-
-static zt_status manifest_load(const char *data_dir, manifest_info *m, zt_error *err)
-{
-    memset(m, 0, sizeof *m);
-    if (snprintf(m->path, sizeof m->path, "%s/manifest.json", data_dir) >= (int)sizeof m->path)
-        return zt_error_set(err, ZT_ERR_INVALID_ARG, "the data directory path %.100s... is too long", data_dir);
-    char *text = NULL;
-    size_t len = 0;
-    zt_status st = zt_read_file(m->path, &text, &len, err);
-    if (st != ZT_OK) {
-        zt_error_append(err, "\n%s must be a directory written by zt-prep", data_dir);
-        return st;
-    }
-    zt_json j;
-    st = zt_json_parse(text, len, m->path, &j, err);
-    if (st == ZT_OK) {
-        int tok = j.tok[0].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, 0, "tokenizer") : -1;
-        char *hash = NULL;
-        st = manifest_string(&j, tok, "path", m->path, &m->tokenizer_path, err);
-        if (st == ZT_OK) st = manifest_string(&j, tok, "plugin", m->path, &m->tokenizer_plugin, err);
-        if (st == ZT_OK) st = manifest_string(&j, tok, "hash", m->path, &hash, err);
-        char *end = hash;
-        if (st == ZT_OK) m->tokenizer_hash = strtoull(hash, &end, 16);
-        if (st == ZT_OK && (strlen(hash) != 16 || *end))
-            st = zt_error_set(err, ZT_ERR_FORMAT, "%s: tokenizer.hash \"%s\" is not 16 hex digits; re-run zt-prep",
-                              m->path, hash);
-        free(hash);
-        int tpl = j.tok[0].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, 0, "template") : -1;
-        if (st == ZT_OK) st = manifest_template_json(&j, tpl, m->path, &m->template_json, err);
-        zt_json_free(&j);
-    }
-    free(text);
-    if (st != ZT_OK) manifest_free(m);
-    return st;
-}
-
-/* A template from the JSON of a template file (the manifest's record of it): zt_template_load
- * reads files, so it goes through a private temporary file. */
-static zt_status template_from_manifest(const manifest_info *m, zt_template *tpl, zt_error *err)
-{
-    const char *tmpdir = getenv("TMPDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/zt-template-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-    int fd = mkstemp(path);
-    if (fd < 0) return zt_error_set(err, ZT_ERR_IO, "cannot create a temporary file %s: %s", path, strerror(errno));
-    size_t len = strlen(m->template_json);
-    ssize_t wrote = write(fd, m->template_json, len);
-    close(fd);
-    zt_status st = wrote == (ssize_t)len
-                       ? zt_template_load(path, tpl, err)
-                       : zt_error_set(err, ZT_ERR_IO, "cannot write the temporary file %s: %s", path, strerror(errno));
-    unlink(path);
-    if (st != ZT_OK) zt_error_append(err, "\n(the template recorded in %s)", m->path);
-    return st;
-}
-
-/* The checkpoint directory --resume names: a step directory, or a checkpoint root (its newest). */
-static zt_status resolve_checkpoint(const char *arg, char **step_dir, zt_error *err)
-{
-    char probe[4096];
-    struct stat sb;
-    snprintf(probe, sizeof probe, "%s/checkpoint.json", arg);
-    if (stat(probe, &sb) == 0) return (*step_dir = strdup(arg)) ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
-    if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return zt_error_set(err, ZT_ERR_NOT_FOUND,
-                            "--resume %s: no such directory; give a checkpoint (a step-NNNNNN directory) or a "
-                            "checkpoint root such as OUTPUT_DIR/checkpoints (its newest checkpoint)",
-                            arg);
-    zt_status st = zt_ckpt_latest(arg, step_dir, err);
-    if (st != ZT_OK)
-        zt_error_append(err, "\n--resume takes a checkpoint (a step-NNNNNN directory) or a checkpoint root such as "
-                             "OUTPUT_DIR/checkpoints");
-    return st;
-}
-
-/* The model.* keys and data.path of the resolved config a checkpoint carries: the model's shape as
- * it was trained, and the data set whose manifest holds the template and tokenizer. */
-static zt_status checkpoint_config(zt_ckpt *c, const char *dir, zt_config *cfg, char **data_path, zt_error *err)
-{
-    *data_path = NULL;
-    const char *text = zt_ckpt_config_json(c);
-    char origin[4200];
-    snprintf(origin, sizeof origin, "%s/checkpoint.json (config)", dir);
-    zt_json j;
-    zt_status st = zt_json_parse(text, strlen(text), origin, &j, err);
-    if (st != ZT_OK) return st;
-    int model = j.tok[0].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, 0, "model") : -1;
-    if (model < 0 || j.tok[model].type != ZT_JSON_OBJECT) {
-        zt_json_free(&j);
-        return zt_error_set(err, ZT_ERR_FORMAT,
-                            "%s has no model section: the checkpoint was not written by zt-run training", origin);
-    }
-    char *json = NULL;
-    if (asprintf(&json, "{\"model\": %.*s}", j.tok[model].end - j.tok[model].start, text + j.tok[model].start) < 0)
-        st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading %s", origin);
-    if (st == ZT_OK) st = zt_config_load_string(cfg, json, origin, err);
-    free(json);
-    int data = zt_json_object_get(&j, 0, "data");
-    int path = data >= 0 && j.tok[data].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, data, "path") : -1;
-    size_t len;
-    if (st == ZT_OK && path >= 0 && j.tok[path].type == ZT_JSON_STRING)
-        st = zt_json_string(&j, path, data_path, &len, err);
-    zt_json_free(&j);
-    return st;
-}
-
-/* ---- the tokenizer ---------------------------------------------------------------------------- */
-
-
-
-/* A tokenizer plugin's model (SentencePiece .model), or a llama2.c tokenizer .bin. */
-typedef struct gen_tokenizer {
-    char *path;
-    const zt_loaded_plugin *lp;
-    const zt_tokenizer_ops *ops;
-    zt_tokenizer_model *model;
-    zt_l2c_tokenizer *l2c;
-    zt_tokenizer_info info;
-} gen_tokenizer;
-
-static int is_llama2c_file(const char *path)
-{
-    size_t n = strlen(path);
-    return n > 4 && strcmp(path + n - 4, ".bin") == 0;
-}
-
-static zt_status tokenizer_open(gen_tokenizer *t, const char *path, const zt_loaded_plugin *lp, int32_t model_vocab,
-                                zt_error *err)
-{
-    memset(t, 0, sizeof *t);
-    if (!(t->path = strdup(path))) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
-    t->info.struct_size = sizeof t->info;
-    if (is_llama2c_file(path)) {
-        zt_status st = zt_l2c_tokenizer_load(path, model_vocab, &t->l2c, err);
-        if (st != ZT_OK) return st;
-        t->info.vocab_size = model_vocab;
-        t->info.bos_id = ZT_L2C_BOS;
-        t->info.eos_id = ZT_L2C_EOS;
-        t->info.pad_id = -1;
-        t->info.unk_id = 0;
-        snprintf(t->info.model_type, sizeof t->info.model_type, "llama2.c");
-        return ZT_OK;
-    }
-    t->lp = lp;
-    t->ops = lp->plugin->ops;
-    zt_status st = t->ops->open(lp->state, path, &t->model);
-    if (st != ZT_OK) return zt_plugin_failed(lp, st, err, "opening %s", path);
-    st = t->ops->info(t->model, &t->info);
-    if (st != ZT_OK) return zt_plugin_failed(lp, st, err, "info() of %s", path);
-    return ZT_OK;
-}
-
-static void tokenizer_close(gen_tokenizer *t)
-{
-    if (t->model) t->ops->close(t->model);
-    zt_l2c_tokenizer_free(t->l2c);
-    free(t->path);
-    memset(t, 0, sizeof *t);
-}
-
-static zt_status tokenizer_encode(gen_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n,
-                                  zt_error *err)
-{
-    if (t->l2c) return zt_l2c_encode(t->l2c, text, len, ids, n, err);
-    uint64_t cap = len + 16, needed = 0;
-    for (;;) {
-        *ids = malloc(cap * sizeof **ids);
-        if (!*ids) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory encoding the prompt");
-        zt_status st = t->ops->encode(t->model, text, len, *ids, cap, &needed);
-        if (st == ZT_OK) break;
-        free(*ids);
-        *ids = NULL;
-        if (st != ZT_ERR_BUFFER_TOO_SMALL || needed <= cap)
-            return zt_plugin_failed(t->lp, st, err, "encoding the prompt with %s", t->path);
-        cap = needed;
-    }
-    *n = needed;
-    return ZT_OK;
-}
-
-/* Text of ids; `prev` is the id before them (llama2.c drops the space of the piece after BOS). */
-static zt_status tokenizer_decode(gen_tokenizer *t, int32_t prev, const int32_t *ids, size_t n, char **text,
-                                  size_t *len, zt_error *err)
-{
-    if (t->l2c) return zt_l2c_decode(t->l2c, prev, ids, n, text, len, err);
-    uint64_t cap = 64 + 16 * (uint64_t)n, needed = 0;
-    for (;;) {
-        *text = malloc(cap);
-        if (!*text) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory decoding");
-        zt_status st = t->ops->decode(t->model, ids, n, *text, cap, &needed);
-        if (st == ZT_OK) break;
-        free(*text);
-        *text = NULL;
-        if (st != ZT_ERR_BUFFER_TOO_SMALL || needed + 1 <= cap)
-            return zt_plugin_failed(t->lp, st, err, "decoding with %s", t->path);
-        cap = needed + 1;
-    }
-    *len = needed;
-    return ZT_OK;
-}
-
-/* ---- the model against its KV cache ----------------------------------------------------------- */
-
-typedef struct gen_model {
-    zt_runtime *rt;
-    const zt_loaded_plugin *model_lp, *attention_lp;
-    const zt_model_ops *ops;
-    const zt_model_info *info;
-    zt_attention_binding attention;
-    float *weights;          /* every parameter with storage, one after another */
-    zt_tensor *views;        /* [n_params_decl]: a tied parameter views its owner's storage */
-    int32_t *unit_first;     /* [n_units + 1]: the first parameter of each unit */
-    zt_kv_cache *kv;
-    int32_t n_cached;        /* tokens already in the cache */
-    float *hidden[2];        /* [tokens the cache holds, hidden]: unit outputs, ping-pong */
-    float *logits;           /* [vocab] of the last token */
-    int32_t *positions, *targets, *doc_ids; /* [tokens the cache holds] */
-} gen_model;
-
-static int64_t numel(const zt_param_decl *p)
-{
-    int64_t n = 1;
-    for (int32_t d = 0; d < p->ndim; d++) n *= p->shape[d];
-    return n;
-}
-
-static zt_tensor view_of(float *data, int ndim, const int64_t *shape)
-{
-    zt_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = ZT_F32;
-    t.device_type = ZT_DEVICE_CPU;
-    t.ndim = ndim;
-    int64_t stride = 1;
-    for (int d = ndim - 1; d >= 0; d--) {
-        t.shape[d] = shape[d];
-        t.stride[d] = stride;
-        stride *= shape[d];
-    }
-    return t;
-}
-
-static void *model_alloc(gen_model *m, int pool, uint64_t bytes, const char *tag, zt_error *err)
-{
-    return zt_runtime_alloc(m->rt, pool, ZT_MEM_HOST, bytes ? bytes : 1, 0, tag, err);
-}
-
-/* Reads one parameter (its whole logical tensor) from wherever the weights are. */
-typedef zt_status (*weight_reader)(void *source, const zt_param_decl *p, float *dst, zt_error *err);
-
-static zt_status read_hf(void *source, const zt_param_decl *p, float *dst, zt_error *err)
-{
-    return zt_hf_model_read(source, p->name, p->ndim, p->shape, 0, (uint64_t)numel(p), dst, err);
-}
-
-static zt_status read_llama2c(void *source, const zt_param_decl *p, float *dst, zt_error *err)
-{
-    return zt_l2c_model_read(source, p->name, p->ndim, p->shape, 0, (uint64_t)numel(p), dst, err);
-}
-
-static zt_status read_checkpoint(void *source, const zt_param_decl *p, float *dst, zt_error *err)
-{
-    return zt_ckpt_read(source, p->name, ZT_CKPT_GROUP_PARAM, 0, numel(p), dst, err);
-}
-
-/* Parameter storage and views, filled by `read`. */
-static zt_status model_load_weights(gen_model *m, weight_reader read, void *source, zt_error *err)
-{
-    const zt_model_info *info = m->info;
-    int32_t np = info->n_params_decl;
-    int64_t *offset = calloc((size_t)np, sizeof *offset);
-    m->views = model_alloc(m, ZT_POOL_OTHER, (uint64_t)np * sizeof *m->views, "parameter views", err);
-    m->unit_first = model_alloc(m, ZT_POOL_OTHER, (uint64_t)(info->n_units + 1) * sizeof *m->unit_first,
-                                "unit table", err);
-    if (!offset || !m->views || !m->unit_first) {
-        free(offset);
-        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the model's parameter table");
-    }
-    int64_t total = 0;
-    for (int32_t i = 0; i < np; i++) {
-        offset[i] = -1;
-        if (info->params[i].flags & ZT_PARAM_TIED) continue;
-        offset[i] = total;
-        total += numel(&info->params[i]);
-    }
-    m->weights = model_alloc(m, ZT_POOL_PARAMS, (uint64_t)total * sizeof(float), "model weights", err);
-    zt_status st = m->weights ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
-    for (int32_t u = 0, i = 0; u <= info->n_units; u++) {
-        m->unit_first[u] = i; /* parameters are grouped by unit, in unit order (zt_model.h) */
-        while (u < info->n_units && i < np && info->params[i].unit == u) i++;
-    }
-    if (st == ZT_OK && m->unit_first[info->n_units] != np)
-        st = zt_error_set(err, ZT_ERR_INTERNAL, "model plugin '%s' declares its parameters out of unit order (a "
-                          "plugin bug)", m->model_lp->desc.name);
-    for (int32_t i = 0; i < np && st == ZT_OK; i++) {
-        const zt_param_decl *p = &info->params[i];
-        int32_t owner = i;
-        if (p->flags & ZT_PARAM_TIED) {
-            owner = -1;
-            for (int32_t k = 0; k < np; k++)
-                if (p->tied_to && !strcmp(info->params[k].name, p->tied_to)) owner = k;
-            if (owner < 0 || offset[owner] < 0) {
-                st = zt_error_set(err, ZT_ERR_INTERNAL, "model plugin '%s': %s is tied to '%s', which it does not "
-                                  "declare with storage (a plugin bug)",
-                                  m->model_lp->desc.name, p->name, p->tied_to ? p->tied_to : "(null)");
-                break;
-            }
-        }
-        m->views[i] = view_of(m->weights + offset[owner], p->ndim, p->shape);
-        if (owner == i) st = read(source, p, m->weights + offset[i], err);
-    }
-    free(offset);
-    return st;
-}
-
-/* Buffers and the KV cache for `capacity` tokens. */
-static zt_status model_prepare(gen_model *m, int32_t capacity, zt_error *err)
-{
-    const zt_model_info *info = m->info;
-    uint64_t hidden_bytes = (uint64_t)capacity * (uint64_t)info->hidden_size * sizeof(float);
-    for (int i = 0; i < 2; i++)
-        if (!(m->hidden[i] = model_alloc(m, ZT_POOL_ACTIVATIONS, hidden_bytes, "unit outputs", err)))
-            return ZT_ERR_OUT_OF_MEMORY;
-    m->logits = model_alloc(m, ZT_POOL_ACTIVATIONS, (uint64_t)info->vocab_size * sizeof(float), "logits", err);
-    m->positions = model_alloc(m, ZT_POOL_OTHER, (uint64_t)capacity * sizeof(int32_t), "positions", err);
-    m->targets = model_alloc(m, ZT_POOL_OTHER, (uint64_t)capacity * sizeof(int32_t), "targets", err);
-    m->doc_ids = model_alloc(m, ZT_POOL_OTHER, (uint64_t)capacity * sizeof(int32_t), "document ids", err);
-    if (!m->logits || !m->positions || !m->targets || !m->doc_ids) return ZT_ERR_OUT_OF_MEMORY;
-    zt_kv_cache_desc d = {.struct_size = sizeof d,
-                          .n_layers = info->n_layers,
-                          .n_kv_heads = info->n_kv_heads,
-                          .head_dim = info->head_dim,
-                          .max_seqs = 1,
-                          .max_tokens = capacity,
-                          .dtype = ZT_F32};
-    zt_status st = m->attention.ops->kv_create(m->attention.state, &d, &m->kv);
-    return st == ZT_OK ? ZT_OK : zt_plugin_failed(m->attention_lp, st, err, "kv_create(%d tokens)", (int)capacity);
-}
-
-static void model_free(gen_model *m)
-{
-    if (!m->rt) return;
-    if (m->kv) m->attention.ops->kv_destroy(m->attention.state, m->kv);
-    void *buffers[] = {m->weights, m->views, m->unit_first, m->hidden[0], m->hidden[1], m->logits,
-                       m->positions, m->targets, m->doc_ids};
-    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) zt_runtime_free(m->rt, buffers[i]);
-    memset(m, 0, sizeof *m);
-}
-
-/* Runs tokens[0, n) at the next positions through every unit, appending their keys and values to the
- * cache; m->logits receives the logits of the last one. The last unit (norm, LM head) runs on the
- * last token only: nothing else of the prefill needs logits. */
-static zt_status model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_error *err)
-{
-    const zt_model_info *info = m->info;
-    static const int32_t seq0 = 0;
-    for (int32_t t = 0; t < n; t++) {
-        m->positions[t] = m->n_cached + t;
-        m->targets[t] = -100;
-        m->doc_ids[t] = 0;
-    }
-    int32_t all[2] = {0, n}, one[2] = {0, 1};
-    zt_batch whole = {.struct_size = sizeof whole,
-                      .batch = 1,
-                      .seq_len = n,
-                      .n_docs = 1,
-                      .tokens = tokens,
-                      .targets = m->targets,
-                      .positions = m->positions,
-                      .doc_ids = m->doc_ids,
-                      .cu_seqlens = all,
-                      .max_doc_len = n,
-                      .n_loss_tokens_global = 1};
-    zt_batch last = whole;
-    last.seq_len = 1;
-    last.tokens += n - 1;
-    last.targets += n - 1;
-    last.positions += n - 1;
-    last.doc_ids += n - 1;
-    last.cu_seqlens = one;
-    last.max_doc_len = 1;
-    int64_t H = info->hidden_size, hidden_shape[3] = {1, n, H}, last_shape[3] = {1, 1, H},
-            logits_shape[3] = {1, 1, info->vocab_size};
-    int cur = 0; /* hidden[cur] holds the input of the unit about to run */
-    int32_t head = info->n_units - 1;
-    for (int32_t u = 0; u <= head; u++) {
-        zt_unit_call c = {.struct_size = sizeof c,
-                          .unit = u,
-                          .n_params = m->unit_first[u + 1] - m->unit_first[u],
-                          .params = m->views + m->unit_first[u],
-                          .batch = u == head ? &last : &whole,
-                          .attention = &m->attention,
-                          .kv = m->kv,
-                          .kv_seq_ids = &seq0};
-        if (u == head) {
-            c.x_in = view_of(m->hidden[cur] + (int64_t)(n - 1) * H, 3, last_shape);
-            c.x_out = view_of(m->logits, 3, logits_shape);
-        } else {
-            if (u > 0) c.x_in = view_of(m->hidden[cur], 3, hidden_shape);
-            c.x_out = view_of(m->hidden[1 - cur], 3, hidden_shape);
-        }
-        zt_status st = m->ops->forward(m->model_lp->state, &c);
-        if (st != ZT_OK) return zt_plugin_failed(m->model_lp, st, err, "forward of unit %d (generation)", (int)u);
-        cur = 1 - cur;
-    }
-    zt_status st = m->attention.ops->kv_advance(m->attention.state, m->kv, &seq0, 1, n);
-    if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n);
-    m->n_cached += n;
-    for (int32_t v = 0; v < info->vocab_size; v++)
-        if (isnan(m->logits[v]) || m->logits[v] == INFINITY)
-            return zt_error_set(err, ZT_ERR_INTERNAL,
-                                "the model's logits at position %d are not finite (logit %d is %g): the weights are "
-                                "broken (a diverged training run?)",
-                                (int)(m->n_cached - 1), (int)v, m->logits[v]);
-    return ZT_OK;
-}
-
 /* ---- streaming the text ----------------------------------------------------------------------- */
 
 /* Text is decoded from all ids so far each time (a piece's text can depend on its neighbours: the
@@ -768,7 +177,7 @@ static zt_status stream_text(gen_tokenizer *tok, text_stream *ts, int32_t prev, 
 {
     char *text;
     size_t len;
-    zt_status st = tokenizer_decode(tok, prev, ids, n, &text, &len, err);
+    zt_status st = gen_tokenizer_decode(tok, prev, ids, n, &text, &len, err);
     if (st != ZT_OK) return st;
     size_t end = len, stop_len = strlen(ts->stop);
     const char *hit = stop_len ? memmem(text, len, ts->stop, stop_len) : NULL;
@@ -852,9 +261,9 @@ static zt_status configure(gen_run *g, zt_error *err)
     for (int i = 0; i < o->n_sets && st == ZT_OK; i++) st = zt_config_set(g->cfg, o->sets[i], err);
     if (st != ZT_OK) return st;
     if (o->resume) {
-        st = resolve_checkpoint(o->resume, &g->ckpt_dir, err);
+        st = gen_resolve_checkpoint(o->resume, &g->ckpt_dir, err);
         if (st == ZT_OK) st = zt_ckpt_open(g->ckpt_dir, &g->ckpt, err);
-        if (st == ZT_OK) st = checkpoint_config(g->ckpt, g->ckpt_dir, g->cfg, &g->data_path, err);
+        if (st == ZT_OK) st = gen_checkpoint_config(g->ckpt, g->ckpt_dir, g->cfg, &g->data_path, err);
         if (st != ZT_OK) return st;
     } else if (is_directory(o->model)) {
         st = zt_hf_model_open(o->model, &g->hf, err);
@@ -871,7 +280,7 @@ static zt_status configure(gen_run *g, zt_error *err)
     }
 
     if (zt_registry_scan(o->plugin_paths, o->n_plugin_paths, &g->reg, err) != ZT_OK) return err->status;
-    int tokenizer_plugin = !o->tokenizer || !is_llama2c_file(o->tokenizer);
+    int tokenizer_plugin = !o->tokenizer || !gen_is_llama2c_file(o->tokenizer);
     unsigned kinds = (1u << ZT_KIND_MODEL) | (1u << ZT_KIND_ATTENTION);
     if (tokenizer_plugin) kinds |= 1u << ZT_KIND_TOKENIZER;
     st = zt_plugin_set_resolve(g->reg, o->plugins, kinds, g->cfg, &g->set, err);
@@ -939,12 +348,12 @@ static zt_status load_model(gen_run *g, zt_error *err)
     if (g->ckpt) {
         static const char *const groups[] = {ZT_CKPT_GROUP_PARAM};
         st = zt_ckpt_check_model(g->ckpt, m->info, groups, 1, err);
-        if (st == ZT_OK) st = model_load_weights(m, read_checkpoint, g->ckpt, err);
+        if (st == ZT_OK) st = gen_model_load_weights(m, gen_read_checkpoint, g->ckpt, err);
         from = g->ckpt_dir;
     } else if (g->hf) {
-        st = model_load_weights(m, read_hf, g->hf, err);
+        st = gen_model_load_weights(m, gen_read_hf, g->hf, err);
     } else {
-        st = model_load_weights(m, read_llama2c, g->l2c, err);
+        st = gen_model_load_weights(m, gen_read_llama2c, g->l2c, err);
     }
     if (st == ZT_OK)
         zt_log(ZT_LOG_INFO, "model: %lld parameters from %s", (long long)m->info->n_parameters, from);
@@ -956,7 +365,7 @@ static zt_status load_model(gen_run *g, zt_error *err)
 static zt_status read_manifest(gen_run *g, zt_error *err)
 {
     if (!g->data_path) return ZT_OK;
-    zt_status st = manifest_load(g->data_path, &g->manifest, g->o->data ? err : &g->manifest_err);
+    zt_status st = gen_manifest_load(g->data_path, &g->manifest, g->o->data ? err : &g->manifest_err);
     if (st == ZT_OK) g->have_manifest = 1;
     else if (!g->o->data)
         zt_error_append(&g->manifest_err, "\n(the checkpoint was trained on data.path %s)", g->data_path);
@@ -999,7 +408,7 @@ static zt_status open_tokenizer(gen_run *g, zt_error *err)
     }
     const zt_loaded_plugin *lp = &g->set.by_kind[ZT_KIND_TOKENIZER]; /* loaded unless -t is a llama2.c .bin */
     int32_t model_vocab = g->model.info->vocab_size;
-    zt_status st = tokenizer_open(&g->tok, path, lp, model_vocab, err);
+    zt_status st = gen_tokenizer_open(&g->tok, path, lp, model_vocab, err);
     if (st != ZT_OK) {
         if (path != o->tokenizer) /* the user did not name it: say where it came from */
             zt_error_append(err, "\n(the tokenizer %s comes from %s%s; give it with -t FILE)", path, origin,
@@ -1040,7 +449,7 @@ static zt_status load_template(gen_run *g, zt_error *err)
         st = zt_template_load(o->template_name, &g->tpl, err);
         origin = "--template";
     } else if (g->have_manifest) {
-        st = template_from_manifest(&g->manifest, &g->tpl, err);
+        st = gen_template_from_manifest(&g->manifest, &g->tpl, err);
         origin = g->manifest.path;
     } else if (g->data_path) {
         return manifest_needed(g, "The prompt template", "give it with --template NAME|FILE (or --raw for none)",
@@ -1079,7 +488,7 @@ static zt_status build_prompt(gen_run *g, int32_t **ids_out, int32_t *n_out, int
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    zt_status st = tokenizer_encode(&g->tok, text.data ? text.data : "", text.len, &ids, &n, err);
+    zt_status st = gen_tokenizer_encode(&g->tok, text.data ? text.data : "", text.len, &ids, &n, err);
     zt_buf_free(&text);
     if (st != ZT_OK) return st;
     int bos = g->tok.info.bos_id >= 0;
@@ -1095,13 +504,6 @@ static zt_status build_prompt(gen_run *g, int32_t **ids_out, int32_t *n_out, int
     *n_out = (int32_t)n + bos;
     *n_bos = bos;
     return ZT_OK;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static zt_status generate(gen_run *g, zt_error *err)
@@ -1144,7 +546,7 @@ static zt_status generate(gen_run *g, zt_error *err)
         seed = (uint64_t)config_seed;
     }
     if (st == ZT_OK) st = zt_sampler_init(&sampler, V, s->temperature, s->top_p, seed, err);
-    if (st == ZT_OK) st = model_prepare(m, (int32_t)capacity, err);
+    if (st == ZT_OK) st = gen_model_prepare(m, (int32_t)capacity, err);
     if (st != ZT_OK) {
         free(prompt);
         free(ids);
@@ -1172,12 +574,13 @@ static zt_status generate(gen_run *g, zt_error *err)
                          (size_t)(n_prompt - text_from), 0, err);
 
     const char *why = "the model's context is full";
-    double started = now_s(), prefill_s = 0;
+    double started = zt_now_s(), prefill_s = 0;
     int32_t length = n_prompt;
     while (st == ZT_OK) {
-        st = length == n_prompt ? model_step(m, ids, n_prompt, err) : model_step(m, ids + length - 1, 1, err);
+        st = length == n_prompt ? gen_model_step(m, ids, n_prompt, err)
+                                : gen_model_step(m, ids + length - 1, 1, err);
         if (st != ZT_OK) break;
-        if (length == n_prompt) prefill_s = now_s() - started;
+        if (length == n_prompt) prefill_s = zt_now_s() - started;
         memcpy(masked, m->logits, (size_t)V * sizeof *masked);
         for (int32_t v = tokenizer_vocab; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
         int32_t next = zt_sampler_next(&sampler, masked);
@@ -1212,7 +615,7 @@ static zt_status generate(gen_run *g, zt_error *err)
     if (st == ZT_OK) {
         fputc('\n', stdout);
         fflush(stdout);
-        double took = now_s() - started;
+        double took = zt_now_s() - started;
         int32_t generated = length - n_prompt;
         zt_log(ZT_LOG_INFO, "generated %d token%s in %.2f s (prompt %.2f s, %.1f tokens/s after it); stopped by %s",
                (int)generated, generated == 1 ? "" : "s", took, prefill_s,
@@ -1247,10 +650,10 @@ zt_status zt_generate_run(const zt_generate_options *o, const zt_generate_settin
     }
 
     if (g.have_tpl) zt_template_free(&g.tpl);
-    if (g.have_tok) tokenizer_close(&g.tok);
-    manifest_free(&g.manifest);
+    if (g.have_tok) gen_tokenizer_close(&g.tok);
+    gen_manifest_free(&g.manifest);
     free(g.data_path);
-    model_free(&g.model);
+    gen_model_free(&g.model);
     zt_plugin_set_unload(&g.set); /* fini before the runtime that served them goes */
     zt_runtime_destroy(g.rt);
     zt_registry_free(g.reg);

@@ -1,0 +1,109 @@
+/* zt-run --generate's sampler (generate.h, exposed for tests): greedy, or temperature and top-p
+ * sampling with a splitmix64 generator. */
+#define _GNU_SOURCE /* qsort_r */
+#include "generate/generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+zt_status zt_sampler_init(zt_sampler *s, int32_t vocab, double temperature, double top_p, uint64_t seed,
+                          zt_error *err)
+{
+    memset(s, 0, sizeof *s);
+    if (vocab < 1 || !(temperature >= 0) || !(top_p > 0 && top_p <= 1))
+        return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                            "sampler: vocab %d, temperature %g, top_p %g: need vocab >= 1, temperature >= 0 and "
+                            "top_p in (0, 1]",
+                            (int)vocab, temperature, top_p);
+    s->vocab = vocab;
+    s->temperature = temperature;
+    s->top_p = top_p;
+    s->state = seed;
+    s->order = malloc((size_t)vocab * sizeof *s->order);
+    s->prob = malloc((size_t)vocab * sizeof *s->prob);
+    if (!s->order || !s->prob) {
+        zt_sampler_free(s);
+        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the sampler (vocabulary %d)", (int)vocab);
+    }
+    return ZT_OK;
+}
+
+void zt_sampler_free(zt_sampler *s)
+{
+    free(s->order);
+    free(s->prob);
+    s->order = NULL;
+    s->prob = NULL;
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int more_likely_first(const void *pa, const void *pb, void *probs)
+{
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    double x = ((const double *)probs)[a], y = ((const double *)probs)[b];
+    if (x != y) return x > y ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* The sampling distribution into s->prob (temperature > 0). */
+static void distribution(zt_sampler *s, const float *logits)
+{
+    int32_t V = s->vocab;
+    float top = logits[argmax(logits, V)];
+    double sum = 0;
+    for (int32_t i = 0; i < V; i++) {
+        s->prob[i] = logits[i] == -INFINITY ? 0.0 : exp(((double)logits[i] - top) / s->temperature);
+        sum += s->prob[i];
+    }
+    for (int32_t i = 0; i < V; i++) s->prob[i] /= sum;
+    if (s->top_p >= 1) return;
+    for (int32_t i = 0; i < V; i++) s->order[i] = i;
+    qsort_r(s->order, (size_t)V, sizeof *s->order, more_likely_first, s->prob);
+    double kept = 0; /* the mass of the tokens kept so far, all more likely than the next */
+    int32_t k = 0;
+    for (; k < V && kept < s->top_p; k++) kept += s->prob[s->order[k]];
+    for (int32_t i = k; i < V; i++) s->prob[s->order[i]] = 0;
+    for (int32_t i = 0; i < k; i++) s->prob[s->order[i]] /= kept;
+}
+
+void zt_sampler_distribution(zt_sampler *s, const float *logits, double *probs)
+{
+    if (s->temperature == 0) {
+        memset(probs, 0, (size_t)s->vocab * sizeof *probs);
+        probs[argmax(logits, s->vocab)] = 1;
+        return;
+    }
+    distribution(s, logits);
+    memcpy(probs, s->prob, (size_t)s->vocab * sizeof *probs);
+}
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int32_t zt_sampler_next(zt_sampler *s, const float *logits)
+{
+    if (s->temperature == 0) return argmax(logits, s->vocab);
+    distribution(s, logits);
+    double u = (double)(splitmix64(&s->state) >> 11) * 0x1p-53, cumulative = 0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < s->vocab; i++) {
+        if (s->prob[i] == 0) continue;
+        cumulative += s->prob[i];
+        last = i;
+        if (u < cumulative) return i;
+    }
+    return last; /* u beyond the rounded total: the last token that can be drawn */
+}
