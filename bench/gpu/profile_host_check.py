@@ -12,7 +12,7 @@ host time is at least half their GPU time. Exit 1 on a failed check, 2 when a lo
 import re
 import sys
 
-LABEL = 56  # the table's label column (layers_cuda.c prints "%-56s")
+LABEL = 56  # the table's label column (plugins/llama/profile_cuda.c prints "%-56s")
 
 
 def parse(path):

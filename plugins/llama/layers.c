@@ -7,9 +7,10 @@
  *               n2 = rmsnorm(h);  out = h + (silu(n2 Wg^T) * n2 Wu^T) Wd^T
  *   head:       logits = rmsnorm(x) Wlm^T;  loss = sum(-log softmax(logits)[target]) / n_loss_tokens
  *
- * plugin.c has checked every view and the batch before these run. Forward with ZT_UNIT_TRAIN keeps a
- * record (saved_record) for the backward; with ZT_UNIT_RECOMPUTE as well the record is only a
- * marker and the backward recomputes the forward from the unit input, which the host keeps.
+ * plugin.c has checked every view and the batch before these run, and calls them through
+ * llama_cpu_backend (the end of this file). What a training forward keeps for the backward, and when
+ * the backward recomputes it instead, is layers_saved.c's; this file places the activations (one
+ * host block with the record's header) and computes them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,21 +18,9 @@
 
 #include "llama.h"
 
-#define SAVED_MAGIC 0x4C41535Au /* "ZSAL" */
-
-/* What a training forward leaves in *zt_unit_call.saved. One host->alloc block: this header, then
- * the unit's activations (layer_acts or head_acts) unless `recompute` is set. */
-typedef struct saved_record {
-    uint32_t magic;
-    int32_t unit;
-    int32_t recompute;     /* 1: nothing but this header; the backward recomputes the forward */
-    int64_t tokens;        /* B*T of the forward that made it */
-    void *attention_saved; /* the attention plugin's record for this layer's backward */
-    const zt_attention_binding *attention; /* who made attention_saved, to release it */
-} saved_record;
-
-/* Activations are placed after the header at a 64-byte boundary. */
-#define RECORD_HEADER_BYTES ((sizeof(saved_record) + 63) / 64 * 64)
+/* A record is one host->alloc block: the header (llama_saved), then, unless it only marks a
+ * recompute, the unit's activations (layer_acts or head_acts) at a 64-byte boundary. */
+#define RECORD_HEADER_BYTES ((sizeof(llama_saved) + 63) / 64 * 64)
 
 typedef struct layer_acts {
     float *norm1, *rstd1; /* input RMSNorm output [N, hidden] and its 1/rms [N] */
@@ -46,14 +35,6 @@ typedef struct head_acts {
     float *norm, *rstd; /* final RMSNorm [N, hidden], [N] */
     float *logits;      /* [N, vocab]; after a training forward: d loss / d logits */
 } head_acts;
-
-/* One unit call in progress: what every step needs. */
-typedef struct unit_run {
-    llama_state *s;
-    const zt_unit_call *c;
-    int64_t tokens; /* N = B*T */
-    char name[40];  /* "layer 3 (unit 4)", for messages */
-} unit_run;
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
@@ -116,7 +97,7 @@ static void carve_layer_grads(const llama_config *c, int64_t N, carver *cv, laye
     d->discard = carve(cv, H);
 }
 
-static float *alloc_floats(const unit_run *r, int32_t pool, int64_t n, const char *what)
+static float *alloc_floats(const llama_call *r, int32_t pool, int64_t n, const char *what)
 {
     char tag[64];
     snprintf(tag, sizeof tag, "%s %s", r->name, what);
@@ -124,8 +105,9 @@ static float *alloc_floats(const unit_run *r, int32_t pool, int64_t n, const cha
     return h->alloc(h->ctx, pool, ZT_MEM_HOST, (uint64_t)n * sizeof(float), 0, tag);
 }
 
-/* A record with room for the activations of this unit (or just the header when `marker`). */
-static saved_record *record_new(const unit_run *r, int32_t pool, int marker, const char *what)
+/* llama_backend.saved_alloc: a record with room for the activations of this unit (or just the
+ * header when `marker`). */
+static llama_saved *saved_alloc(const llama_call *r, int32_t pool, int marker, const char *what)
 {
     carver cv = {NULL, 0};
     layer_acts la;
@@ -138,49 +120,36 @@ static saved_record *record_new(const unit_run *r, int32_t pool, int marker, con
     char tag[64];
     snprintf(tag, sizeof tag, "%s %s", r->name, what);
     const zt_host *h = r->s->host;
-    saved_record *rec = h->alloc(h->ctx, pool, ZT_MEM_HOST, RECORD_HEADER_BYTES + (uint64_t)cv.used * sizeof(float),
-                                 0, tag);
+    llama_saved *rec = h->alloc(h->ctx, pool, ZT_MEM_HOST, RECORD_HEADER_BYTES + (uint64_t)cv.used * sizeof(float),
+                                0, tag);
     if (!rec) return NULL;
     memset(rec, 0, sizeof *rec);
-    rec->magic = SAVED_MAGIC;
-    rec->unit = unit;
-    rec->recompute = marker;
-    rec->tokens = r->tokens;
-    rec->attention = r->c->attention;
+    if (!marker) rec->acts = (char *)rec + RECORD_HEADER_BYTES;
     return rec;
 }
 
-static float *record_data(saved_record *rec)
+/* llama_backend.saved_free: the activations are in the header's block. */
+static void saved_free(llama_state *s, llama_saved *rec)
 {
-    return (float *)((char *)rec + RECORD_HEADER_BYTES);
-}
-
-void llama_saved_free(llama_state *s, void *saved)
-{
-    saved_record *rec = saved;
-    if (!rec) return;
-    /* A record whose backward never runs: the attention plugin frees its own part. */
-    if (rec->attention_saved) rec->attention->ops->release(rec->attention->state, rec->attention_saved);
-    rec->magic = 0;
     s->host->free(s->host->ctx, rec);
 }
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
-static const float *param(const unit_run *r, int i)
+static const float *param(const llama_call *r, int i)
 {
     return r->c->params[i].data;
 }
 
 /* The gradient buffer of parameter i, or NULL when it is frozen. */
-static float *grad(const unit_run *r, int i)
+static float *grad(const llama_call *r, int i)
 {
     return r->c->grads ? r->c->grads[i].data : NULL;
 }
 
 /* Describes a failed kernel: they fail only when the 3 MiB matrix-multiply packing buffer cannot be
  * allocated. */
-static zt_status kernel_failed(const unit_run *r, zt_status st, const char *step)
+static zt_status kernel_failed(const llama_call *r, zt_status st, const char *step)
 {
     r->s->host->error(r->s->host->ctx, st,
                       "%s: %s failed (%s): the matrix-multiply kernel could not allocate its 3 MiB "
@@ -226,7 +195,7 @@ static zt_tensor attention_view(float *data, const zt_batch *b, int64_t heads, i
     return t;
 }
 
-static zt_attn_args attention_args(const unit_run *r, const layer_acts *a)
+static zt_attn_args attention_args(const llama_call *r, const layer_acts *a)
 {
     const llama_config *c = &r->s->cfg;
     const zt_batch *b = r->c->batch;
@@ -246,24 +215,16 @@ static zt_attn_args attention_args(const unit_run *r, const layer_acts *a)
     return args;
 }
 
-static zt_status attention_failed(const unit_run *r, zt_status st, const char *op)
+static zt_status attention_failed(const llama_call *r, zt_status st, const char *op)
 {
     r->s->host->error(r->s->host->ctx, st, "%s: the attention plugin's %s failed (its message is above)",
                       r->name, op);
     return st;
 }
 
-static void unit_run_init(unit_run *r, llama_state *s, const zt_unit_call *c)
-{
-    r->s = s;
-    r->c = c;
-    r->tokens = (int64_t)c->batch->batch * c->batch->seq_len;
-    llama_unit_name(s, c->unit, r->name, sizeof r->name);
-}
-
 /* ---- embedding (unit 0) ---------------------------------------------------------------------- */
 
-static zt_status bad_token(const unit_run *r, const char *what, int64_t index, int32_t id)
+static zt_status bad_token(const llama_call *r, const char *what, int64_t index, int32_t id)
 {
     const zt_batch *b = r->c->batch;
     r->s->host->error(r->s->host->ctx, ZT_ERR_INVALID_ARG,
@@ -275,11 +236,11 @@ static zt_status bad_token(const unit_run *r, const char *what, int64_t index, i
     return ZT_ERR_INVALID_ARG;
 }
 
-zt_status llama_embedding_forward(llama_state *s, const zt_unit_call *c)
+static zt_status embedding_forward(llama_state *s, const zt_unit_call *c)
 {
-    unit_run run;
-    const unit_run *r = &run;
-    unit_run_init(&run, s, c);
+    llama_call run;
+    const llama_call *r = &run;
+    llama_call_init(&run, s, c);
     int64_t bad = -1;
     zt_status st = zt_cpu_embedding_forward(&s->cpu, r->tokens, s->cfg.vocab, s->cfg.hidden, c->batch->tokens,
                                             param(r, EMBED_TABLE), c->x_out.data, &bad);
@@ -287,11 +248,11 @@ zt_status llama_embedding_forward(llama_state *s, const zt_unit_call *c)
     return ZT_OK; /* the backward needs only batch->tokens: nothing to save */
 }
 
-zt_status llama_embedding_backward(llama_state *s, const zt_unit_call *c)
+static zt_status embedding_backward(llama_state *s, const zt_unit_call *c)
 {
-    unit_run run;
-    const unit_run *r = &run;
-    unit_run_init(&run, s, c);
+    llama_call run;
+    const llama_call *r = &run;
+    llama_call_init(&run, s, c);
     float *g = grad(r, EMBED_TABLE);
     if (!g) return ZT_OK; /* frozen embedding: unit 0 has no input gradient to propagate */
     int64_t bad = -1;
@@ -306,7 +267,7 @@ zt_status llama_embedding_backward(llama_state *s, const zt_unit_call *c)
 /* The layer's forward on x, filling `a`. Writes `out` unless it is NULL (a recompute inside the
  * backward needs only the activations). attention_saved: where the attention plugin keeps what its
  * backward needs; NULL when no backward follows. */
-static zt_status layer_compute(const unit_run *r, const float *x, const layer_acts *a, float *out,
+static zt_status layer_compute(const llama_call *r, const float *x, const layer_acts *a, float *out,
                                void **attention_saved)
 {
     llama_state *s = r->s;
@@ -356,72 +317,40 @@ done:
     return st;
 }
 
-zt_status llama_layer_forward(llama_state *s, const zt_unit_call *c)
+/* llama_compute_fn of a layer: its activations in rec. */
+static zt_status layer_fill(const llama_call *r, llama_saved *rec, int outputs, int keep)
 {
-    unit_run run;
-    const unit_run *r = &run;
-    unit_run_init(&run, s, c);
-    int train = (c->flags & ZT_UNIT_TRAIN) != 0, recompute = (c->flags & ZT_UNIT_RECOMPUTE) != 0;
-    int keep = train && !recompute;
-    saved_record *rec = record_new(r, keep ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, 0,
-                                   keep ? "activations" : "forward scratch");
-    if (!rec) return ZT_ERR_OUT_OF_MEMORY;
-    carver cv = {record_data(rec), 0};
+    carver cv = {rec->acts, 0};
     layer_acts a;
-    carve_layer(&s->cfg, r->tokens, &cv, &a);
-    zt_status st = layer_compute(r, c->x_in.data, &a, c->x_out.data, keep ? &rec->attention_saved : NULL);
-    if (st != ZT_OK || !keep) {
-        llama_saved_free(s, rec);
-        rec = NULL;
-    }
-    if (st == ZT_OK && train && recompute) {
-        rec = record_new(r, ZT_POOL_ACTIVATIONS, 1, "recompute marker");
-        if (!rec) return ZT_ERR_OUT_OF_MEMORY;
-    }
-    if (st == ZT_OK && train) *c->saved = rec;
-    return st;
+    carve_layer(&r->s->cfg, r->tokens, &cv, &a);
+    return layer_compute(r, r->c->x_in.data, &a, outputs ? r->c->x_out.data : NULL,
+                         keep ? &rec->attention_saved : NULL);
 }
 
-/* The saved record of this call, checked to belong to it. */
-static zt_status take_record(const unit_run *r, saved_record **out)
+static zt_status layer_forward(llama_state *s, const zt_unit_call *c)
 {
-    saved_record *rec = *r->c->saved;
-    if (!rec || rec->magic != SAVED_MAGIC || rec->unit != r->c->unit || rec->tokens != r->tokens) {
-        r->s->host->error(r->s->host->ctx, ZT_ERR_INVALID_ARG,
-                          "%s backward: the saved-activations slot does not hold this unit's training forward "
-                          "(%s); run forward with ZT_UNIT_TRAIN on the same batch before backward, and free "
-                          "each slot once (a host or zero-plugin bug)",
-                          r->name,
-                          !rec ? "it is empty"
-                          : rec->magic != SAVED_MAGIC ? "it holds something else"
-                          : rec->unit != r->c->unit  ? "it belongs to another unit"
-                                                     : "it was made for a batch of another size");
-        return ZT_ERR_INVALID_ARG;
-    }
-    *out = rec;
-    return ZT_OK;
+    llama_call run;
+    llama_call_init(&run, s, c);
+    return llama_saved_forward(&run, layer_fill);
 }
 
-/* Recomputes a unit's activations into a fresh record when `rec` is only a recompute marker. */
-static zt_status materialize(const unit_run *r, saved_record *rec, saved_record **fresh);
-
-zt_status llama_layer_backward(llama_state *s, const zt_unit_call *c)
+static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
 {
-    unit_run run;
-    const unit_run *r = &run;
-    unit_run_init(&run, s, c);
+    llama_call run;
+    const llama_call *r = &run;
+    llama_call_init(&run, s, c);
     const llama_config *cfg = &s->cfg;
     const zt_cpu_ctx *ctx = &s->cpu;
     int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
     int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
-    saved_record *saved = NULL, *fresh = NULL;
+    llama_saved *saved = NULL, *fresh = NULL;
     float *work = NULL;
-    zt_status st = take_record(r, &saved);
+    zt_status st = llama_saved_take(r, &saved);
     if (st != ZT_OK) return st;
-    st = materialize(r, saved, &fresh);
+    st = llama_saved_materialize(r, saved, layer_fill, &fresh);
     if (st != ZT_OK) goto done;
-    saved_record *rec = fresh ? fresh : saved;
-    carver cv = {record_data(rec), 0};
+    llama_saved *rec = fresh ? fresh : saved;
+    carver cv = {rec->acts, 0};
     layer_acts a;
     carve_layer(cfg, N, &cv, &a);
     carver wv = {NULL, 0};
@@ -488,9 +417,7 @@ zt_status llama_layer_backward(llama_state *s, const zt_unit_call *c)
     zt_cpu_add(ctx, N * H, d.resid, c->dx_in.data);
 done:
     s->host->free(s->host->ctx, work);
-    llama_saved_free(s, fresh);
-    llama_saved_free(s, saved);
-    *c->saved = NULL;
+    llama_saved_done(r, saved, fresh);
     return st;
 }
 
@@ -499,7 +426,7 @@ done:
 /* Logits of x into a->logits, and a copy into logits_out unless it is NULL; the loss share into
  * *loss_out unless it is NULL; when `train`, a->logits is then replaced by d loss / d logits for the
  * backward. */
-static zt_status head_compute(const unit_run *r, const float *x, const head_acts *a, float *logits_out,
+static zt_status head_compute(const llama_call *r, const float *x, const head_acts *a, float *logits_out,
                               float *loss_out, int train)
 {
     llama_state *s = r->s;
@@ -532,46 +459,37 @@ done:
     return st;
 }
 
-zt_status llama_head_forward(llama_state *s, const zt_unit_call *c)
+/* llama_compute_fn of the head: its activations in rec (with keep, d loss / d logits). */
+static zt_status head_fill(const llama_call *r, llama_saved *rec, int outputs, int keep)
 {
-    unit_run run;
-    const unit_run *r = &run;
-    unit_run_init(&run, s, c);
-    int train = (c->flags & ZT_UNIT_TRAIN) != 0, recompute = (c->flags & ZT_UNIT_RECOMPUTE) != 0;
-    int keep = train && !recompute;
-    saved_record *rec = record_new(r, keep ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, 0,
-                                   keep ? "activations" : "forward scratch");
-    if (!rec) return ZT_ERR_OUT_OF_MEMORY;
-    carver cv = {record_data(rec), 0};
+    carver cv = {rec->acts, 0};
     head_acts a;
-    carve_head(&s->cfg, r->tokens, &cv, &a);
-    zt_status st = head_compute(r, c->x_in.data, &a, c->x_out.data, c->loss, keep);
-    if (st != ZT_OK || !keep) {
-        llama_saved_free(s, rec);
-        rec = NULL;
-    }
-    if (st == ZT_OK && train && recompute) {
-        rec = record_new(r, ZT_POOL_ACTIVATIONS, 1, "recompute marker");
-        if (!rec) return ZT_ERR_OUT_OF_MEMORY;
-    }
-    if (st == ZT_OK && train) *c->saved = rec;
-    return st;
+    carve_head(&r->s->cfg, r->tokens, &cv, &a);
+    return head_compute(r, r->c->x_in.data, &a, outputs ? r->c->x_out.data : NULL, outputs ? r->c->loss : NULL,
+                        keep);
 }
 
-zt_status llama_head_backward(llama_state *s, const zt_unit_call *c)
+static zt_status head_forward(llama_state *s, const zt_unit_call *c)
 {
-    unit_run run;
-    const unit_run *r = &run;
-    unit_run_init(&run, s, c);
+    llama_call run;
+    llama_call_init(&run, s, c);
+    return llama_saved_forward(&run, head_fill);
+}
+
+static zt_status head_backward(llama_state *s, const zt_unit_call *c)
+{
+    llama_call run;
+    const llama_call *r = &run;
+    llama_call_init(&run, s, c);
     const llama_config *cfg = &s->cfg;
     int64_t N = r->tokens, H = cfg->hidden, V = cfg->vocab;
-    saved_record *saved = NULL, *fresh = NULL;
+    llama_saved *saved = NULL, *fresh = NULL;
     float *work = NULL;
-    zt_status st = take_record(r, &saved);
+    zt_status st = llama_saved_take(r, &saved);
     if (st != ZT_OK) return st;
-    st = materialize(r, saved, &fresh);
+    st = llama_saved_materialize(r, saved, head_fill, &fresh);
     if (st != ZT_OK) goto done;
-    carver cv = {record_data(fresh ? fresh : saved), 0};
+    carver cv = {(fresh ? fresh : saved)->acts, 0};
     head_acts a;
     carve_head(cfg, N, &cv, &a);
     work = alloc_floats(r, ZT_POOL_WORKSPACE, N * H + H, "backward scratch");
@@ -589,35 +507,18 @@ zt_status llama_head_backward(llama_state *s, const zt_unit_call *c)
                             g ? g : discard);
 done:
     s->host->free(s->host->ctx, work);
-    llama_saved_free(s, fresh);
-    llama_saved_free(s, saved);
-    *c->saved = NULL;
+    llama_saved_done(r, saved, fresh);
     return st;
 }
 
-/* ---- recompute ------------------------------------------------------------------------------- */
+/* ---- the CPU path's table -------------------------------------------------------------------- */
 
-static zt_status materialize(const unit_run *r, saved_record *rec, saved_record **fresh)
-{
-    *fresh = NULL;
-    if (!rec->recompute) return ZT_OK;
-    saved_record *again = record_new(r, ZT_POOL_ACTIVATIONS, 0, "recomputed activations");
-    if (!again) return ZT_ERR_OUT_OF_MEMORY;
-    carver cv = {record_data(again), 0};
-    zt_status st;
-    if (r->c->unit == r->s->info.n_units - 1) {
-        head_acts a;
-        carve_head(&r->s->cfg, r->tokens, &cv, &a);
-        st = head_compute(r, r->c->x_in.data, &a, NULL, NULL, 1);
-    } else {
-        layer_acts a;
-        carve_layer(&r->s->cfg, r->tokens, &cv, &a);
-        st = layer_compute(r, r->c->x_in.data, &a, NULL, &again->attention_saved);
-    }
-    if (st != ZT_OK) {
-        llama_saved_free(r->s, again);
-        return st;
-    }
-    *fresh = again;
-    return ZT_OK;
-}
+const llama_backend llama_cpu_backend = {
+    .device_type = ZT_DEVICE_CPU,
+    .forward = {[LLAMA_UNIT_EMBEDDING] = embedding_forward, [LLAMA_UNIT_LAYER] = layer_forward,
+                [LLAMA_UNIT_HEAD] = head_forward},
+    .backward = {[LLAMA_UNIT_EMBEDDING] = embedding_backward, [LLAMA_UNIT_LAYER] = layer_backward,
+                 [LLAMA_UNIT_HEAD] = head_backward},
+    .saved_alloc = saved_alloc,
+    .saved_free = saved_free,
+};

@@ -8,43 +8,19 @@
  *   - the LM head never materializes [tokens, vocab] logits: zt_cuda_lm_head_loss walks the rows in
  *     chunks. Its backward therefore recomputes the logits of each chunk (one GEMM more than keeping
  *     dlogits, which for a 32k vocabulary would be 64 KiB per token);
- *   - saved activations are one device block per unit (plus a small host header), placed by the same
- *     carving as layers.c but in bytes, bf16 arrays and fp32 statistics mixed.
+ *   - saved activations are one device block per unit (plus the host header of layers_saved.c, which
+ *     keeps the records the same way on every device), placed by the same carving as layers.c but in
+ *     bytes, bf16 arrays and fp32 statistics mixed.
+ *
+ * plugin.c calls these units through llama_cuda_backend (the end of this file). ZT_CUDA_PROFILE=1
+ * times every step (CUDA_STEP) with profile_cuda.c.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "../cuda_plugin.h"
-#include "llama.h"
-
-#define GPU_SAVED_MAGIC 0x4741535Au /* "ZSAG" */
-
-typedef struct gpu_prof gpu_prof;
-
-/* The plugin's device state (llama.h: llama_state.gpu). */
-struct llama_gpu {
-    zt_cuda_ctx *ctx;
-    float *inv_freq; /* [head_dim / 2] on the device */
-    double *loss;    /* the LM head's loss share, on the device */
-    float *discard;  /* [hidden]: the dW of a frozen norm, which the RMSNorm kernel always accumulates */
-    int fuse;        /* one GEMM for q|k|v and for gate|up where the weights are adjacent (ZT_CUDA_FUSE) */
-    gpu_prof *prof;  /* ZT_CUDA_PROFILE=1: per-op GPU times; NULL otherwise */
-};
-
-/* What a training forward leaves in *zt_unit_call.saved: a host header and, unless it only marks a
- * recompute, the unit's activations in one device block. */
-typedef struct gpu_record {
-    uint32_t magic;
-    int32_t unit;
-    int32_t recompute;
-    int64_t tokens;
-    void *attention_saved;
-    const zt_attention_binding *attention;
-    void *acts; /* device */
-} gpu_record;
+#include "llama_cuda.h"
 
 /* Device arrays of one layer, as in layers.c (bf16 unless marked). gate and up are the two column
  * blocks of one [tokens, 2 F] array (row stride 2 F), the output of one gate|up GEMM. */
@@ -63,21 +39,12 @@ typedef struct gpu_layer_grads {
     uint16_t *act, *norm, *resid, *attn, *q, *k, *v, *qkv;
 } gpu_layer_grads;
 
-typedef struct gpu_run {
-    llama_state *s;
-    const zt_unit_call *c;
-    cudaStream_t stream;
-    int64_t tokens;
-    gpu_prof *prof; /* set while the profile records; NULL otherwise (the only cost when off) */
-    char name[40];
-} gpu_run;
+static const gpu_run *run_of(const llama_call *u)
+{
+    return (const gpu_run *)u;
+}
 
 /* ---- memory ---------------------------------------------------------------------------------- */
-
-/* While the profile records: the host clock before a host->alloc / free, and its accounting after
- * (0 and nothing otherwise). Defined with the profile below. */
-static double prof_alloc_clock(const llama_state *s);
-static void prof_alloc_done(const llama_state *s, double t0);
 
 /* host->free, timed while the profile records (cudaFreeAsync underneath for device memory). */
 static void gpu_free(llama_state *s, void *ptr)
@@ -140,50 +107,45 @@ static void carve_layer_grads(const llama_config *c, int64_t N, byte_carver *cv,
 static void *device_alloc(const gpu_run *r, int32_t pool, uint64_t bytes, const char *what)
 {
     char tag[64];
-    snprintf(tag, sizeof tag, "%s %s", r->name, what);
-    const zt_host *h = r->s->host;
-    double t0 = prof_alloc_clock(r->s);
+    snprintf(tag, sizeof tag, "%s %s", r->call.name, what);
+    const zt_host *h = r->call.s->host;
+    double t0 = prof_alloc_clock(r->call.s);
     void *p = h->alloc(h->ctx, pool, ZT_MEM_DEVICE, bytes ? bytes : 1, 0, tag);
-    prof_alloc_done(r->s, t0);
+    prof_alloc_done(r->call.s, t0);
     return p;
 }
 
-static gpu_record *record_new(const gpu_run *r, int32_t pool, int marker, const char *what)
+/* llama_backend.saved_alloc: a host header and, unless `marker`, the unit's activations in one
+ * device block from the same pool. */
+static llama_saved *saved_alloc(const llama_call *u, int32_t pool, int marker, const char *what)
 {
-    const zt_host *h = r->s->host;
+    const gpu_run *r = run_of(u);
+    const zt_host *h = r->call.s->host;
     char tag[64];
-    snprintf(tag, sizeof tag, "%s %s (header)", r->name, what);
-    double t0 = prof_alloc_clock(r->s);
-    gpu_record *rec = h->alloc(h->ctx, pool, ZT_MEM_HOST, sizeof *rec, 0, tag);
-    prof_alloc_done(r->s, t0);
+    snprintf(tag, sizeof tag, "%s %s (header)", r->call.name, what);
+    double t0 = prof_alloc_clock(r->call.s);
+    llama_saved *rec = h->alloc(h->ctx, pool, ZT_MEM_HOST, sizeof *rec, 0, tag);
+    prof_alloc_done(r->call.s, t0);
     if (!rec) return NULL;
     memset(rec, 0, sizeof *rec);
-    rec->magic = GPU_SAVED_MAGIC;
-    rec->unit = r->c->unit;
-    rec->recompute = marker;
-    rec->tokens = r->tokens;
-    rec->attention = r->c->attention;
     if (marker) return rec;
     byte_carver cv = {NULL, 0};
     gpu_layer_acts la;
     gpu_head_acts ha;
-    if (r->c->unit == r->s->info.n_units - 1) carve_head(&r->s->cfg, r->tokens, &cv, &ha);
-    else carve_layer(&r->s->cfg, r->tokens, &cv, &la);
+    if (r->call.c->unit == r->call.s->info.n_units - 1) carve_head(&r->call.s->cfg, r->call.tokens, &cv, &ha);
+    else carve_layer(&r->call.s->cfg, r->call.tokens, &cv, &la);
     rec->acts = device_alloc(r, pool, cv.used, what);
     if (!rec->acts) {
-        gpu_free(r->s, rec);
+        gpu_free(r->call.s, rec);
         return NULL;
     }
     return rec;
 }
 
-void llama_cuda_saved_free(llama_state *s, void *saved)
+/* llama_backend.saved_free */
+static void saved_free(llama_state *s, llama_saved *rec)
 {
-    gpu_record *rec = saved;
-    if (!rec) return;
-    if (rec->attention_saved) rec->attention->ops->release(rec->attention->state, rec->attention_saved);
     gpu_free(s, rec->acts);
-    rec->magic = 0;
     gpu_free(s, rec);
 }
 
@@ -191,307 +153,19 @@ void llama_cuda_saved_free(llama_state *s, void *saved)
 
 static const uint16_t *param(const gpu_run *r, int i)
 {
-    return r->c->params[i].data;
+    return r->call.c->params[i].data;
 }
 
 static float *grad(const gpu_run *r, int i)
 {
-    return r->c->grads ? r->c->grads[i].data : NULL;
+    return r->call.c->grads ? r->call.c->grads[i].data : NULL;
 }
 
 static zt_status step_failed(const gpu_run *r, zt_status st, const char *step)
 {
     char what[96];
-    snprintf(what, sizeof what, "%s: %s", r->name, step);
-    return zt_plugin_cuda_failed(r->s->host, st, what);
-}
-
-/* ---- profile (ZT_CUDA_PROFILE=1) ------------------------------------------------------------ */
-
-/* CUDA events around every op of the units (named by its step, summed over layers), for a window of
- * training micro-batches after a few warm-up ones; the table is printed to stderr when the plugin
- * finishes. The window runs from one training embedding forward to the one `window` micro-batches
- * later, so the GPU time outside the model (the optimizer, the zero plugin, batch copies, waits) is
- * the gap between the end of one embedding backward and the next forward, and whatever no op
- * covers (host launch gaps) is the rest. Events are only created while the window records: off, the
- * cost is one NULL test per op. */
-enum { PROF_MAX_OPS = 96 };
-#define PROF_OUTSIDE "outside the model (optimizer, zero, batch copies)"
-
-typedef struct prof_mark {
-    const char *name;
-    cudaEvent_t begin, end;
-    double host_ms; /* wall clock of the host in the op's launch calls */
-} prof_mark;
-
-struct gpu_prof {
-    int64_t warmup, window; /* training micro-batches */
-    int64_t micro;          /* training micro-batches begun */
-    int state;              /* 0 warming up, 1 recording, 2 resolved */
-    prof_mark *marks;
-    int64_t n_marks, cap;
-    cudaEvent_t window_begin, window_end, model_end; /* model_end: pending, or NULL */
-    int64_t recorded_micro;
-    double window_ms;
-    /* host wall clock (ms, CLOCK_MONOTONIC): when window_begin was recorded, when the last event
-     * was, and the time blocked reading the loss inside the window */
-    double host_begin, host_last, host_window_ms, loss_wait_ms;
-    double unit_ms;               /* inside the plugin's unit calls (forward / backward entry to return) */
-    int64_t unit_calls;
-    double last_return;           /* host clock when the last unit call returned */
-    double between_ms;            /* between unit calls of one forward + backward (trainer, zero hooks) */
-    double alloc_ms, alloc_max_ms; /* host->alloc / free (cudaMallocAsync / cudaFreeAsync underneath) */
-    int64_t alloc_calls;
-    uint64_t plans_begin, plans_made; /* cuBLASLt plans made by this plugin: at the window's start, in it */
-    int n_ops;
-    const char *op_name[PROF_MAX_OPS];
-    int64_t op_calls[PROF_MAX_OPS];
-    double op_ms[PROF_MAX_OPS];
-    double op_host_ms[PROF_MAX_OPS], op_host_max_ms[PROF_MAX_OPS];
-};
-
-static double prof_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int prof_recording(const llama_state *s)
-{
-    return s->gpu && s->gpu->prof && s->gpu->prof->state == 1;
-}
-
-static double prof_alloc_clock(const llama_state *s)
-{
-    return prof_recording(s) ? prof_now_ms() : 0;
-}
-
-static void prof_alloc_done(const llama_state *s, double t0)
-{
-    if (t0 == 0 || !prof_recording(s)) return;
-    gpu_prof *p = s->gpu->prof;
-    double ms = prof_now_ms() - t0;
-    p->alloc_ms += ms;
-    p->alloc_calls++;
-    if (ms > p->alloc_max_ms) p->alloc_max_ms = ms;
-}
-
-static zt_status prof_cuda_failed(const llama_state *s, cudaError_t e, const char *what)
-{
-    s->host->error(s->host->ctx, ZT_ERR_DEVICE,
-                   "llama: ZT_CUDA_PROFILE: %s failed: %s (%s); unset ZT_CUDA_PROFILE to train without the profile",
-                   what, cudaGetErrorString(e), cudaGetErrorName(e));
-    return ZT_ERR_DEVICE;
-}
-
-static zt_status prof_event(const llama_state *s, cudaStream_t stream, cudaEvent_t *ev)
-{
-    if (s->gpu->prof) s->gpu->prof->host_last = prof_now_ms();
-    cudaError_t e = cudaEventCreate(ev);
-    if (e != cudaSuccess) {
-        *ev = NULL;
-        return prof_cuda_failed(s, e, "cudaEventCreate");
-    }
-    e = cudaEventRecord(*ev, stream);
-    return e == cudaSuccess ? ZT_OK : prof_cuda_failed(s, e, "cudaEventRecord");
-}
-
-static zt_status prof_begin_named(const llama_state *s, gpu_prof *p, cudaStream_t stream, const char *name)
-{
-    if (p->n_marks == p->cap) {
-        int64_t cap = p->cap ? 2 * p->cap : 4096;
-        prof_mark *m = realloc(p->marks, (size_t)cap * sizeof *m);
-        if (!m) {
-            s->host->error(s->host->ctx, ZT_ERR_OUT_OF_MEMORY, "llama: ZT_CUDA_PROFILE: out of host memory for %lld "
-                           "event records; profile fewer micro-batches (ZT_CUDA_PROFILE_STEPS)", (long long)cap);
-            return ZT_ERR_OUT_OF_MEMORY;
-        }
-        p->marks = m;
-        p->cap = cap;
-    }
-    prof_mark *m = &p->marks[p->n_marks++];
-    m->name = name;
-    m->end = NULL;
-    m->host_ms = 0;
-    return prof_event(s, stream, &m->begin);
-}
-
-static zt_status prof_begin(const gpu_run *r, const char *name)
-{
-    return prof_begin_named(r->s, r->prof, r->stream, name);
-}
-
-/* The host time of the op begun last (ops do not nest). */
-static void prof_host_time(const gpu_run *r, double host_t0)
-{
-    r->prof->marks[r->prof->n_marks - 1].host_ms = prof_now_ms() - host_t0;
-}
-
-static zt_status prof_end(const gpu_run *r)
-{
-    return prof_event(r->s, r->stream, &r->prof->marks[r->prof->n_marks - 1].end);
-}
-
-static void prof_destroy_events(gpu_prof *p)
-{
-    for (int64_t i = 0; i < p->n_marks; i++) {
-        if (p->marks[i].begin) cudaEventDestroy(p->marks[i].begin);
-        if (p->marks[i].end) cudaEventDestroy(p->marks[i].end);
-    }
-    p->n_marks = 0;
-    cudaEvent_t *evs[] = {&p->window_begin, &p->window_end, &p->model_end};
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++) {
-        if (*evs[i]) cudaEventDestroy(*evs[i]);
-        *evs[i] = NULL;
-    }
-}
-
-/* Waits for the window's last event (`end`: window_end, or an event of the last op) and sums the
- * op times by name. */
-static zt_status prof_resolve(const llama_state *s, gpu_prof *p, cudaEvent_t end)
-{
-    cudaError_t e = cudaEventSynchronize(end);
-    float ms = 0;
-    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, p->window_begin, end);
-    p->window_ms = ms;
-    p->host_window_ms = p->host_last - p->host_begin;
-    p->plans_made = zt_cuda_gemm_plans_made() - p->plans_begin;
-    for (int64_t i = 0; i < p->n_marks && e == cudaSuccess; i++) {
-        const prof_mark *m = &p->marks[i];
-        if (!m->begin || !m->end) continue; /* an op that failed: the run stops anyway */
-        e = cudaEventElapsedTime(&ms, m->begin, m->end);
-        int k = 0;
-        while (k < p->n_ops && strcmp(p->op_name[k], m->name) != 0) k++;
-        if (k == PROF_MAX_OPS) k = PROF_MAX_OPS - 1; /* cannot happen with the plugin's fixed step names */
-        if (k == p->n_ops) {
-            p->op_name[k] = m->name;
-            p->n_ops++;
-        }
-        p->op_calls[k]++;
-        p->op_ms[k] += ms;
-        p->op_host_ms[k] += m->host_ms;
-        if (m->host_ms > p->op_host_max_ms[k]) p->op_host_max_ms[k] = m->host_ms;
-    }
-    prof_destroy_events(p);
-    p->state = 2;
-    return e == cudaSuccess ? ZT_OK : prof_cuda_failed(s, e, "reading the event times");
-}
-
-/* Called by every embedding forward: a training one starts a micro-batch, which may open or close
- * the window. */
-static zt_status prof_micro_begin(llama_state *s, cudaStream_t stream, int train)
-{
-    gpu_prof *p = s->gpu->prof;
-    if (!p || p->state == 2 || !train) return ZT_OK;
-    p->micro++;
-    zt_status st = ZT_OK;
-    if (p->state == 1 && p->model_end) { /* the gap since the last embedding backward */
-        st = prof_begin_named(s, p, stream, PROF_OUTSIDE);
-        if (st == ZT_OK) {
-            prof_mark *m = &p->marks[p->n_marks - 1];
-            cudaEventDestroy(m->begin);
-            m->begin = p->model_end;
-            p->model_end = NULL;
-            st = prof_event(s, stream, &m->end);
-        }
-    }
-    if (st != ZT_OK) return st;
-    if (p->state == 0 && p->micro == p->warmup + 1) {
-        p->state = 1;
-        st = prof_event(s, stream, &p->window_begin);
-        p->host_begin = p->host_last;
-        p->plans_begin = zt_cuda_gemm_plans_made();
-        return st;
-    }
-    if (p->state == 1 && p->micro == p->warmup + p->window + 1) {
-        p->recorded_micro = p->window;
-        st = prof_event(s, stream, &p->window_end);
-        return st == ZT_OK ? prof_resolve(s, p, p->window_end) : st;
-    }
-    return ZT_OK;
-}
-
-static void prof_finish(llama_state *s)
-{
-    gpu_prof *p = s->gpu->prof;
-    int cut_short = p->state == 1;
-    if (cut_short) {
-        /* The run ended inside the window: it closes at the end of the last timed op (the stream
-         * may be gone by now), so the last step's optimizer is not in it. */
-        p->recorded_micro = p->micro - p->warmup;
-        cudaEvent_t end = p->model_end ? p->model_end : p->n_marks ? p->marks[p->n_marks - 1].end : NULL;
-        if (!end) end = p->window_begin;
-        if (prof_resolve(s, p, end) != ZT_OK) return;
-    }
-    if (p->state == 0) {
-        fprintf(stderr, "ZT_CUDA_PROFILE: nothing recorded: the run had %lld training micro-batches, not more than "
-                "the %lld warm-up ones (set ZT_CUDA_PROFILE_WARMUP lower or train longer)\n",
-                (long long)p->micro, (long long)p->warmup);
-        return;
-    }
-    int order[PROF_MAX_OPS];
-    double sum = 0;
-    for (int k = 0; k < p->n_ops; k++) {
-        order[k] = k;
-        sum += p->op_ms[k];
-    }
-    for (int i = 1; i < p->n_ops; i++) /* by total time, largest first */
-        for (int j = i; j > 0 && p->op_ms[order[j]] > p->op_ms[order[j - 1]]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    double per = p->recorded_micro > 0 ? (double)p->recorded_micro : 1.0;
-    double total = p->window_ms > 0 ? p->window_ms : 1.0;
-    fprintf(stderr, "\nZT_CUDA_PROFILE: llama GPU time by op over %lld training micro-batches (after %lld warm-up), "
-            "%.3f ms per micro-batch (CUDA events on the compute stream)\n",
-            (long long)p->recorded_micro, (long long)p->warmup, p->window_ms / per);
-    if (cut_short)
-        fprintf(stderr, "(the run ended inside the window: it closes at the last timed op, so the last step's "
-                "optimizer is not in it; train longer than ZT_CUDA_PROFILE_WARMUP + ZT_CUDA_PROFILE_STEPS)\n");
-    /* host ms/mb: wall clock of the op's launch calls per micro-batch; host max ms: the slowest single
-     * call (a stall: a sync, the memory pool growing). An op whose GPU time is below its host time
-     * cannot keep the stream fed by itself. */
-    fprintf(stderr, "%-56s %8s %12s %14s %7s %11s %12s\n", "op", "calls", "total ms", "ms/micro-batch", "%",
-            "host ms/mb", "host max ms");
-    double host_ops = 0;
-    for (int i = 0; i < p->n_ops; i++) {
-        int k = order[i];
-        host_ops += p->op_host_ms[k];
-        fprintf(stderr, "%-56s %8lld %12.3f %14.3f %6.1f%% %11.3f %12.3f\n", p->op_name[k], (long long)p->op_calls[k],
-                p->op_ms[k], p->op_ms[k] / per, 100.0 * p->op_ms[k] / total, p->op_host_ms[k] / per,
-                p->op_host_max_ms[k]);
-    }
-    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "(no op timed: gaps between ops, GPU idle)", "",
-            p->window_ms - sum, (p->window_ms - sum) / per, 100.0 * (p->window_ms - sum) / total);
-    /* The host's side of the same window. Host busy (wall minus the loss wait) near the GPU window:
-     * the host cannot keep the stream fed and the gaps are its overhead. Far below: the gaps come from
-     * waits that drain the queue (the loss here, the gradient norm in "elsewhere"). */
-    double other = p->unit_ms - host_ops - p->alloc_ms - p->loss_wait_ms;
-    char label[96];
-    fprintf(stderr, "%-56s %8lld %12.3f %14.3f %6.1f%%\n", "host: in llama's unit calls, of which:",
-            (long long)p->unit_calls, p->unit_ms, p->unit_ms / per, 100.0 * p->unit_ms / total);
-    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "  issuing the timed ops (attention plugin included)", "",
-            host_ops, host_ops / per, 100.0 * host_ops / total);
-    snprintf(label, sizeof label, "  host->alloc / free (max %.3f ms per call)", p->alloc_max_ms);
-    fprintf(stderr, "%-56s %8lld %12.3f %14.3f %6.1f%%\n", label, (long long)p->alloc_calls, p->alloc_ms,
-            p->alloc_ms / per, 100.0 * p->alloc_ms / total);
-    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "  blocked reading the loss (one sync per micro-batch)", "",
-            p->loss_wait_ms, p->loss_wait_ms / per, 100.0 * p->loss_wait_ms / total);
-    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "  the rest (events, bookkeeping)", "", other,
-            other / per, 100.0 * other / total);
-    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "host: between llama's calls (trainer, zero hooks)", "",
-            p->between_ms, p->between_ms / per, 100.0 * p->between_ms / total);
-    double outside = p->host_window_ms - p->unit_ms - p->between_ms;
-    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "host: step ends (zero step, its norm sync, next batch)", "",
-            outside, outside / per, 100.0 * outside / total);
-    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n", "host: wall clock of the window", "", p->host_window_ms,
-            p->host_window_ms / per, 100.0 * p->host_window_ms / total);
-    /* a heuristic query each on the host; 0 once every shape was seen (the cache holds 64) */
-    fprintf(stderr, "%-56s %8llu\n", "cuBLASLt plans made in the window (0 expected)",
-            (unsigned long long)p->plans_made);
-    fprintf(stderr, "%-56s %8s %12.3f %14.3f %6.1f%%\n\n", "window", "", p->window_ms, p->window_ms / per, 100.0);
+    snprintf(what, sizeof what, "%s: %s", r->call.name, step);
+    return zt_plugin_cuda_failed(r->call.s->host, st, what);
 }
 
 /* Reads ZT_CUDA_PROFILE, ZT_CUDA_PROFILE_WARMUP, ZT_CUDA_PROFILE_STEPS and ZT_CUDA_FUSE. */
@@ -571,26 +245,23 @@ static uint64_t scratch_needed(const llama_config *c, int64_t N)
 
 static zt_status gpu_run_init(gpu_run *r, llama_state *s, const zt_unit_call *c)
 {
-    r->s = s;
-    r->c = c;
+    llama_call_init(&r->call, s, c);
     r->stream = zt_plugin_stream(s->host);
-    r->tokens = (int64_t)c->batch->batch * c->batch->seq_len;
     r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
-    llama_unit_name(s, c->unit, r->name, sizeof r->name);
-    return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(&s->cfg, r->tokens), &s->gpu->ctx);
+    return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(&s->cfg, r->call.tokens), &s->gpu->ctx);
 }
 
 /* A [B, T, heads, D] device view (the run's 16-bit type) for the attention plugin. */
 static zt_tensor attention_view(const gpu_run *r, void *data, int64_t heads)
 {
-    const zt_batch *b = r->c->batch;
-    int64_t D = r->s->cfg.head_dim;
+    const zt_batch *b = r->call.c->batch;
+    int64_t D = r->call.s->cfg.head_dim;
     zt_tensor t;
     memset(&t, 0, sizeof t);
     t.data = data;
-    t.dtype = r->s->compute;
+    t.dtype = r->call.s->compute;
     t.device_type = ZT_DEVICE_CUDA;
-    t.device_index = r->s->host->device->device_index;
+    t.device_index = r->call.s->host->device->device_index;
     t.ndim = 4;
     t.shape[0] = b->batch;
     t.shape[1] = b->seq_len;
@@ -605,7 +276,7 @@ static zt_tensor attention_view(const gpu_run *r, void *data, int64_t heads)
 
 static zt_attn_args attention_args(const gpu_run *r, const gpu_layer_acts *a)
 {
-    const llama_config *c = &r->s->cfg;
+    const llama_config *c = &r->call.s->cfg;
     zt_attn_args args;
     memset(&args, 0, sizeof args);
     args.struct_size = sizeof args;
@@ -614,7 +285,7 @@ static zt_attn_args attention_args(const gpu_run *r, const gpu_layer_acts *a)
     args.head_dim = (int32_t)c->head_dim;
     args.scale = 1.0f / sqrtf((float)c->head_dim);
     args.causal = 1;
-    args.batch = r->c->batch;
+    args.batch = r->call.c->batch;
     args.q = attention_view(r, a->q, c->heads);
     args.k = attention_view(r, a->k, c->kv_heads);
     args.v = attention_view(r, a->v, c->kv_heads);
@@ -624,8 +295,8 @@ static zt_attn_args attention_args(const gpu_run *r, const gpu_layer_acts *a)
 
 static zt_status attention_failed(const gpu_run *r, zt_status st, const char *op)
 {
-    r->s->host->error(r->s->host->ctx, st, "%s: the attention plugin's %s failed (its message is above)", r->name,
-                      op);
+    r->call.s->host->error(r->call.s->host->ctx, st, "%s: the attention plugin's %s failed (its message is above)",
+                           r->call.name, op);
     return st;
 }
 
@@ -639,7 +310,7 @@ static zt_status embedding_forward_impl(llama_state *s, const zt_unit_call *c)
     if (st != ZT_OK) return st;
     r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
     /* Out-of-range ids are recorded on the device and reported when the LM head reads the loss. */
-    CUDA_STEP(zt_cuda_embedding_forward(s->gpu->ctx, r->stream, r->tokens, s->cfg.vocab, s->cfg.hidden,
+    CUDA_STEP(zt_cuda_embedding_forward(s->gpu->ctx, r->stream, r->call.tokens, s->cfg.vocab, s->cfg.hidden,
                                         c->batch->tokens, param(r, EMBED_TABLE), c->x_out.data),
               "embedding forward");
 done:
@@ -658,7 +329,7 @@ static zt_status embedding_backward_impl(llama_state *s, const zt_unit_call *c)
         if (!g) st = prof_event(s, r->stream, &p->model_end);
     }
     if (st != ZT_OK || !g) return st; /* a frozen embedding has nothing to propagate */
-    CUDA_STEP(zt_cuda_embedding_backward(s->gpu->ctx, r->stream, r->tokens, s->cfg.vocab, s->cfg.hidden,
+    CUDA_STEP(zt_cuda_embedding_backward(s->gpu->ctx, r->stream, r->call.tokens, s->cfg.vocab, s->cfg.hidden,
                                          c->batch->tokens, c->dx_out.data, g),
               "embedding backward");
     if (r->prof) st = prof_event(s, r->stream, &r->prof->model_end);
@@ -674,25 +345,25 @@ done:
  * GEMMs instead; checkpoints and HF files are unchanged either way. */
 static int qkv_weights_adjacent(const gpu_run *r)
 {
-    const llama_config *c = &r->s->cfg;
+    const llama_config *c = &r->call.s->cfg;
     int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
-    return r->s->gpu->fuse && param(r, LAYER_K) == param(r, LAYER_Q) + Q * H &&
+    return r->call.s->gpu->fuse && param(r, LAYER_K) == param(r, LAYER_Q) + Q * H &&
            param(r, LAYER_V) == param(r, LAYER_K) + KV * H;
 }
 
 static int gate_up_weights_adjacent(const gpu_run *r)
 {
-    const llama_config *c = &r->s->cfg;
-    return r->s->gpu->fuse && param(r, LAYER_UP) == param(r, LAYER_GATE) + c->intermediate * c->hidden;
+    const llama_config *c = &r->call.s->cfg;
+    return r->call.s->gpu->fuse && param(r, LAYER_UP) == param(r, LAYER_GATE) + c->intermediate * c->hidden;
 }
 
 /* Gradients: both (all three) trainable and adjacent, so one dW GEMM accumulates into them. */
 static int grads_adjacent(const gpu_run *r, int first, int n, const int64_t *rows)
 {
-    if (!r->s->gpu->fuse) return 0;
+    if (!r->call.s->gpu->fuse) return 0;
     for (int i = 0; i < n; i++) {
         if (!grad(r, first + i)) return 0;
-        if (i > 0 && grad(r, first + i) != grad(r, first + i - 1) + rows[i - 1] * r->s->cfg.hidden) return 0;
+        if (i > 0 && grad(r, first + i) != grad(r, first + i - 1) + rows[i - 1] * r->call.s->cfg.hidden) return 0;
     }
     return 1;
 }
@@ -701,32 +372,32 @@ static int grads_adjacent(const gpu_run *r, int first, int n, const int64_t *row
 static zt_status proj_forward(const gpu_run *r, int64_t M, int64_t N, int64_t K, const uint16_t *x,
                               const uint16_t *w, uint16_t *y, int64_t ldy)
 {
-    return zt_cuda_gemm(r->s->gpu->ctx, r->stream, 0, 1, M, N, K, x, K, w, K, y, ZT_BF16, ldy, 0);
+    return zt_cuda_gemm(r->call.s->gpu->ctx, r->stream, 0, 1, M, N, K, x, K, w, K, y, ZT_BF16, ldy, 0);
 }
 
 /* dx[M, K] (+)= dy[M, N] (row stride lddy) w[N, K]. */
 static zt_status proj_backward_input(const gpu_run *r, int64_t M, int64_t N, int64_t K, const uint16_t *dy,
                                      int64_t lddy, const uint16_t *w, uint16_t *dx, int accumulate)
 {
-    return zt_cuda_gemm(r->s->gpu->ctx, r->stream, 0, 0, M, K, N, dy, lddy, w, K, dx, ZT_BF16, K, accumulate);
+    return zt_cuda_gemm(r->call.s->gpu->ctx, r->stream, 0, 0, M, K, N, dy, lddy, w, K, dx, ZT_BF16, K, accumulate);
 }
 
 /* dw[N, K] += dy[M, N]^T (row stride lddy) x[M, K], fp32. */
 static zt_status proj_backward_weight(const gpu_run *r, int64_t M, int64_t N, int64_t K, const uint16_t *dy,
                                       int64_t lddy, const uint16_t *x, float *dw)
 {
-    return zt_cuda_gemm(r->s->gpu->ctx, r->stream, 1, 0, N, K, M, dy, lddy, x, K, dw, ZT_F32, K, 1);
+    return zt_cuda_gemm(r->call.s->gpu->ctx, r->stream, 1, 0, N, K, M, dy, lddy, x, K, dw, ZT_F32, K, 1);
 }
 
 static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_layer_acts *a, uint16_t *out,
                                void **attention_saved)
 {
-    llama_state *s = r->s;
-    const zt_unit_call *c = r->c;
+    llama_state *s = r->call.s;
+    const zt_unit_call *c = r->call.c;
     const llama_config *cfg = &s->cfg;
     zt_cuda_ctx *ctx = s->gpu->ctx;
     cudaStream_t stream = r->stream;
-    int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
+    int64_t N = r->call.tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
     int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
     float eps = (float)cfg->rms_norm_eps;
     int64_t QKV = Q + 2 * KV;
@@ -797,97 +468,41 @@ done:
     return st;
 }
 
-static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_head_acts *a, float *loss_out,
-                              void *logits_out, int32_t logits_dtype);
+/* llama_compute_fn of a layer: its activations in rec. */
+static zt_status layer_fill(const llama_call *u, llama_saved *rec, int outputs, int keep)
+{
+    const gpu_run *r = run_of(u);
+    byte_carver cv = {rec->acts, 0};
+    gpu_layer_acts a;
+    carve_layer(&r->call.s->cfg, r->call.tokens, &cv, &a);
+    return layer_compute(r, r->call.c->x_in.data, &a, outputs ? r->call.c->x_out.data : NULL,
+                         keep ? &rec->attention_saved : NULL);
+}
 
 static zt_status layer_forward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
     zt_status st = gpu_run_init(r, s, c);
     if (st != ZT_OK) return st;
-    int train = (c->flags & ZT_UNIT_TRAIN) != 0, recompute = (c->flags & ZT_UNIT_RECOMPUTE) != 0;
-    int keep = train && !recompute;
-    gpu_record *rec = record_new(r, keep ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, 0,
-                                 keep ? "activations" : "forward scratch");
-    if (!rec) return ZT_ERR_OUT_OF_MEMORY;
-    byte_carver cv = {rec->acts, 0};
-    gpu_layer_acts a;
-    carve_layer(&s->cfg, r->tokens, &cv, &a);
-    st = layer_compute(r, c->x_in.data, &a, c->x_out.data, keep ? &rec->attention_saved : NULL);
-    if (st != ZT_OK || !keep) {
-        llama_cuda_saved_free(s, rec);
-        rec = NULL;
-    }
-    if (st == ZT_OK && train && recompute) {
-        rec = record_new(r, ZT_POOL_ACTIVATIONS, 1, "recompute marker");
-        if (!rec) return ZT_ERR_OUT_OF_MEMORY;
-    }
-    if (st == ZT_OK && train) *c->saved = rec;
-    return st;
-}
-
-static zt_status take_record(const gpu_run *r, gpu_record **out)
-{
-    gpu_record *rec = *r->c->saved;
-    if (!rec || rec->magic != GPU_SAVED_MAGIC || rec->unit != r->c->unit || rec->tokens != r->tokens) {
-        r->s->host->error(r->s->host->ctx, ZT_ERR_INVALID_ARG,
-                          "%s backward: the saved-activations slot does not hold this unit's training forward "
-                          "(%s); run forward with ZT_UNIT_TRAIN on the same batch before backward, and free "
-                          "each slot once (a host or zero-plugin bug)",
-                          r->name,
-                          !rec ? "it is empty"
-                          : rec->magic != GPU_SAVED_MAGIC ? "it holds something else"
-                          : rec->unit != r->c->unit      ? "it belongs to another unit"
-                                                         : "it was made for a batch of another size");
-        return ZT_ERR_INVALID_ARG;
-    }
-    *out = rec;
-    return ZT_OK;
-}
-
-/* Recomputes the activations of a unit whose record only marks a recompute (activation
- * checkpointing: the host kept the unit's input). */
-static zt_status materialize(const gpu_run *r, gpu_record *rec, gpu_record **fresh)
-{
-    *fresh = NULL;
-    if (!rec->recompute) return ZT_OK;
-    gpu_record *again = record_new(r, ZT_POOL_ACTIVATIONS, 0, "recomputed activations");
-    if (!again) return ZT_ERR_OUT_OF_MEMORY;
-    byte_carver cv = {again->acts, 0};
-    zt_status st;
-    if (r->c->unit == r->s->info.n_units - 1) {
-        gpu_head_acts a;
-        carve_head(&r->s->cfg, r->tokens, &cv, &a);
-        st = head_compute(r, r->c->x_in.data, &a, NULL, NULL, 0);
-    } else {
-        gpu_layer_acts a;
-        carve_layer(&r->s->cfg, r->tokens, &cv, &a);
-        st = layer_compute(r, r->c->x_in.data, &a, NULL, &again->attention_saved);
-    }
-    if (st != ZT_OK) {
-        llama_cuda_saved_free(r->s, again);
-        return st;
-    }
-    *fresh = again;
-    return ZT_OK;
+    return llama_saved_forward(&r->call, layer_fill);
 }
 
 static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
-    gpu_record *saved = NULL, *fresh = NULL;
+    llama_saved *saved = NULL, *fresh = NULL;
     void *work = NULL;
     zt_status st = gpu_run_init(r, s, c);
-    if (st == ZT_OK) st = take_record(r, &saved);
+    if (st == ZT_OK) st = llama_saved_take(&r->call, &saved);
     if (st != ZT_OK) return st;
     const llama_config *cfg = &s->cfg;
     zt_cuda_ctx *ctx = s->gpu->ctx;
     cudaStream_t stream = r->stream;
-    int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
+    int64_t N = r->call.tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
     int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D, QKV = Q + 2 * KV;
-    st = materialize(r, saved, &fresh);
+    st = llama_saved_materialize(&r->call, saved, layer_fill, &fresh);
     if (st != ZT_OK) goto done;
-    gpu_record *rec = fresh ? fresh : saved;
+    llama_saved *rec = fresh ? fresh : saved;
     byte_carver cv = {rec->acts, 0};
     gpu_layer_acts a;
     carve_layer(cfg, N, &cv, &a);
@@ -990,9 +605,7 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
               "input_layernorm backward + residual");
 done:
     gpu_free(s, work);
-    llama_cuda_saved_free(s, fresh);
-    llama_cuda_saved_free(s, saved);
-    *c->saved = NULL;
+    llama_saved_done(&r->call, saved, fresh);
     return st;
 }
 
@@ -1004,11 +617,11 @@ done:
 static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_head_acts *a, float *loss_out,
                               void *logits_out, int32_t logits_dtype)
 {
-    llama_state *s = r->s;
-    const zt_unit_call *c = r->c;
+    llama_state *s = r->call.s;
+    const zt_unit_call *c = r->call.c;
     const llama_config *cfg = &s->cfg;
     zt_cuda_ctx *ctx = s->gpu->ctx;
-    int64_t N = r->tokens, H = cfg->hidden, V = cfg->vocab;
+    int64_t N = r->call.tokens, H = cfg->hidden, V = cfg->vocab;
     zt_status st = ZT_OK;
     float *row_loss = NULL;
     CUDA_STEP(zt_cuda_rmsnorm_forward(ctx, r->stream, N, H, (float)cfg->rms_norm_eps, x, param(r, HEAD_NORM), a->norm,
@@ -1027,7 +640,7 @@ static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_hea
     double loss = 0, wait_t0 = r->prof ? prof_now_ms() : 0;
     cudaError_t e = cudaMemcpyAsync(&loss, s->gpu->loss, sizeof loss, cudaMemcpyDeviceToHost, r->stream);
     if (e != cudaSuccess) {
-        s->host->error(s->host->ctx, ZT_ERR_DEVICE, "%s: reading the loss from the GPU failed: %s", r->name,
+        s->host->error(s->host->ctx, ZT_ERR_DEVICE, "%s: reading the loss from the GPU failed: %s", r->call.name,
                        cudaGetErrorString(e));
         st = ZT_ERR_DEVICE;
         goto done;
@@ -1044,44 +657,40 @@ done:
     return st;
 }
 
+/* llama_compute_fn of the head: its final norm in rec; the logits and the loss only in a forward
+ * (the backward computes the logits again, chunk by chunk). */
+static zt_status head_fill(const llama_call *u, llama_saved *rec, int outputs, int keep)
+{
+    (void)keep; /* the norm is all the backward reads */
+    const gpu_run *r = run_of(u);
+    const zt_unit_call *c = r->call.c;
+    byte_carver cv = {rec->acts, 0};
+    gpu_head_acts a;
+    carve_head(&r->call.s->cfg, r->call.tokens, &cv, &a);
+    return head_compute(r, c->x_in.data, &a, outputs ? c->loss : NULL, outputs ? c->x_out.data : NULL,
+                        c->x_out.dtype);
+}
+
 static zt_status head_forward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
     zt_status st = gpu_run_init(r, s, c);
     if (st != ZT_OK) return st;
-    int train = (c->flags & ZT_UNIT_TRAIN) != 0, recompute = (c->flags & ZT_UNIT_RECOMPUTE) != 0;
-    int keep = train && !recompute;
-    gpu_record *rec = record_new(r, keep ? ZT_POOL_ACTIVATIONS : ZT_POOL_WORKSPACE, 0,
-                                 keep ? "activations" : "forward scratch");
-    if (!rec) return ZT_ERR_OUT_OF_MEMORY;
-    byte_carver cv = {rec->acts, 0};
-    gpu_head_acts a;
-    carve_head(&s->cfg, r->tokens, &cv, &a);
-    st = head_compute(r, c->x_in.data, &a, c->loss, c->x_out.data, c->x_out.dtype);
-    if (st != ZT_OK || !keep) {
-        llama_cuda_saved_free(s, rec);
-        rec = NULL;
-    }
-    if (st == ZT_OK && train && recompute) {
-        rec = record_new(r, ZT_POOL_ACTIVATIONS, 1, "recompute marker");
-        if (!rec) return ZT_ERR_OUT_OF_MEMORY;
-    }
-    if (st == ZT_OK && train) *c->saved = rec;
-    return st;
+    return llama_saved_forward(&r->call, head_fill);
 }
 
 static zt_status head_backward_impl(llama_state *s, const zt_unit_call *c)
 {
     gpu_run run, *r = &run;
-    gpu_record *saved = NULL, *fresh = NULL;
+    llama_saved *saved = NULL, *fresh = NULL;
     void *work = NULL;
     zt_status st = gpu_run_init(r, s, c);
-    if (st == ZT_OK) st = take_record(r, &saved);
+    if (st == ZT_OK) st = llama_saved_take(&r->call, &saved);
     if (st != ZT_OK) return st;
     const llama_config *cfg = &s->cfg;
     zt_cuda_ctx *ctx = s->gpu->ctx;
-    int64_t N = r->tokens, H = cfg->hidden, V = cfg->vocab;
-    st = materialize(r, saved, &fresh);
+    int64_t N = r->call.tokens, H = cfg->hidden, V = cfg->vocab;
+    st = llama_saved_materialize(&r->call, saved, head_fill, &fresh);
     if (st != ZT_OK) goto done;
     byte_carver cv = {(fresh ? fresh : saved)->acts, 0};
     gpu_head_acts a;
@@ -1109,9 +718,7 @@ static zt_status head_backward_impl(llama_state *s, const zt_unit_call *c)
               "final norm backward");
 done:
     gpu_free(s, work);
-    llama_cuda_saved_free(s, fresh);
-    llama_cuda_saved_free(s, saved);
-    *c->saved = NULL;
+    llama_saved_done(&r->call, saved, fresh);
     return st;
 }
 
@@ -1140,32 +747,32 @@ static zt_status unit_call_timed(llama_state *s, const zt_unit_call *c,
     return st;
 }
 
-zt_status llama_cuda_embedding_forward(llama_state *s, const zt_unit_call *c)
+static zt_status embedding_forward(llama_state *s, const zt_unit_call *c)
 {
     return unit_call_timed(s, c, embedding_forward_impl);
 }
 
-zt_status llama_cuda_embedding_backward(llama_state *s, const zt_unit_call *c)
+static zt_status embedding_backward(llama_state *s, const zt_unit_call *c)
 {
     return unit_call_timed(s, c, embedding_backward_impl);
 }
 
-zt_status llama_cuda_layer_forward(llama_state *s, const zt_unit_call *c)
+static zt_status layer_forward(llama_state *s, const zt_unit_call *c)
 {
     return unit_call_timed(s, c, layer_forward_impl);
 }
 
-zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c)
+static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
 {
     return unit_call_timed(s, c, layer_backward_impl);
 }
 
-zt_status llama_cuda_head_forward(llama_state *s, const zt_unit_call *c)
+static zt_status head_forward(llama_state *s, const zt_unit_call *c)
 {
     return unit_call_timed(s, c, head_forward_impl);
 }
 
-zt_status llama_cuda_head_backward(llama_state *s, const zt_unit_call *c)
+static zt_status head_backward(llama_state *s, const zt_unit_call *c)
 {
     return unit_call_timed(s, c, head_backward_impl);
 }
@@ -1201,7 +808,7 @@ static zt_status check_shapes(const llama_state *s)
     return ZT_OK;
 }
 
-zt_status llama_cuda_init(llama_state *s)
+static zt_status cuda_init(llama_state *s)
 {
     const zt_host *h = s->host;
     zt_status st = check_shapes(s);
@@ -1233,10 +840,13 @@ zt_status llama_cuda_init(llama_state *s)
                  cudaGetErrorString(e));
         return ZT_ERR_DEVICE;
     }
+    /* 16-bit activations: half the bytes the fp32 estimate (params.c) counts */
+    s->info.act_bytes_per_token_layer /= 2;
+    s->info.act_bytes_per_token_layer_recompute /= 2;
     return ZT_OK;
 }
 
-void llama_cuda_fini(llama_state *s)
+static void cuda_fini(llama_state *s)
 {
     if (!s->gpu) return;
     const zt_host *h = s->host;
@@ -1253,3 +863,17 @@ void llama_cuda_fini(llama_state *s)
     free(s->gpu);
     s->gpu = NULL;
 }
+
+/* ---- the CUDA path's table ------------------------------------------------------------------- */
+
+const llama_backend llama_cuda_backend = {
+    .device_type = ZT_DEVICE_CUDA,
+    .init = cuda_init,
+    .fini = cuda_fini,
+    .forward = {[LLAMA_UNIT_EMBEDDING] = embedding_forward, [LLAMA_UNIT_LAYER] = layer_forward,
+                [LLAMA_UNIT_HEAD] = head_forward},
+    .backward = {[LLAMA_UNIT_EMBEDDING] = embedding_backward, [LLAMA_UNIT_LAYER] = layer_backward,
+                 [LLAMA_UNIT_HEAD] = head_backward},
+    .saved_alloc = saved_alloc,
+    .saved_free = saved_free,
+};

@@ -1,5 +1,6 @@
-/* The llama model plugin's internals: the resolved model shape, the plugin state, and the per-unit
- * forward/backward used by plugin.c. docs/model-llama.md explains the math and the memory layout.
+/* The llama model plugin's internals: the resolved model shape, the plugin state, the saved
+ * activations every device path keeps the same way, and the table of what each device path does
+ * (llama_backend). docs/model-llama.md explains the math and the memory layout.
  */
 #ifndef ZT_PLUGIN_LLAMA_H
 #define ZT_PLUGIN_LLAMA_H
@@ -37,47 +38,97 @@ enum {
 };
 enum { HEAD_NORM, HEAD_LM, HEAD_PARAMS };
 
+/* The three kinds of unit: unit 0, units 1 .. layers, the last one. */
+enum { LLAMA_UNIT_EMBEDDING, LLAMA_UNIT_LAYER, LLAMA_UNIT_HEAD, LLAMA_UNIT_KINDS };
+
+typedef struct llama_backend llama_backend;
 typedef struct llama_gpu llama_gpu; /* layers_cuda.c */
 
 typedef struct llama_state {
     const zt_host *host;
-    int on_gpu;                /* a CUDA run: bf16 or fp16 units on the GPU (layers_cuda.c) */
-    int32_t compute;           /* dtype of parameter views and activations: ZT_F32 (CPU), ZT_BF16, or
-                                  ZT_F16 on a GPU with fp16.enabled */
-    llama_gpu *gpu;            /* their device state; NULL on the CPU */
-    zt_cpu_ctx cpu;            /* the host's thread pool, for the kernels */
+    const llama_backend *backend; /* the device path, chosen once at init from host->device */
+    int on_gpu;                   /* a CUDA run: bf16 or fp16 units on the GPU (layers_cuda.c) */
+    int32_t compute;              /* dtype of parameter views and activations: ZT_F32 (CPU), ZT_BF16,
+                                     or ZT_F16 on a GPU with fp16.enabled */
+    llama_gpu *gpu;               /* their device state; NULL on the CPU */
+    zt_cpu_ctx cpu;               /* the host's thread pool, for the kernels */
     llama_config cfg;
-    float *inv_freq;           /* [head_dim / 2] rotary frequencies */
+    float *inv_freq;              /* [head_dim / 2] rotary frequencies */
     zt_model_info info;
-    zt_param_decl *decls;      /* info.params */
-    char *names;               /* storage of the decl names */
-    int32_t *unit_first_param; /* [n_units + 1]: decls of unit u are [first[u], first[u+1]) */
+    zt_param_decl *decls;         /* info.params */
+    char *names;                  /* storage of the decl names */
+    int32_t *unit_first_param;    /* [n_units + 1]: decls of unit u are [first[u], first[u+1]) */
 } llama_state;
 
 /* Builds info and the parameter declarations from cfg (params.c). */
 zt_status llama_params_build(llama_state *s);
 void llama_params_free(llama_state *s);
 
-/* One unit, called by plugin.c after it checked the call (views, shapes, dtypes, batch). */
-zt_status llama_embedding_forward(llama_state *s, const zt_unit_call *c);
-zt_status llama_embedding_backward(llama_state *s, const zt_unit_call *c);
-zt_status llama_layer_forward(llama_state *s, const zt_unit_call *c);
-zt_status llama_layer_backward(llama_state *s, const zt_unit_call *c);
-zt_status llama_head_forward(llama_state *s, const zt_unit_call *c);
-zt_status llama_head_backward(llama_state *s, const zt_unit_call *c);
-/* Frees a saved-activation record left by a training forward (NULL is a no-op). */
-void llama_saved_free(llama_state *s, void *saved);
+/* ---- saved activations, on every device (layers_saved.c) ------------------------------------- */
 
-/* The same units on CUDA runs (layers_cuda.c, built with ZT_PLUGIN_CUDA), with bf16 device views. */
-zt_status llama_cuda_init(llama_state *s); /* checks the shapes the kernels take, uploads constants */
-void llama_cuda_fini(llama_state *s);
-zt_status llama_cuda_embedding_forward(llama_state *s, const zt_unit_call *c);
-zt_status llama_cuda_embedding_backward(llama_state *s, const zt_unit_call *c);
-zt_status llama_cuda_layer_forward(llama_state *s, const zt_unit_call *c);
-zt_status llama_cuda_layer_backward(llama_state *s, const zt_unit_call *c);
-zt_status llama_cuda_head_forward(llama_state *s, const zt_unit_call *c);
-zt_status llama_cuda_head_backward(llama_state *s, const zt_unit_call *c);
-void llama_cuda_saved_free(llama_state *s, void *saved);
+/* One unit call in progress, after plugin.c checked it (views, shapes, dtypes, batch). The CUDA
+ * path's own run (layers_cuda.c) has this as its first member. */
+typedef struct llama_call {
+    llama_state *s;
+    const zt_unit_call *c;
+    int64_t tokens; /* N = B*T */
+    char name[40];  /* "layer 3 (unit 4)", for messages */
+} llama_call;
+
+void llama_call_init(llama_call *u, llama_state *s, const zt_unit_call *c);
+
+/* What a training forward of a layer or the head leaves in *zt_unit_call.saved: a host header and,
+ * unless it only marks a recompute, the unit's activations at `acts`, placed by the device path
+ * (llama_backend.saved_alloc). */
+typedef struct llama_saved {
+    uint32_t magic;
+    int32_t unit;
+    int32_t recompute;     /* 1: no activations; the backward recomputes the forward */
+    int64_t tokens;        /* B*T of the forward that made it */
+    void *attention_saved; /* the attention plugin's record for this layer's backward */
+    const zt_attention_binding *attention; /* who made attention_saved, to release it */
+    void *acts;            /* the activations (CPU: after the header; CUDA: one device block); NULL
+                              for a recompute marker */
+} llama_saved;
+
+/* A device path's forward of a layer or the head into rec's activations. outputs: the forward
+ * proper (x_out, and the loss where asked); 0: the backward's recompute, activations only. keep: a
+ * backward reads rec (the attention plugin saves into rec->attention_saved). */
+typedef zt_status (*llama_compute_fn)(const llama_call *u, llama_saved *rec, int outputs, int keep);
+
+/* A forward of a layer or the head with its record: the activations are kept in
+ * ZT_POOL_ACTIVATIONS for a training forward, only a marker with ZT_UNIT_RECOMPUTE as well, and
+ * nothing (scratch from ZT_POOL_WORKSPACE) otherwise. */
+zt_status llama_saved_forward(const llama_call *u, llama_compute_fn compute);
+/* The backward's start: the record in the slot, checked to be this call's forward; then, when it
+ * only marks a recompute, the activations computed again into *fresh (else *fresh is NULL). */
+zt_status llama_saved_take(const llama_call *u, llama_saved **saved);
+zt_status llama_saved_materialize(const llama_call *u, llama_saved *saved, llama_compute_fn compute,
+                                  llama_saved **fresh);
+/* The backward's end: frees both records and empties the slot. */
+void llama_saved_done(const llama_call *u, llama_saved *saved, llama_saved *fresh);
+/* Frees a record, and the attention plugin's part of it when no backward took that (NULL is a no-op). */
+void llama_saved_free(llama_state *s, llama_saved *rec);
+
+/* ---- the device paths ------------------------------------------------------------------------ */
+
+/* What differs between the CPU and the CUDA path: plugin.c picks the one for host->device at init
+ * and calls the units only through it. */
+struct llama_backend {
+    int32_t device_type; /* ZT_DEVICE_CPU or ZT_DEVICE_CUDA */
+    zt_status (*init)(llama_state *s); /* after the shape and declarations; NULL: nothing to do */
+    void (*fini)(llama_state *s);      /* also after a failed init; NULL: nothing to do */
+    /* by unit kind (LLAMA_UNIT_*), called after plugin.c checked the call */
+    zt_status (*forward[LLAMA_UNIT_KINDS])(llama_state *s, const zt_unit_call *c);
+    zt_status (*backward[LLAMA_UNIT_KINDS])(llama_state *s, const zt_unit_call *c);
+    /* A record from `pool` (tags: the unit's name and `what`): a zeroed header with, unless
+     * `marker`, room for the unit's activations at acts; NULL when out of memory (the host said so). */
+    llama_saved *(*saved_alloc)(const llama_call *u, int32_t pool, int marker, const char *what);
+    void (*saved_free)(llama_state *s, llama_saved *rec); /* the header and the activations */
+};
+
+extern const llama_backend llama_cpu_backend;  /* layers.c: fp32 */
+extern const llama_backend llama_cuda_backend; /* layers_cuda.c, built with ZT_PLUGIN_CUDA: bf16 or fp16 */
 
 /* "layer 3" / "the embedding" / "the LM head", for messages. */
 const char *llama_unit_name(const llama_state *s, int32_t unit, char *buf, size_t cap);

@@ -107,7 +107,7 @@ zt_status llama_params_build(llama_state *s)
 
     /* Bytes kept per token per layer between forward and backward, in fp32. Both counts include
      * the layer input, which the host keeps for every unit. Without recompute the layer also keeps
-     * (layers.c, layer_record): both norm outputs, the residual after attention, q, k, v, the
+     * (layers.c, carve_layer): both norm outputs, the residual after attention, q, k, v, the
      * attention output, gate and up, two RMS factors, and the attention plugin's per-head
      * log-sum-exp (naive attention). */
     double floats = (double)(4 * H + 2 * q_out + 2 * kv_out + 2 * F + 2 + c->heads);

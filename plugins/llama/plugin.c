@@ -1,5 +1,6 @@
-/* The llama model plugin: options, lifecycle, and the checks every unit call passes before the
- * math in layers.c runs. */
+/* The llama model plugin: options, lifecycle, the checks every unit call passes before the math
+ * runs, and the choice of the device path (llama_backend: layers.c on the CPU, layers_cuda.c on
+ * CUDA) that every unit call then goes to. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,21 @@ const char *llama_unit_name(const llama_state *s, int32_t unit, char *buf, size_
 
 /* ---- lifecycle ------------------------------------------------------------------------------- */
 
+/* The device paths this build has. A run on CUDA takes the CUDA one; any other run the CPU one. */
+static const llama_backend *const k_backends[] = {
+    &llama_cpu_backend,
+#ifdef ZT_PLUGIN_CUDA
+    &llama_cuda_backend,
+#endif
+};
+
+static const llama_backend *backend_for(int32_t device_type)
+{
+    for (size_t i = 0; i < sizeof k_backends / sizeof k_backends[0]; i++)
+        if (k_backends[i]->device_type == device_type) return k_backends[i];
+    return NULL;
+}
+
 static zt_status llama_probe(const zt_host *host)
 {
     (void)host; /* the CPU path runs anywhere; init checks a CUDA run's device */
@@ -72,9 +88,7 @@ static void llama_fini(void *state)
 {
     llama_state *s = state;
     if (!s) return;
-#ifdef ZT_PLUGIN_CUDA
-    llama_cuda_fini(s);
-#endif
+    if (s->backend->fini) s->backend->fini(s);
     llama_params_free(s);
     free(s->inv_freq);
     free(s);
@@ -84,20 +98,20 @@ static zt_status llama_init(const zt_host *host, void **state)
 {
     *state = NULL;
     int on_gpu = host->device && host->device->device_type == ZT_DEVICE_CUDA;
-#ifndef ZT_PLUGIN_CUDA
-    if (on_gpu) {
+    const llama_backend *backend = backend_for(on_gpu ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU);
+    if (!backend) {
         host->error(host->ctx, ZT_ERR_UNSUPPORTED,
                     "this llama plugin was built without CUDA, so it computes on the CPU only: rebuild zt where "
                     "the CUDA toolkit is installed, or train on the CPU (device = cpu)");
         return ZT_ERR_UNSUPPORTED;
     }
-#endif
     llama_state *s = calloc(1, sizeof *s);
     if (!s) {
         host->error(host->ctx, ZT_ERR_OUT_OF_MEMORY, "cannot allocate the llama plugin state");
         return ZT_ERR_OUT_OF_MEMORY;
     }
     s->host = host;
+    s->backend = backend;
     s->on_gpu = on_gpu;
     int32_t fp16 = 0;
     if (host->cfg_bool(host->ctx, "fp16.enabled", &fp16) != ZT_OK) fp16 = 0;
@@ -115,14 +129,7 @@ static zt_status llama_init(const zt_host *host, void **state)
         }
     }
     if (st == ZT_OK) zt_cpu_rope_inv_freq(&s->cfg.rope, s->inv_freq);
-#ifdef ZT_PLUGIN_CUDA
-    if (st == ZT_OK && on_gpu) {
-        st = llama_cuda_init(s);
-        /* 16-bit activations: half the bytes the fp32 estimate counts */
-        s->info.act_bytes_per_token_layer /= 2;
-        s->info.act_bytes_per_token_layer_recompute /= 2;
-    }
-#endif
+    if (st == ZT_OK && backend->init) st = backend->init(s);
     if (st != ZT_OK) {
         llama_fini(s);
         return st;
@@ -187,7 +194,7 @@ static zt_status call_error(const llama_state *s, const char *unit_name, const c
     return ZT_ERR_INVALID_ARG;
 }
 
-/* Everything a unit call must satisfy before layers.c touches memory. */
+/* Everything a unit call must satisfy before a device path (layers.c, layers_cuda.c) touches memory. */
 static zt_status check_call(const llama_state *s, const zt_unit_call *c, int backward)
 {
     char name[40], what[160];
@@ -310,21 +317,20 @@ static const zt_model_info *llama_info(void *state)
     return &((llama_state *)state)->info;
 }
 
+/* LLAMA_UNIT_* of a (checked) unit index. */
+static int unit_kind(const llama_state *s, int32_t unit)
+{
+    if (unit == 0) return LLAMA_UNIT_EMBEDDING;
+    if (unit == s->info.n_units - 1) return LLAMA_UNIT_HEAD;
+    return LLAMA_UNIT_LAYER;
+}
+
 static zt_status llama_forward(void *state, const zt_unit_call *c)
 {
     llama_state *s = state;
     zt_status st = check_call(s, c, 0);
     if (st != ZT_OK) return st;
-#ifdef ZT_PLUGIN_CUDA
-    if (s->on_gpu) {
-        if (c->unit == 0) return llama_cuda_embedding_forward(s, c);
-        if (c->unit == s->info.n_units - 1) return llama_cuda_head_forward(s, c);
-        return llama_cuda_layer_forward(s, c);
-    }
-#endif
-    if (c->unit == 0) return llama_embedding_forward(s, c);
-    if (c->unit == s->info.n_units - 1) return llama_head_forward(s, c);
-    return llama_layer_forward(s, c);
+    return s->backend->forward[unit_kind(s, c->unit)](s, c);
 }
 
 static zt_status llama_backward(void *state, const zt_unit_call *c)
@@ -332,29 +338,13 @@ static zt_status llama_backward(void *state, const zt_unit_call *c)
     llama_state *s = state;
     zt_status st = check_call(s, c, 1);
     if (st != ZT_OK) return st;
-#ifdef ZT_PLUGIN_CUDA
-    if (s->on_gpu) {
-        if (c->unit == 0) return llama_cuda_embedding_backward(s, c);
-        if (c->unit == s->info.n_units - 1) return llama_cuda_head_backward(s, c);
-        return llama_cuda_layer_backward(s, c);
-    }
-#endif
-    if (c->unit == 0) return llama_embedding_backward(s, c);
-    if (c->unit == s->info.n_units - 1) return llama_head_backward(s, c);
-    return llama_layer_backward(s, c);
+    return s->backend->backward[unit_kind(s, c->unit)](s, c);
 }
 
 static void llama_release(void *state, int32_t unit, void **saved)
 {
     (void)unit;
     if (!saved) return;
-#ifdef ZT_PLUGIN_CUDA
-    if (((llama_state *)state)->on_gpu) {
-        llama_cuda_saved_free(state, *saved);
-        *saved = NULL;
-        return;
-    }
-#endif
     llama_saved_free(state, *saved);
     *saved = NULL;
 }
