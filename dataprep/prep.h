@@ -20,6 +20,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/random.h"
 #include "base/fileio.h"
 #include "host/registry.h"
 #include "host/runtime.h"
@@ -51,8 +52,8 @@ void prep_info(const char *fmt, ...) ZT_PRINTF(1, 2);
 void prep_warn(const char *fmt, ...) ZT_PRINTF(1, 2);
 void prep_fail(const char *fmt, ...) ZT_PRINTF(1, 2); /* "zt-prep: error: ..." */
 
-/* splitmix64: the one PRNG of zt-prep (shuffle, validation split), so output depends on --seed only. */
-uint64_t prep_splitmix64(uint64_t *state);
+/* Uniform in [0, n), n > 0, from zt_splitmix64 (base/random.h): zt-prep's shuffle and validation split,
+ * so its output depends on --seed only. */
 uint64_t prep_random_below(uint64_t *state, uint64_t n); /* uniform in [0, n), n > 0 */
 
 

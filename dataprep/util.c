@@ -88,21 +88,13 @@ void prep_fail(const char *fmt, ...)
     va_end(ap);
 }
 
-uint64_t prep_splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 uint64_t prep_random_below(uint64_t *state, uint64_t n)
 {
     /* Rejection sampling keeps every value exactly equally likely (plain modulo would not). */
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     uint64_t r;
     do {
-        r = prep_splitmix64(state);
+        r = zt_splitmix64(state);
     } while (r >= limit);
     return r % n;
 }

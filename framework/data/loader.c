@@ -17,6 +17,7 @@
 #include "base/checksum.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "base/random.h"
 #include "data/shard_format.h"
 
 /* ---- the loader -------------------------------------------------------------------------------- */
@@ -54,21 +55,12 @@ void zt_loader_options_default(zt_loader_options *opt)
     opt->verify_checksums = 1;
 }
 
-/* splitmix64 (Steele, Lea, Flood 2014): a tiny generator with a full 64-bit period. */
-static uint64_t splitmix64_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [0, bound) without modulo bias: reject the few values below 2^64 mod bound. */
 static uint64_t uniform_below(uint64_t *state, uint64_t bound)
 {
     uint64_t threshold = (0 - bound) % bound;
     for (;;) {
-        uint64_t r = splitmix64_next(state);
+        uint64_t r = zt_splitmix64(state);
         if (r >= threshold) return r % bound;
     }
 }
@@ -79,7 +71,7 @@ static void build_order(zt_loader *l, uint64_t epoch)
     for (uint64_t i = 0; i < n; i++) l->order[i] = (uint32_t)i;
     if (l->opt.shuffle) {
         uint64_t epoch_state = epoch;
-        uint64_t state = l->opt.seed ^ splitmix64_next(&epoch_state);
+        uint64_t state = l->opt.seed ^ zt_splitmix64(&epoch_state);
         for (uint64_t i = n - 1; i > 0; i--) {
             uint64_t j = uniform_below(&state, i + 1);
             uint32_t t = l->order[i];

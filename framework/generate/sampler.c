@@ -1,6 +1,7 @@
 /* zt-run --generate's sampler (generate.h, exposed for tests): greedy, or temperature and top-p
  * sampling with a splitmix64 generator. */
 #define _GNU_SOURCE /* qsort_r */
+#include "base/random.h"
 #include "generate/generate.h"
 
 #include <math.h>
@@ -85,19 +86,11 @@ void zt_sampler_distribution(zt_sampler *s, const float *logits, double *probs)
     memcpy(probs, s->prob, (size_t)s->vocab * sizeof *probs);
 }
 
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 int32_t zt_sampler_next(zt_sampler *s, const float *logits)
 {
     if (s->temperature == 0) return argmax(logits, s->vocab);
     distribution(s, logits);
-    double u = (double)(splitmix64(&s->state) >> 11) * 0x1p-53, cumulative = 0;
+    double u = (double)(zt_splitmix64(&s->state) >> 11) * 0x1p-53, cumulative = 0;
     int32_t last = 0;
     for (int32_t i = 0; i < s->vocab; i++) {
         if (s->prob[i] == 0) continue;

@@ -22,30 +22,11 @@
 
 /* ---- staging --------------------------------------------------------------------------------- */
 
-static zt_status make_dir(const char *path, zt_error *err)
-{
-    if (mkdir(path, 0777) == 0 || errno == EEXIST) return ZT_OK;
-    if (errno == ENOENT) { /* create the parents, then retry */
-        char *parent = strdup(path);
-        char *slash = parent ? strrchr(parent, '/') : NULL;
-        if (slash && slash != parent) {
-            *slash = '\0';
-            zt_status st = make_dir(parent, err);
-            free(parent);
-            if (st != ZT_OK) return st;
-            if (mkdir(path, 0777) == 0 || errno == EEXIST) return ZT_OK;
-        } else {
-            free(parent);
-        }
-    }
-    return zt_error_set(err, ZT_ERR_IO, "cannot create directory '%s': %s", path, strerror(errno));
-}
-
 zt_status zt_ckpt_stage(const char *root, int64_t step, char **staging_dir, zt_error *err)
 {
     *staging_dir = NULL;
     if (step < 0) return zt_error_set(err, ZT_ERR_INVALID_ARG, "checkpoint step %" PRId64 " < 0", step);
-    zt_status st = make_dir(root, err);
+    zt_status st = zt_mkdir_p(root, "checkpoint", "choose another checkpoint.dir (or output_dir)", err);
     if (st != ZT_OK) return st;
     char *path = NULL;
     if (asprintf(&path, "%s/step-%06" PRId64 CKPT_TMP_MARK "%ld-XXXXXX", root, step,

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/checksum.h"
+#include "base/random.h"
+
 #define PI 3.14159265358979323846
 
 /* ---- checking the model's declarations --------------------------------------------------------- */
@@ -246,24 +249,10 @@ int32_t zt_layout_find(const zt_host_layout *l, const char *name)
 
 /* ---- initialisation ---------------------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t fnv1a64(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
 /* A uniform double in (0, 1]: 53 random bits, never 0 so the logarithm below stays finite. */
 static double uniform(uint64_t key, uint64_t counter)
 {
-    uint64_t bits = mix64(key + counter * 0x9e3779b97f4a7c15ull) >> 11;
+    uint64_t bits = zt_mix64(key + counter * ZT_GOLDEN_GAMMA) >> 11;
     return ((double)bits + 1.0) * (1.0 / 9007199254740992.0);
 }
 
@@ -300,7 +289,8 @@ void zt_layout_init_range(const zt_host_layout *l, zt_runtime *rt, int32_t unit,
         if (p->init == ZT_INIT_ONES) {
             for (int64_t k = 0; k < to - from; k++) out[k] = 1.0f;
         } else if (p->init == ZT_INIT_NORMAL) {
-            init_job job = {mix64(seed ^ fnv1a64(p->name)), p->init_std, from - lo, out};
+            uint64_t key = zt_mix64(seed ^ zt_fnv1a64(ZT_FNV1A64_INIT, p->name, strlen(p->name)));
+            init_job job = {key, p->init_std, from - lo, out};
             if (rt) zt_runtime_parallel_for(rt, to - from, 1 << 14, init_normal_range, &job);
             else init_normal_range(&job, 0, to - from);
         }
