@@ -1,4 +1,4 @@
-/* A stand-in for plugins/zero_common/zero_cuda.c without a GPU, for test_zero_fake_gpu.c: "device"
+/* A stand-in for plugins/zero/zero_cuda.c without a GPU, for test_zero_fake_gpu.c: "device"
  * memory is host memory and every kernel is a CPU loop, so zero.c's GPU paths (bf16 compute copies,
  * comm-stream ordering, offload downloads, uploads and the offload thread) run on any machine.
  *
@@ -12,7 +12,7 @@
  *   copy stream (uploads): flushed when the comm stream waits for an upload (comm_wait_upload), when
  *     a staging buffer is waited for (wait_staging), or sync_copy.
  * Both queues are guarded by a mutex: the offload thread enqueues uploads and waits on events. */
-#include "../../plugins/zero_common/zero_cuda.h"
+#include "../../plugins/zero/zero_cuda.h"
 
 #include <math.h>
 #include <pthread.h>

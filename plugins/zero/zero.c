@@ -1,5 +1,5 @@
 /* ZeRO stages 0-3 (DeepSpeed's zero_optimization.stage), one source compiled once per stage with
- * ZT_ZERO_STAGE = 0..3 (plugins/zeroN/CMakeLists.txt): the stages differ in what a rank keeps whole
+ * ZT_ZERO_STAGE = 0..3 (plugins/zero/CMakeLists.txt): the stages differ in what a rank keeps whole
  * and what it keeps as its 1/dp shard, not in how anything is computed. docs/zero.md is the user's
  * guide; this comment is the map of the code.
  *
@@ -117,7 +117,7 @@
 #include "zero_cuda.h"
 
 #ifndef ZT_ZERO_STAGE
-#error "compile with -DZT_ZERO_STAGE=0, 1, 2 or 3 (see plugins/zero0/CMakeLists.txt)"
+#error "compile with -DZT_ZERO_STAGE=0, 1, 2 or 3 (see plugins/zero/CMakeLists.txt)"
 #endif
 #define STAGE ZT_ZERO_STAGE
 #define STRINGIFY2(x) #x
