@@ -54,7 +54,7 @@
  * runs; on CPU runs every buffer already is host memory. With offload_optimizer, step() hands the
  * optimizer to the offload thread (offload.c) unit by unit, CPU runs included, where it computes the
  * same bits.
- * Offload on GPUs (off_gpu: offload_optimizer on a GPU run). The fp32 master, the optimizer state and
+ * Offload on GPUs (off.on_gpu: offload_optimizer on a GPU run). The fp32 master, the optimizer state and
  * (stages 2-3) the gradient shard are host memory; the model's bf16 copies stay on the device.
  *   gradients down: stages 2-3 reduce-scatter each unit's transient gradients IN PLACE (the slice
  *     lands at the start of grad_full) and copy the slice to the host on the comm stream, then the
@@ -74,7 +74,7 @@
  *   step(): without early steps: downloads and adds drain (one host wait), the global norm (stage 1
  *     on the device, stages 2-3 on the CPU from the host shards, exchanged as without offload), then
  *     the units are queued in order; stages 1-2 all-gather unit u once its step is done while the
- *     thread steps u + 1. Early steps (off_early: no clipping, loss scale 1, one micro-batch, as
+ *     thread steps u + 1. Early steps (off.early: no clipping, loss scale 1, one micro-batch, as
  *     step_in_backward): the unit is queued as soon as its gradients are downloaded in the backward
  *     (its last writer's grads_ready), so the copies and the CPU step run behind the backward of the
  *     units before it; the thread sums each unit's squares for the reported norm. step() returns
@@ -151,6 +151,17 @@ typedef struct opt_range {
     int64_t count;
 } opt_range;
 
+/* A unit's offload bookkeeping on GPU runs (off.on_gpu); written by the training thread before it
+ * submits a job reading it. */
+typedef struct unit_offload {
+    int32_t fresh;          /* stages 2-3: the host gradient shard holds nothing of this step yet, so the next
+                               download lands in it directly (zero_grad sets it instead of clearing) */
+    int32_t add_buf;        /* stages 2-3: the download buffer (off.down[]) its queued add reads */
+    int32_t step_buf;       /* stage 1: the download buffer its queued step reads */
+    int64_t last_ticket;    /* the latest job waiting on its download event or reading its downloads */
+    int64_t step_ticket;    /* this step's step job; 0 none */
+} unit_offload;
+
 typedef struct unit_store {
     int64_t padded;         /* P */
     int64_t shard_offset;   /* this rank's slice [shard_offset, shard_offset + shard_count) of P; */
@@ -167,13 +178,7 @@ typedef struct unit_store {
     int32_t sib_step_at;    /* step_in_backward: the unit whose grads_ready steps this storage unit (the
                                earliest unit touching it: backward runs units in reverse); -1 none */
     int32_t n_touchers;     /* units whose backward writes this unit's gradients */
-    /* offload on GPUs (off_gpu); written by the training thread before it submits a job reading them */
-    int32_t fresh;          /* stages 2-3: the host gradient shard holds nothing of this step yet, so the next
-                               download lands in it directly (zero_grad sets it instead of clearing) */
-    int32_t add_buf;        /* stages 2-3: the download buffer (down[]) its queued add reads */
-    int32_t step_buf;       /* stage 1: the download buffer its queued step reads */
-    int64_t last_ticket;    /* the latest job waiting on its download event or reading its downloads */
-    int64_t step_ticket;    /* this step's step job; 0 none */
+    unit_offload off;       /* offload on GPUs (off.on_gpu) */
     const float *step_grads; /* step_in_backward: where step_range reads this unit's gradients, when
                                 they are not `grad` (the in-place reduced transient buffer) */
     float *grad;            /* stage 0: [n_trainable] packed; stage 1: [P]; stages 2-3: [shard_count] */
@@ -192,29 +197,32 @@ typedef struct unit_store {
     int32_t n_touched;
 } unit_store;
 
-typedef struct zero_state {
-    const zt_host *host;
-    zero_cuda *gpu;         /* GPU runs (zero_cuda.h); NULL on the CPU */
-    int32_t compute16;      /* GPU runs: the 16-bit type of the compute copies, ZT_BF16 or ZT_F16 (fp16);
-                               the arrays are named *_bf16 from before fp16 existed */
+/* The options, as read_options read them at init; fixed for the run. */
+typedef struct zero_config {
     int32_t overlap_comm;
     int64_t reduce_bucket, allgather_bucket, prefetch_bucket;
     int32_t offload_optimizer, offload_param, pin_optimizer, pin_param;
-    int32_t sib;            /* zero_optimization.step_in_backward is on for this run */
-    int32_t sib_have_args;  /* begin_step gave this step's arguments */
-    zt_step_args sib_args;
-    double sib_square;      /* CPU runs: this rank's sum of squares over the units stepped so far */
-    int32_t sib_count;      /* storage units stepped in this step's backward */
-    float *sib_norms;       /* GPU runs: [n_units] per-unit norms read back in step() */
-    int32_t cast_gather;    /* GPU runs, stage 3 without offload: gathers cast the fp32 master shard */
-    /* offload_optimizer: the thread that runs the optimizer (offload.h), and what step() hands it */
-    zero_offload *offload;
-    const zt_step_args *offload_args;
-    double offload_clip;
-    zt_step_args offload_args_copy;
-    /* offload_optimizer on GPU runs (header comment, "Offload on GPUs") */
-    int32_t off_gpu;
-    int32_t off_early;      /* a step may start inside the backward (the conditions of step_in_backward) */
+} zero_config;
+
+/* zero_optimization.step_in_backward (header comment, "step_in_backward"). */
+typedef struct zero_sib {
+    int32_t on;             /* step_in_backward is on for this run */
+    int32_t have_args;      /* begin_step gave this step's arguments */
+    zt_step_args args;      /* begin_step's arguments (offload's early steps use them too) */
+    double square;          /* CPU runs: this rank's sum of squares over the units stepped so far */
+    int32_t count;          /* storage units stepped in this step's backward */
+    float *norms;           /* GPU runs: [n_units] per-unit norms read back in step() */
+} zero_sib;
+
+/* offload_optimizer: the thread that runs the optimizer (offload.h), what step() hands it, and on GPU
+ * runs the copies to and from the host (header comment, "Offload on GPUs"). */
+typedef struct zero_off {
+    zero_offload *thread;
+    const zt_step_args *args;
+    double clip;
+    zt_step_args args_copy;
+    int32_t on_gpu;         /* offload_optimizer on a GPU run */
+    int32_t early;          /* a step may start inside the backward (the conditions of step_in_backward) */
     int32_t early_now;      /* this step's units are stepped as their gradients reach the host */
     int32_t early_count;    /* units submitted in this step's backward */
     int64_t submitted;      /* jobs submitted since setup: the n-th is ticket n (zero_offload_wait_for) */
@@ -226,6 +234,17 @@ typedef struct zero_state {
     double *unit_square;    /* [n_units] early steps: each unit's sum of squares (offload thread) */
     const float **job_tensors; /* [n_params] the offload thread's norm scratch */
     int64_t *job_sizes;
+} zero_off;
+
+typedef struct zero_state {
+    const zt_host *host;
+    zero_config cfg;
+    zero_cuda *gpu;         /* GPU runs (zero_cuda.h); NULL on the CPU */
+    int32_t compute16;      /* GPU runs: the 16-bit type of the compute copies, ZT_BF16 or ZT_F16 (fp16);
+                               the arrays are named *_bf16 from before fp16 existed */
+    int32_t cast_gather;    /* GPU runs, stage 3 without offload: gathers cast the fp32 master shard */
+    zero_sib sib;
+    zero_off off;
 
     /* From setup on. */
     const zt_layout *layout;
@@ -356,10 +375,10 @@ static zt_status fail(const zero_state *s, zt_status st, const char *fmt, ...)
 static int32_t mem_where(const zero_state *s, int offloaded)
 {
     if (s->host->device->device_type == ZT_DEVICE_CPU) return ZT_MEM_HOST;
-    int opt = (offloaded & OFFLOADED_OPTIMIZER) && s->offload_optimizer;
-    int param = (offloaded & OFFLOADED_PARAM) && s->offload_param;
+    int opt = (offloaded & OFFLOADED_OPTIMIZER) && s->cfg.offload_optimizer;
+    int param = (offloaded & OFFLOADED_PARAM) && s->cfg.offload_param;
     if (!opt && !param) return ZT_MEM_DEVICE;
-    return (opt && s->pin_optimizer) || (param && s->pin_param) ? ZT_MEM_PINNED : ZT_MEM_HOST;
+    return (opt && s->cfg.pin_optimizer) || (param && s->cfg.pin_param) ? ZT_MEM_PINNED : ZT_MEM_HOST;
 }
 
 static void zero_range(void *arg, int64_t begin, int64_t end)
@@ -488,25 +507,25 @@ static zt_status copy_bytes(zero_state *s, void *dst, const void *src, size_t by
  * Tickets count the engine's jobs, so on GPU runs every submission goes through here. */
 static zt_status offload_submit(zero_state *s, int32_t kind, int32_t unit, int64_t *ticket)
 {
-    zt_status st = zero_offload_submit(s->offload, kind * s->n_units + unit);
+    zt_status st = zero_offload_submit(s->off.thread, kind * s->n_units + unit);
     if (st != ZT_OK) return st;
-    *ticket = ++s->submitted;
+    *ticket = ++s->off.submitted;
     return ZT_OK;
 }
 
 /* Host wait for job `ticket` (0: none); the first failure of the thread's jobs so far, if any. */
 static zt_status offload_wait_for(zero_state *s, int64_t ticket)
 {
-    return ticket > 0 ? zero_offload_wait_for(s->offload, ticket) : ZT_OK;
+    return ticket > 0 ? zero_offload_wait_for(s->off.thread, ticket) : ZT_OK;
 }
 
 /* Download buffer for the next copy, once the job that read it last is done. */
 static zt_status take_down_buffer(zero_state *s, int32_t *buf)
 {
-    int32_t b = s->down_next;
-    s->down_next ^= 1;
+    int32_t b = s->off.down_next;
+    s->off.down_next ^= 1;
     *buf = b;
-    return offload_wait_for(s, s->down_ticket[b]);
+    return offload_wait_for(s, s->off.down_ticket[b]);
 }
 
 /* Stages 2-3: this rank's reduced slice of the unit (`slice`, device memory, the start of grad_full
@@ -518,19 +537,19 @@ static zt_status download_grads(zero_state *s, int32_t unit, const float *slice)
     unit_store *us = &s->units[unit];
     uint64_t bytes = (uint64_t)us->shard_count * sizeof(float);
     /* the download event is recorded again below: the jobs waiting on its last record must be done */
-    zt_status st = offload_wait_for(s, us->last_ticket);
+    zt_status st = offload_wait_for(s, us->off.last_ticket);
     if (st != ZT_OK) return st;
-    if (us->fresh) {
-        us->fresh = 0;
+    if (us->off.fresh) {
+        us->off.fresh = 0;
         return zero_cuda_download(s->host, s->gpu, unit, us->grad, slice, bytes);
     }
     int32_t b = 0;
     st = take_down_buffer(s, &b);
-    if (st == ZT_OK) st = zero_cuda_download(s->host, s->gpu, unit, s->down[b], slice, bytes);
-    us->add_buf = b;
+    if (st == ZT_OK) st = zero_cuda_download(s->host, s->gpu, unit, s->off.down[b], slice, bytes);
+    us->off.add_buf = b;
     int64_t t = 0;
     if (st == ZT_OK) st = offload_submit(s, JOB_ADD, unit, &t);
-    if (st == ZT_OK) s->down_ticket[b] = us->last_ticket = t;
+    if (st == ZT_OK) s->off.down_ticket[b] = us->off.last_ticket = t;
     return st;
 }
 
@@ -545,19 +564,19 @@ static zt_status submit_step(zero_state *s, int32_t unit)
     zt_status st = ZT_OK;
     int32_t b = -1;
     if (!SHARDED_GRADS) {
-        st = offload_wait_for(s, us->last_ticket);
+        st = offload_wait_for(s, us->off.last_ticket);
         if (st == ZT_OK) st = take_down_buffer(s, &b);
         if (st == ZT_OK)
-            st = zero_cuda_download(s->host, s->gpu, unit, s->down[b], us->grad,
+            st = zero_cuda_download(s->host, s->gpu, unit, s->off.down[b], us->grad,
                                     (uint64_t)us->shard_count * sizeof(float));
-        us->step_buf = b;
+        us->off.step_buf = b;
     }
     int64_t t = 0;
     if (st == ZT_OK) st = offload_submit(s, JOB_STEP, unit, &t);
     if (st != ZT_OK) return st;
-    if (b >= 0) s->down_ticket[b] = t;
-    us->last_ticket = us->step_ticket = t;
-    if (s->early_now) s->early_count++;
+    if (b >= 0) s->off.down_ticket[b] = t;
+    us->off.last_ticket = us->off.step_ticket = t;
+    if (s->off.early_now) s->off.early_count++;
     return ZT_OK;
 }
 
@@ -565,8 +584,8 @@ static zt_status submit_step(zero_state *s, int32_t unit)
 static zt_status all_reduce_unit(zero_state *s, unit_store *us)
 {
     if (s->dp.size <= 1) return ZT_OK;
-    for (int64_t at = 0; at < us->n_grad; at += s->reduce_bucket) {
-        int64_t n = min64(us->n_grad - at, s->reduce_bucket);
+    for (int64_t at = 0; at < us->n_grad; at += s->cfg.reduce_bucket) {
+        int64_t n = min64(us->n_grad - at, s->cfg.reduce_bucket);
         zt_status st = s->host->all_reduce(s->host->ctx, &s->dp, us->grad + at, us->grad + at, (uint64_t)n, ZT_F32,
                                            ZT_REDUCE_SUM, NULL);
         if (st != ZT_OK) return st; /* the host recorded which collective failed */
@@ -645,14 +664,14 @@ static zt_status gather_unit(zero_state *s, int32_t u)
     if (st != ZT_OK) return st;
     if (!s->gpu) return all_gather_bytes(s, us, us->master, us->compute, ZT_F32, sizeof(float));
     /* offload: the offload thread uploads the unit's updated slice on the copy stream; gather after it */
-    if (s->off_gpu) st = zero_cuda_comm_wait_upload(s->host, s->gpu, u);
+    if (s->off.on_gpu) st = zero_cuda_comm_wait_upload(s->host, s->gpu, u);
     const uint16_t *send = SHARDED_PARAMS ? us->shard_bf16 : us->compute_bf16 + us->shard_offset;
     if (st == ZT_OK && s->cast_gather) {
         /* the master shard is on the device: its bf16 straight into this rank's slot, gathered in place */
         uint16_t *slot = us->compute_bf16 + us->shard_offset;
         st = zero_cuda_refresh_comm(s->host, s->gpu, us->master, slot, us->shard_count);
         send = slot;
-    } else if (st == ZT_OK && SHARDED_PARAMS && s->offload_param) {
+    } else if (st == ZT_OK && SHARDED_PARAMS && s->cfg.offload_param) {
         /* the bf16 shard lives on the host, which collectives do not read: copy it into this rank's
          * slot of the gathered buffer and gather in place */
         uint16_t *slot = us->compute_bf16 + us->shard_offset;
@@ -799,8 +818,8 @@ static zt_status prefetch_next(zero_state *s, int32_t unit, int32_t phase)
         for (int32_t k = 0; has_next && k < s->units[next].n_touched; k++) used |= s->units[next].touched[k] == u;
         if (!used) st = drop_prefetch(s, u);
     }
-    if (st != ZT_OK || !has_next || s->prefetch_bucket <= 0) return st;
-    int64_t budget = s->prefetch_bucket;
+    if (st != ZT_OK || !has_next || s->cfg.prefetch_bucket <= 0) return st;
+    int64_t budget = s->cfg.prefetch_bucket;
     for (int32_t k = 0; k < s->units[next].n_touched && st == ZT_OK; k++) {
         int32_t home = s->units[next].touched[k];
         if (s->units[home].live > 0 || s->units[home].prefetched) continue;
@@ -843,7 +862,7 @@ static zt_status release_grads(zero_state *s, int32_t unit, int32_t by)
     unit_store *us = &s->units[unit];
     if (us->grad_refs == 0 || --us->grad_refs > 0) return ZT_OK;
     zt_status st;
-    if (s->sib && !us->grad) {
+    if (s->sib.on && !us->grad) {
         st = comm_after_compute(s);
         if (st == ZT_OK) st = reduce_scatter_unit(s, us, us->grad_full, us->grad_full);
         if (st == ZT_OK) st = comm_done(s, reduce_slot(unit));
@@ -853,7 +872,7 @@ static zt_status release_grads(zero_state *s, int32_t unit, int32_t by)
         us->grad_full = NULL;
         return st;
     }
-    if (s->off_gpu) { /* offload: reduce in place, the slice down to the host shard (download_grads) */
+    if (s->off.on_gpu) { /* offload: reduce in place, the slice down to the host shard (download_grads) */
         st = comm_after_compute(s);
         if (st == ZT_OK) st = reduce_scatter_unit(s, us, us->grad_full, us->grad_full);
         if (st == ZT_OK) st = download_grads(s, unit, us->grad_full);
@@ -861,7 +880,7 @@ static zt_status release_grads(zero_state *s, int32_t unit, int32_t by)
         if (st == ZT_OK) st = comm_done(s, reduce_slot(unit));
         us->pending_free = us->grad_full;
         us->grad_full = NULL;
-        if (st == ZT_OK && s->early_now && us->sib_step_at == by) st = submit_step(s, unit);
+        if (st == ZT_OK && s->off.early_now && us->sib_step_at == by) st = submit_step(s, unit);
         return st;
     }
     st = reduce_into_shard(s, unit);
@@ -871,7 +890,7 @@ static zt_status release_grads(zero_state *s, int32_t unit, int32_t by)
         s->host->free(s->host->ctx, us->grad_full);
     }
     us->grad_full = NULL;
-    if (st == ZT_OK && s->sib && us->sib_step_at == by) {
+    if (st == ZT_OK && s->sib.on && us->sib_step_at == by) {
         st = compute_after(s, reduce_slot(unit));
         if (st == ZT_OK) st = sib_step_unit(s, unit, us->grad);
     }
@@ -891,10 +910,10 @@ static zt_status read_options(zero_state *s)
     const zt_host *h = s->host;
     int32_t reduce_scatter = 1, allgather_partitions = 1, contiguous = 1, pin_optimizer = 1, pin_param = 1;
     const char *offload_optimizer = "none", *offload_param = "none";
-    zt_status st = h->cfg_bool(h->ctx, "zero_optimization.overlap_comm", &s->overlap_comm);
-    if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.reduce_bucket_size", &s->reduce_bucket);
-    if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.allgather_bucket_size", &s->allgather_bucket);
-    if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.stage3_prefetch_bucket_size", &s->prefetch_bucket);
+    zt_status st = h->cfg_bool(h->ctx, "zero_optimization.overlap_comm", &s->cfg.overlap_comm);
+    if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.reduce_bucket_size", &s->cfg.reduce_bucket);
+    if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.allgather_bucket_size", &s->cfg.allgather_bucket);
+    if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.stage3_prefetch_bucket_size", &s->cfg.prefetch_bucket);
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.reduce_scatter", &reduce_scatter);
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.allgather_partitions", &allgather_partitions);
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.contiguous_gradients", &contiguous);
@@ -904,10 +923,10 @@ static zt_status read_options(zero_state *s)
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.offload_param.pin_memory", &pin_param);
     if (st != ZT_OK) return fail(s, st, "cannot read its options (status %d): a host bug", (int)st);
 
-    s->offload_optimizer = !strcmp(offload_optimizer, "cpu");
-    s->offload_param = !strcmp(offload_param, "cpu");
-    s->pin_optimizer = pin_optimizer;
-    s->pin_param = pin_param;
+    s->cfg.offload_optimizer = !strcmp(offload_optimizer, "cpu");
+    s->cfg.offload_param = !strcmp(offload_param, "cpu");
+    s->cfg.pin_optimizer = pin_optimizer;
+    s->cfg.pin_param = pin_param;
     if (!reduce_scatter || !allgather_partitions || !contiguous)
         return fail(s, ZT_ERR_CONFIG,
                     "options: zero_optimization.%s is false, but zt always %s; remove the key or set it to true",
@@ -916,12 +935,12 @@ static zt_status read_options(zero_state *s)
                     !reduce_scatter         ? "reduces sharded gradients with a reduce-scatter"
                     : !allgather_partitions ? "gathers updated parameters with an all-gather"
                                             : "keeps gradients in contiguous per-unit buffers");
-    if (STAGE == 0 && s->offload_optimizer)
+    if (STAGE == 0 && s->cfg.offload_optimizer)
         return fail(s, ZT_ERR_CONFIG,
                     "options: zero_optimization.offload_optimizer.device is \"cpu\", but offloading the optimizer "
                     "needs a sharded optimizer (stage 1, 2 or 3, as in DeepSpeed); set "
                     "zero_optimization.stage to 1 or more, or the device to \"none\"");
-    if (STAGE < 3 && s->offload_param)
+    if (STAGE < 3 && s->cfg.offload_param)
         return fail(s, ZT_ERR_CONFIG,
                     "options: zero_optimization.offload_param.device is \"cpu\", but offloading parameters needs "
                     "stage 3 (as in DeepSpeed); set zero_optimization.stage to 3, or the device to \"none\"");
@@ -948,12 +967,12 @@ static void zero_fini(void *opaque)
     zero_state *s = opaque;
     if (!s) return;
     const zt_host *h = s->host;
-    zero_offload_destroy(s->offload); /* first: its thread may still touch the buffers below */
+    zero_offload_destroy(s->off.thread); /* first: its thread may still touch the buffers below */
     /* GPU runs: collectives still queued on the comm stream may read buffers freed below (stream-
      * ordered on the compute stream) */
     if (s->gpu) (void)compute_after_all_comm(s);
     /* offload: uploads on the copy stream may still write device copies or read staging buffers */
-    if (s->gpu && s->off_gpu) (void)zero_cuda_sync_copy(h, s->gpu);
+    if (s->gpu && s->off.on_gpu) (void)zero_cuda_sync_copy(h, s->gpu);
     for (int32_t u = 0; s->units && u < s->n_units; u++) {
         unit_store *us = &s->units[u];
         h->free(h->ctx, us->compute);
@@ -976,14 +995,14 @@ static void zero_fini(void *opaque)
     h->free(h->ctx, s->norm_parts);
     h->free(h->ctx, s->reduce_staging);
     h->free(h->ctx, s->gather_staging);
-    h->free(h->ctx, s->sib_norms);
+    h->free(h->ctx, s->sib.norms);
     for (int32_t b = 0; b < 2; b++) {
-        h->free(h->ctx, s->down[b]);
-        h->free(h->ctx, s->up[b]);
+        h->free(h->ctx, s->off.down[b]);
+        h->free(h->ctx, s->off.up[b]);
     }
-    h->free(h->ctx, s->unit_square);
-    h->free(h->ctx, s->job_tensors);
-    h->free(h->ctx, s->job_sizes);
+    h->free(h->ctx, s->off.unit_square);
+    h->free(h->ctx, s->off.job_tensors);
+    h->free(h->ctx, s->off.job_sizes);
     zero_cuda_destroy(h, s->gpu);
     h->free(h->ctx, s);
 }
@@ -1007,7 +1026,7 @@ static zt_status refresh_compute_copy(zero_state *s, int32_t unit)
     int64_t n = us->shard_count;
     uint64_t bytes = (uint64_t)n * sizeof(uint16_t);
     uint16_t *target = SHARDED_PARAMS ? us->shard_bf16 : us->compute_bf16 + us->shard_offset;
-    int master_on_host = s->off_gpu, target_on_host = SHARDED_PARAMS && s->offload_param;
+    int master_on_host = s->off.on_gpu, target_on_host = SHARDED_PARAMS && s->cfg.offload_param;
     zt_status st = ZT_OK;
     if (!master_on_host && !target_on_host) {
         st = zero_cuda_refresh(h, s->gpu, us->master, target, n);
@@ -1016,8 +1035,8 @@ static zt_status refresh_compute_copy(zero_state *s, int32_t unit)
         if (st == ZT_OK) bf16_host(s, us->master, target, n);
     } else if (master_on_host) { /* through the first upload staging buffer */
         st = zero_cuda_sync_copy(h, s->gpu); /* its last upload, and any upload into target */
-        if (st == ZT_OK) bf16_host(s, us->master, s->up[0], n);
-        if (st == ZT_OK) st = zero_cuda_copy(h, target, s->up[0], bytes);
+        if (st == ZT_OK) bf16_host(s, us->master, s->off.up[0], n);
+        if (st == ZT_OK) st = zero_cuda_copy(h, target, s->off.up[0], bytes);
     } else { /* master on the device, bf16 shard on the host: through a transient device buffer */
         char tag[96];
         snprintf(tag, sizeof tag, PLUGIN_NAME " unit %d bf16 shard (transient, for the host copy)", (int)unit);
@@ -1039,25 +1058,26 @@ static zt_status setup_offload_gpu(zero_state *s)
 {
     int64_t largest = 0;
     for (int32_t u = 0; u < s->n_units; u++) {
-        s->units[u].fresh = 1;
+        s->units[u].off.fresh = 1;
         if (s->units[u].shard_count > largest) largest = s->units[u].shard_count;
     }
     zt_status st = zero_cuda_offload_init(s->host, s->gpu, s->n_units, 2);
     int32_t where = mem_where(s, OFFLOADED_OPTIMIZER);
     for (int32_t b = 0; b < 2 && st == ZT_OK && largest; b++) {
         /* pool grads/params: what estimate_gpu counts them as (the staging as params) */
-        s->down[b] = s->host->alloc(s->host->ctx, ZT_POOL_GRADS, where, (uint64_t)largest * sizeof(float), 0,
+        s->off.down[b] = s->host->alloc(s->host->ctx, ZT_POOL_GRADS, where, (uint64_t)largest * sizeof(float), 0,
                                     PLUGIN_NAME " offload gradient download buffer");
-        s->up[b] = s->host->alloc(s->host->ctx, ZT_POOL_PARAMS, where, (uint64_t)largest * sizeof(uint16_t), 0,
+        s->off.up[b] = s->host->alloc(s->host->ctx, ZT_POOL_PARAMS, where, (uint64_t)largest * sizeof(uint16_t), 0,
                                   PLUGIN_NAME " offload bf16 upload staging");
-        if (!s->down[b] || !s->up[b]) st = ZT_ERR_OUT_OF_MEMORY;
+        if (!s->off.down[b] || !s->off.up[b]) st = ZT_ERR_OUT_OF_MEMORY;
     }
     if (st == ZT_OK) {
         int32_t n_params = s->layout->model->n_params_decl;
-        s->unit_square = alloc_table(s, (uint64_t)s->n_units * sizeof(double), PLUGIN_NAME " unit norms");
-        s->job_tensors = alloc_table(s, (uint64_t)n_params * sizeof *s->job_tensors, PLUGIN_NAME " offload norm");
-        s->job_sizes = alloc_table(s, (uint64_t)n_params * sizeof *s->job_sizes, PLUGIN_NAME " offload norm");
-        if (!s->unit_square || !s->job_tensors || !s->job_sizes) st = ZT_ERR_OUT_OF_MEMORY;
+        s->off.unit_square = alloc_table(s, (uint64_t)s->n_units * sizeof(double), PLUGIN_NAME " unit norms");
+        s->off.job_tensors =
+            alloc_table(s, (uint64_t)n_params * sizeof *s->off.job_tensors, PLUGIN_NAME " offload norm");
+        s->off.job_sizes = alloc_table(s, (uint64_t)n_params * sizeof *s->off.job_sizes, PLUGIN_NAME " offload norm");
+        if (!s->off.unit_square || !s->off.job_tensors || !s->off.job_sizes) st = ZT_ERR_OUT_OF_MEMORY;
     }
     return st;
 }
@@ -1067,15 +1087,15 @@ static zt_status setup_offload_gpu(zero_state *s)
  * without offload (cast_gather), else from an [S] bf16 shard (host memory with offload_param). */
 static zt_status setup_gpu(zero_state *s)
 {
-    s->cast_gather = SHARDED_PARAMS && !s->off_gpu && !s->offload_param;
+    s->cast_gather = SHARDED_PARAMS && !s->off.on_gpu && !s->cfg.offload_param;
     for (int32_t r = 0; r < s->n_ranges; r++) s->norm_sizes[r] = s->ranges[r].count;
     zt_status st = zero_cuda_create(s->host, PLUGIN_NAME, s->n_ranges, s->norm_sizes, 2 * s->n_units + 1, s->n_units,
                                     s->dp.size, &s->gpu);
-    if (st == ZT_OK && s->sib) {
-        s->sib_norms = alloc_table(s, (uint64_t)s->n_units * sizeof(float), PLUGIN_NAME " unit norms");
-        if (!s->sib_norms) st = ZT_ERR_OUT_OF_MEMORY;
+    if (st == ZT_OK && s->sib.on) {
+        s->sib.norms = alloc_table(s, (uint64_t)s->n_units * sizeof(float), PLUGIN_NAME " unit norms");
+        if (!s->sib.norms) st = ZT_ERR_OUT_OF_MEMORY;
     }
-    if (st == ZT_OK && s->off_gpu) st = setup_offload_gpu(s);
+    if (st == ZT_OK && s->off.on_gpu) st = setup_offload_gpu(s);
     for (int32_t u = 0; u < s->n_units && st == ZT_OK; u++) {
         unit_store *us = &s->units[u];
         if (!us->padded || s->cast_gather) continue;
@@ -1180,8 +1200,8 @@ static zt_status plan_buckets(zero_state *s)
     int64_t largest = 0, d = s->dp.size;
     for (int32_t u = 0; u < s->n_units; u++)
         if (s->units[u].shard_count > largest) largest = s->units[u].shard_count;
-    s->reduce_chunk = s->reduce_bucket / d > 0 ? s->reduce_bucket / d : 1;
-    s->gather_chunk = s->allgather_bucket / d > 0 ? s->allgather_bucket / d : 1;
+    s->reduce_chunk = s->cfg.reduce_bucket / d > 0 ? s->cfg.reduce_bucket / d : 1;
+    s->gather_chunk = s->cfg.allgather_bucket / d > 0 ? s->cfg.allgather_bucket / d : 1;
     if (STAGE >= 1 && largest > s->reduce_chunk) {
         s->reduce_staging = alloc_floats(s, ZT_POOL_COMM, 0, d * s->reduce_chunk, "reduce bucket (staging)", -1);
         if (!s->reduce_staging) return ZT_ERR_OUT_OF_MEMORY;
@@ -1211,7 +1231,7 @@ static zt_status alloc_unit(zero_state *s, int32_t u)
     }
     /* step_in_backward: stages 0-1 allocate gradients per step and unit (hold_grads); stages 2-3 keep a
      * shard accumulator only for a storage unit several units write (a tied embedding) */
-    int transient = s->sib && (!SHARDED_GRADS || us->n_touchers <= 1);
+    int transient = s->sib.on && (!SHARDED_GRADS || us->n_touchers <= 1);
     if (!transient) {
         us->grad = alloc_floats(s, ZT_POOL_GRADS, SHARDED_GRADS ? OFFLOADED_OPTIMIZER : 0, us->n_grad, "gradients", u);
         if (us->n_grad && !us->grad) return ZT_ERR_OUT_OF_MEMORY;
@@ -1243,23 +1263,23 @@ static zt_status decide_step_in_backward(zero_state *s, int gpu)
     int32_t fp16 = 0;
     if (h->cfg_string(h->ctx, "zero_optimization.step_in_backward", &mode) != ZT_OK || !mode)
         return fail(s, ZT_ERR_INTERNAL, "cannot read zero_optimization.step_in_backward: a host bug");
-    s->sib = 0;
+    s->sib.on = 0;
     if (!strcmp(mode, "false")) return ZT_OK;
     /* host keys (docs/config.md); a host that does not answer leaves the mode undecidable: off */
     int known = h->cfg_float(h->ctx, "gradient_clipping", &clip) == ZT_OK &&
                 h->cfg_int(h->ctx, "gradient_accumulation_steps", &accumulation) == ZT_OK &&
                 h->cfg_bool(h->ctx, "fp16.enabled", &fp16) == ZT_OK;
     int exact = known && clip == 0 && accumulation == 1 && !fp16;
-    int offload = s->offload_optimizer || s->offload_param;
+    int offload = s->cfg.offload_optimizer || s->cfg.offload_param;
     /* offload_optimizer on GPUs: the offload thread steps each unit once its gradients reach the host,
      * during the backward (the same exactness conditions); gradients keep their buffers */
-    int early_offload = gpu && s->offload_optimizer;
+    int early_offload = gpu && s->cfg.offload_optimizer;
     if (!strcmp(mode, "auto")) {
         /* One GPU only: with several, stepping unit by unit makes the compute stream wait for each
          * unit's reduction, which then no longer overlaps the next unit's backward (measured on 2
          * H200s, 1.1B zero1/zero2: 92% scaling with it, 98% without). */
-        s->sib = exact && gpu && !offload && s->dp.size == 1;
-        s->off_early = exact && early_offload;
+        s->sib.on = exact && gpu && !offload && s->dp.size == 1;
+        s->off.early = exact && early_offload;
         return ZT_OK;
     }
     if (!exact || (offload && !early_offload))
@@ -1272,8 +1292,8 @@ static zt_status decide_step_in_backward(zero_state *s, int gpu)
                     clip, (long long)accumulation, fp16 ? "true" : "false",
                     !offload ? "no offload" : early_offload ? "offload_optimizer on a GPU run" : gpu ? "offload_param alone"
                                                                                              : "offload on a CPU run");
-    if (early_offload) s->off_early = 1;
-    else s->sib = 1;
+    if (early_offload) s->off.early = 1;
+    else s->sib.on = 1;
     return ZT_OK;
 }
 
@@ -1285,7 +1305,7 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
     if (!layout || layout->struct_size < sizeof(zt_layout) || !layout->model || !opt || !opt->step)
         return fail(s, ZT_ERR_INVALID_ARG, "setup: the layout or the optimizer ops are missing or too old");
     int gpu = h->device->device_type == ZT_DEVICE_CUDA;
-    s->off_gpu = gpu && s->offload_optimizer;
+    s->off.on_gpu = gpu && s->cfg.offload_optimizer;
     if (gpu && (!GPU_CAPABLE || (layout->compute_dtype != ZT_BF16 && layout->compute_dtype != ZT_F16)))
         return fail(s, ZT_ERR_UNSUPPORTED,
                     "trains on GPUs only when built with CUDA and computing in bf16 or fp16 (this run: compute dtype "
@@ -1300,16 +1320,16 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
     if (st != ZT_OK) return st; /* the host's message names the missing group */
     st = decide_step_in_backward(s, gpu);
     if (st != ZT_OK) return st;
-    if (s->sib)
+    if (s->sib.on)
         h->log(h->ctx, ZT_LOG_INFO,
                "step_in_backward: the optimizer steps each unit inside the backward, as soon as its gradients "
                "are reduced; gradients exist only per unit");
-    if (s->off_gpu)
+    if (s->off.on_gpu)
         h->log(h->ctx, ZT_LOG_INFO,
                "offload_optimizer: the fp32 master, optimizer state%s live in %s host memory and the optimizer "
                "steps on the CPU; %s",
-               SHARDED_GRADS ? " and gradient shards" : "", s->pin_optimizer ? "pinned" : "pageable",
-               s->off_early ? "each unit is stepped during the backward as soon as its gradients reach the host "
+               SHARDED_GRADS ? " and gradient shards" : "", s->cfg.pin_optimizer ? "pinned" : "pageable",
+               s->off.early ? "each unit is stepped during the backward as soon as its gradients reach the host "
                               "(no clipping, one micro-batch)"
                             : "units are stepped after the backward (the global norm comes first)");
     for (int32_t u = 0; u < layout->n_units; u++)
@@ -1349,9 +1369,9 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
     /* Offload: the optimizer's thread (CPU runs too, where it runs the same arithmetic on the same
      * buffers: tests/zero checks the results stay bit for bit those without offload). */
     /* GPU runs queue adds and steps (at most two adds at a time: the download buffers) */
-    if (st == ZT_OK && s->offload_optimizer && (s->n_ranges || s->off_gpu))
-        st = zero_offload_create(h, PLUGIN_NAME, offload_job, s, 2 * s->n_units + 4, &s->offload);
-    if (st == ZT_OK && (s->offload_optimizer || s->offload_param) && h->device->device_type == ZT_DEVICE_CPU)
+    if (st == ZT_OK && s->cfg.offload_optimizer && (s->n_ranges || s->off.on_gpu))
+        st = zero_offload_create(h, PLUGIN_NAME, offload_job, s, 2 * s->n_units + 4, &s->off.thread);
+    if (st == ZT_OK && (s->cfg.offload_optimizer || s->cfg.offload_param) && h->device->device_type == ZT_DEVICE_CPU)
         h->log(h->ctx, ZT_LOG_INFO,
                "offload to the CPU requested: this run computes on the CPU, where every buffer already is host "
                "memory, so nothing moves (the optimizer steps on the offload thread)");
@@ -1401,7 +1421,7 @@ static zt_status zero_before_unit(void *opaque, int32_t unit, int32_t phase, zt_
             st = compute_after(s, gather_slot(s, home));
             hs->gather_pending = st != ZT_OK;
         }
-        if (st == ZT_OK && phase == ZT_PHASE_BACKWARD && (SHARDED_GRADS || s->sib)) st = hold_grads(s, home);
+        if (st == ZT_OK && phase == ZT_PHASE_BACKWARD && (SHARDED_GRADS || s->sib.on)) st = hold_grads(s, home);
     }
     /* stage 3 on GPUs: the next unit's gather overlaps this unit's compute */
     if (st == ZT_OK && SHARDED_PARAMS && s->gpu) st = prefetch_next(s, unit, phase);
@@ -1445,14 +1465,14 @@ static zt_status zero_grads_ready(void *opaque, int32_t unit, int32_t last_micro
     /* GPU runs: transient gradients of the previous unit, reduced on the comm stream meanwhile */
     st = flush_pending(s, -1);
     if (st != ZT_OK) return st;
-    if (s->sib && (!last_micro || !s->sib_have_args))
+    if (s->sib.on && (!last_micro || !s->sib.have_args))
         return fail(s, ZT_ERR_INVALID_ARG,
                     "grads_ready(%d): zero_optimization.step_in_backward needs %s; set "
                     "zero_optimization.step_in_backward to false",
                     (int)unit, !last_micro ? "one micro-batch per step (this backward is not the step's last)"
                                            : "the step's arguments before the backward (begin_step, ABI 1.1), which "
                                              "this host did not give");
-    if (s->early_now && !last_micro)
+    if (s->off.early_now && !last_micro)
         return fail(s, ZT_ERR_INVALID_ARG,
                     "grads_ready(%d): offload steps the optimizer inside the backward in this configuration, which "
                     "needs one micro-batch per step, but this backward is not the step's last; set "
@@ -1462,7 +1482,7 @@ static zt_status zero_grads_ready(void *opaque, int32_t unit, int32_t last_micro
         for (int32_t k = 0; k < us->n_touched && st == ZT_OK; k++) st = release_grads(s, us->touched[k], unit);
         return st;
     }
-    if (s->early_now) { /* stage 1 with offload: reduce and queue each storage unit whose last writer this is */
+    if (s->off.early_now) { /* stage 1 with offload: reduce and queue each storage unit whose last writer this is */
         for (int32_t k = 0; k < us->n_touched && st == ZT_OK; k++) {
             int32_t home = us->touched[k];
             if (s->units[home].sib_step_at != unit) continue;
@@ -1471,7 +1491,7 @@ static zt_status zero_grads_ready(void *opaque, int32_t unit, int32_t last_micro
         }
         return st;
     }
-    if (s->sib) { /* stages 0-1: reduce, step and free each storage unit whose last writer this is */
+    if (s->sib.on) { /* stages 0-1: reduce, step and free each storage unit whose last writer this is */
         for (int32_t k = 0; k < us->n_touched && st == ZT_OK; k++) {
             int32_t home = us->touched[k];
             unit_store *hs = &s->units[home];
@@ -1486,7 +1506,7 @@ static zt_status zero_grads_ready(void *opaque, int32_t unit, int32_t last_micro
         }
         return st;
     }
-    if (!last_micro || !s->overlap_comm || us->reduce_in_step) return ZT_OK;
+    if (!last_micro || !s->cfg.overlap_comm || us->reduce_in_step) return ZT_OK;
     return reduce_unit_once(s, unit);
 }
 
@@ -1503,7 +1523,7 @@ static zt_status global_norm(zero_state *s, double *norm)
     }
     double local = 0;
     /* offload, stages 2-3: the reduced gradients are the host shards */
-    if (s->gpu && !(s->off_gpu && SHARDED_GRADS)) {
+    if (s->gpu && !(s->off.on_gpu && SHARDED_GRADS)) {
         zt_status st = zero_cuda_global_norm(h, s->gpu, s->n_ranges, s->norm_tensors, s->norm_sizes, &local);
         if (st != ZT_OK) return st;
     } else {
@@ -1558,7 +1578,7 @@ static zt_status step_range(zero_state *s, const opt_range *rg, const zt_step_ar
      * host (stage 3 with offload_param alone: after_unit_step converts and copies it) or stage 3 keeps
      * none (cast_gather) */
     uint16_t *copy = NULL;
-    if (on_gpu && !(SHARDED_PARAMS && s->offload_param) && !s->cast_gather)
+    if (on_gpu && !(SHARDED_PARAMS && s->cfg.offload_param) && !s->cast_gather)
         copy = STAGE == 0 ? us->compute_bf16 : SHARDED_PARAMS ? us->shard_bf16 : us->compute_bf16 + us->shard_offset;
     const float *grads = us->step_grads ? us->step_grads : us->grad;
     return step_range_at(s, rg, a, clip, grads, copy, on_gpu);
@@ -1572,30 +1592,30 @@ static zt_status offload_step_gpu_unit(zero_state *s, int32_t unit)
 {
     const zt_host *h = s->host;
     unit_store *us = &s->units[unit];
-    const float *grads = SHARDED_GRADS ? us->grad : s->down[us->step_buf];
+    const float *grads = SHARDED_GRADS ? us->grad : s->off.down[us->off.step_buf];
     zt_status st = ZT_OK;
-    if (s->early_now) { /* the reported norm: this unit's sum of squares (step() adds the units in order) */
+    if (s->off.early_now) { /* the reported norm: this unit's sum of squares (step() adds the units in order) */
         int32_t n = 0;
         for (int32_t k = 0; k < s->n_ranges; k++) {
             const opt_range *rg = &s->ranges[k];
             if (rg->unit != unit) continue;
-            s->job_tensors[n] = grads + rg->grad_offset;
-            s->job_sizes[n++] = rg->count;
+            s->off.job_tensors[n] = grads + rg->grad_offset;
+            s->off.job_sizes[n++] = rg->count;
         }
         zt_cpu_ctx cpu = {.parallel_for = h->parallel_for, .pool = h->ctx};
-        double norm = n ? zt_cpu_global_l2_norm(&cpu, n, s->job_tensors, s->job_sizes) : 0.0;
-        s->unit_square[unit] = norm * norm;
+        double norm = n ? zt_cpu_global_l2_norm(&cpu, n, s->off.job_tensors, s->off.job_sizes) : 0.0;
+        s->off.unit_square[unit] = norm * norm;
     }
-    int direct = SHARDED_PARAMS && s->offload_param; /* the bf16 shard is host memory: written in place */
-    int32_t b = s->up_next;
-    uint16_t *copy = direct ? us->shard_bf16 : s->up[b];
+    int direct = SHARDED_PARAMS && s->cfg.offload_param; /* the bf16 shard is host memory: written in place */
+    int32_t b = s->off.up_next;
+    uint16_t *copy = direct ? us->shard_bf16 : s->off.up[b];
     if (!direct) {
-        s->up_next ^= 1;
+        s->off.up_next ^= 1;
         st = zero_cuda_wait_staging(h, s->gpu, b); /* its previous upload has read it */
     }
     for (int32_t k = 0; k < s->n_ranges && st == ZT_OK; k++)
         if (s->ranges[k].unit == unit)
-            st = step_range_at(s, &s->ranges[k], s->offload_args, s->offload_clip, grads, copy, 0);
+            st = step_range_at(s, &s->ranges[k], s->off.args, s->off.clip, grads, copy, 0);
     for (int32_t k = 0; k < s->n_ranges && st == ZT_OK && !opt_writes_copy(s); k++) {
         const opt_range *rg = &s->ranges[k]; /* an optimizer without compute_copy: convert here */
         if (rg->unit == unit) bf16_host(s, us->master + rg->master_offset, copy + rg->master_offset, rg->count);
@@ -1612,17 +1632,17 @@ static zt_status offload_step_gpu_unit(zero_state *s, int32_t unit)
     return st == ZT_OK ? zero_cuda_upload_done(h, s->gpu, unit, b) : st;
 }
 
-/* The offload thread's job (offload.h), with the arguments step() or begin_step left in offload_args /
- * offload_clip. CPU runs: the optimizer on the unit's ranges. GPU runs: first the unit's download
+/* The offload thread's job (offload.h), with the arguments step() or begin_step left in off.args /
+ * off.clip. CPU runs: the optimizer on the unit's ranges. GPU runs: first the unit's download
  * (the thread's CUDA device set first: it is per thread), then its add or its step. */
 static zt_status offload_job(void *opaque, int32_t job)
 {
     zero_state *s = opaque;
     int32_t unit = job % s->n_units, kind = job / s->n_units;
     zt_status st = ZT_OK;
-    if (!s->off_gpu) {
+    if (!s->off.on_gpu) {
         for (int32_t k = 0; k < s->n_ranges && st == ZT_OK; k++)
-            if (s->ranges[k].unit == unit) st = step_range(s, &s->ranges[k], s->offload_args, s->offload_clip);
+            if (s->ranges[k].unit == unit) st = step_range(s, &s->ranges[k], s->off.args, s->off.clip);
         return st;
     }
     unit_store *us = &s->units[unit];
@@ -1630,7 +1650,7 @@ static zt_status offload_job(void *opaque, int32_t job)
     if (st == ZT_OK) st = zero_cuda_wait_download(s->host, s->gpu, unit);
     if (st != ZT_OK) return st;
     if (kind == JOB_ADD) {
-        add_job add = {us->grad, s->down[us->add_buf]};
+        add_job add = {us->grad, s->off.down[us->off.add_buf]};
         s->host->parallel_for(s->host->ctx, us->shard_count, 1 << 14, add_range, &add);
         return ZT_OK;
     }
@@ -1642,13 +1662,13 @@ static zt_status offload_job(void *opaque, int32_t job)
  * outlives the arguments. */
 static zt_status offload_step(zero_state *s, const zt_step_args *a, double clip)
 {
-    s->offload_args = a;
-    s->offload_clip = clip;
+    s->off.args = a;
+    s->off.clip = clip;
     zt_status st = ZT_OK;
     for (int32_t u = 0; u < s->n_units && st == ZT_OK; u++)
-        if (s->units[u].n_state_elems) st = zero_offload_submit(s->offload, u);
-    zt_status ran = zero_offload_wait(s->offload);
-    s->offload_args = NULL;
+        if (s->units[u].n_state_elems) st = zero_offload_submit(s->off.thread, u);
+    zt_status ran = zero_offload_wait(s->off.thread);
+    s->off.args = NULL;
     return st != ZT_OK ? st : ran;
 }
 
@@ -1662,7 +1682,7 @@ static zt_status after_unit_step(zero_state *s, int32_t u)
     zt_status st = ZT_OK;
     /* (not for offload on GPUs, whose thread converts and uploads: offload_gpu_step) stage 3 with
      * offload_param alone: step_range left the host bf16 shard to this refresh */
-    int copy_on_host = SHARDED_PARAMS && s->offload_param;
+    int copy_on_host = SHARDED_PARAMS && s->cfg.offload_param;
     if (s->gpu && us->n_state_elems && (copy_on_host || !opt_writes_copy(s)))
         st = refresh_compute_copy(s, u);
     if (st != ZT_OK || !SHARDED_MASTER || SHARDED_PARAMS) return st;
@@ -1692,14 +1712,14 @@ static zt_status sib_step_unit(zero_state *s, int32_t unit, const float *grads)
     } else if (n) {
         zt_cpu_ctx cpu = {.parallel_for = h->parallel_for, .pool = h->ctx};
         double local = zt_cpu_global_l2_norm(&cpu, n, s->norm_tensors, s->norm_sizes);
-        s->sib_square += local * local;
+        s->sib.square += local * local;
     }
     us->step_grads = grads;
     for (int32_t k = 0; k < s->n_ranges && st == ZT_OK; k++)
-        if (s->ranges[k].unit == unit) st = step_range(s, &s->ranges[k], &s->sib_args, 1.0);
+        if (s->ranges[k].unit == unit) st = step_range(s, &s->ranges[k], &s->sib.args, 1.0);
     us->step_grads = NULL;
     if (st == ZT_OK) st = after_unit_step(s, unit);
-    s->sib_count++;
+    s->sib.count++;
     return st;
 }
 
@@ -1710,21 +1730,21 @@ static zt_status sib_finish_step(zero_state *s, const zt_step_args *a, zt_step_r
     const zt_host *h = s->host;
     int32_t expected = 0;
     for (int32_t u = 0; u < s->n_units; u++) expected += s->units[u].sib_step_at >= 0;
-    if (!s->sib_have_args || s->sib_args.step != a->step || s->sib_args.lr != a->lr ||
-        s->sib_args.weight_decay != a->weight_decay || a->max_grad_norm != 0 || a->loss_scale != 1.0 ||
-        s->sib_count != expected)
+    if (!s->sib.have_args || s->sib.args.step != a->step || s->sib.args.lr != a->lr ||
+        s->sib.args.weight_decay != a->weight_decay || a->max_grad_norm != 0 || a->loss_scale != 1.0 ||
+        s->sib.count != expected)
         return fail(s, ZT_ERR_INVALID_ARG,
                     "step %lld: zero_optimization.step_in_backward stepped %d of %d units in the backward with %s "
                     "arguments than step() got (begin_step %s); a host bug, or set "
                     "zero_optimization.step_in_backward to false",
-                    (long long)a->step, (int)s->sib_count, (int)expected, s->sib_have_args ? "other" : "no",
-                    s->sib_have_args ? "called" : "not called");
-    double local = s->sib_square;
+                    (long long)a->step, (int)s->sib.count, (int)expected, s->sib.have_args ? "other" : "no",
+                    s->sib.have_args ? "called" : "not called");
+    double local = s->sib.square;
     zt_status st = ZT_OK;
     if (s->gpu) {
         local = 0;
-        st = zero_cuda_read_norms(h, s->gpu, s->n_units, s->sib_norms);
-        for (int32_t u = 0; st == ZT_OK && u < s->n_units; u++) local += (double)s->sib_norms[u] * s->sib_norms[u];
+        st = zero_cuda_read_norms(h, s->gpu, s->n_units, s->sib.norms);
+        for (int32_t u = 0; st == ZT_OK && u < s->n_units; u++) local += (double)s->sib.norms[u] * s->sib.norms[u];
     }
     double sum = local;
     if (st == ZT_OK && STAGE > 0 && s->dp.size > 1) {
@@ -1733,9 +1753,9 @@ static zt_status sib_finish_step(zero_state *s, const zt_step_args *a, zt_step_r
         sum = 0;
         for (int32_t k = 0; st == ZT_OK && k < s->dp.size; k++) sum += s->norm_parts[k];
     }
-    s->sib_have_args = 0;
-    s->sib_count = 0;
-    s->sib_square = 0;
+    s->sib.have_args = 0;
+    s->sib.count = 0;
+    s->sib.square = 0;
     if (st != ZT_OK) return st;
     r->grad_norm = sqrt(sum);
     r->skipped = 0;
@@ -1756,8 +1776,8 @@ static zt_status sib_finish_step(zero_state *s, const zt_step_args *a, zt_step_r
 static zt_status offload_finish_unit(zero_state *s, int32_t u)
 {
     unit_store *us = &s->units[u];
-    zt_status st = offload_wait_for(s, us->step_ticket);
-    us->step_ticket = 0;
+    zt_status st = offload_wait_for(s, us->off.step_ticket);
+    us->off.step_ticket = 0;
     if (st != ZT_OK || !SHARDED_MASTER || SHARDED_PARAMS) return st; /* stage 3 gathers when the unit runs */
     st = gather_unit(s, u);
     us->stale = st != ZT_OK;
@@ -1769,36 +1789,36 @@ static zt_status offload_finish_unit(zero_state *s, int32_t u)
 static zt_status offload_gpu_step(zero_state *s, const zt_step_args *a, zt_step_result *r)
 {
     const zt_host *h = s->host;
-    /* early_now stays set until every job is done: the thread reads it (the unit's sum of squares) */
-    int early = s->early_now;
+    /* off.early_now stays set until every job is done: the thread reads it (the unit's sum of squares) */
+    int early = s->off.early_now;
     zt_status st = flush_pending(s, -1); /* the last unit's transient gradients, once downloaded */
     if (st != ZT_OK) {
-        (void)zero_offload_wait(s->offload);
-        s->early_now = 0;
+        (void)zero_offload_wait(s->off.thread);
+        s->off.early_now = 0;
         return st;
     }
     if (early) {
         int32_t expected = 0;
         for (int32_t u = 0; u < s->n_units; u++) expected += s->units[u].sib_step_at >= 0 && s->units[u].n_state_elems;
-        if (s->sib_args.step != a->step || s->sib_args.lr != a->lr || s->sib_args.weight_decay != a->weight_decay ||
-            a->max_grad_norm != 0 || a->loss_scale != 1.0 || s->early_count != expected) {
-            (void)zero_offload_wait(s->offload); /* no job outlives this step */
-            s->early_now = 0;
+        if (s->sib.args.step != a->step || s->sib.args.lr != a->lr || s->sib.args.weight_decay != a->weight_decay ||
+            a->max_grad_norm != 0 || a->loss_scale != 1.0 || s->off.early_count != expected) {
+            (void)zero_offload_wait(s->off.thread); /* no job outlives this step */
+            s->off.early_now = 0;
             return fail(s, ZT_ERR_INVALID_ARG,
                         "step %lld: offload stepped %d of %d units inside the backward with other arguments than "
                         "step() got (a host bug); set zero_optimization.step_in_backward to false",
-                        (long long)a->step, (int)s->early_count, (int)expected);
+                        (long long)a->step, (int)s->off.early_count, (int)expected);
         }
     } else {
         for (int32_t u = 0; !SHARDED_GRADS && u < s->n_units && st == ZT_OK; u++) st = reduce_unit_once(s, u);
         if (st == ZT_OK) st = compute_after_all_comm(s); /* stage 1: the norm reads the reduced device gradients */
         /* stages 2-3: every download has landed and every add is done before the norm reads the shards */
         if (st == ZT_OK && SHARDED_GRADS) st = zero_cuda_sync_comm(h, s->gpu);
-        if (st == ZT_OK) st = zero_offload_wait(s->offload);
+        if (st == ZT_OK) st = zero_offload_wait(s->off.thread);
         for (int32_t u = 0; st == ZT_OK && SHARDED_GRADS && u < s->n_units; u++) {
             unit_store *us = &s->units[u];
-            if (us->fresh && us->grad) memset(us->grad, 0, (size_t)us->n_grad * sizeof(float)); /* never reduced */
-            us->fresh = 0;
+            if (us->off.fresh && us->grad) memset(us->grad, 0, (size_t)us->n_grad * sizeof(float)); /* never reduced */
+            us->off.fresh = 0;
         }
         double norm = 0;
         if (st == ZT_OK) st = global_norm(s, &norm);
@@ -1807,9 +1827,9 @@ static zt_status offload_gpu_step(zero_state *s, const zt_step_args *a, zt_step_
         r->grad_norm = norm;
         r->skipped = !isfinite(norm);
         if (r->skipped) return ZT_OK; /* every rank saw the same norm: they all skip */
-        s->offload_args_copy = *a;
-        s->offload_args = &s->offload_args_copy;
-        s->offload_clip = a->max_grad_norm > 0 ? fmin(1.0, a->max_grad_norm / (norm + 1e-6)) : 1.0;
+        s->off.args_copy = *a;
+        s->off.args = &s->off.args_copy;
+        s->off.clip = a->max_grad_norm > 0 ? fmin(1.0, a->max_grad_norm / (norm + 1e-6)) : 1.0;
     }
     /* Unit u + 1 is queued (stage 1: downloaded) before unit u is waited for and gathered, so the
      * copies and the gather of one unit overlap the CPU step of the next. Early steps were queued in
@@ -1819,16 +1839,16 @@ static zt_status offload_gpu_step(zero_state *s, const zt_step_args *a, zt_step_
         if (u < s->n_units) st = submit_step(s, u);
         if (st == ZT_OK && u > 0) st = offload_finish_unit(s, u - 1);
     }
-    zt_status ran = zero_offload_wait(s->offload); /* always: no job outlives the step's arguments */
+    zt_status ran = zero_offload_wait(s->off.thread); /* always: no job outlives the step's arguments */
     if (st == ZT_OK) st = ran;
-    s->early_count = 0;
-    s->early_now = 0;
+    s->off.early_count = 0;
+    s->off.early_now = 0;
     if (st != ZT_OK || !early) return st;
     /* early steps: the norm to report, from the units' sums of squares, added in unit order */
     double local = 0;
     for (int32_t u = 0; u < s->n_units; u++) {
-        local += s->unit_square[u];
-        s->unit_square[u] = 0;
+        local += s->off.unit_square[u];
+        s->off.unit_square[u] = 0;
     }
     double sum = local;
     if (s->dp.size > 1) {
@@ -1856,22 +1876,22 @@ static zt_status zero_begin_step(void *opaque, const zt_step_args *a)
     if (!s->units) return fail(s, ZT_ERR_INVALID_ARG, "begin_step called before setup");
     if (!a || a->struct_size < sizeof(zt_step_args) || a->step < 1)
         return fail(s, ZT_ERR_INVALID_ARG, "begin_step: the arguments are missing, too old or out of range");
-    if (s->sib && (a->max_grad_norm != 0 || a->loss_scale != 1.0))
+    if (s->sib.on && (a->max_grad_norm != 0 || a->loss_scale != 1.0))
         return fail(s, ZT_ERR_INVALID_ARG,
                     "begin_step %lld: zero_optimization.step_in_backward is on, but this step clips (max_grad_norm "
                     "%g) or scales the loss (%g), which needs the whole gradient first; set "
                     "zero_optimization.step_in_backward to false",
                     (long long)a->step, a->max_grad_norm, a->loss_scale);
-    s->sib_args = *a;
-    s->sib_have_args = 1;
-    s->sib_count = 0;
-    s->sib_square = 0;
+    s->sib.args = *a;
+    s->sib.have_args = 1;
+    s->sib.count = 0;
+    s->sib.square = 0;
     /* offload on GPUs: this step's units may be stepped as their gradients reach the host */
-    s->early_now = s->off_gpu && s->off_early && a->max_grad_norm == 0 && a->loss_scale == 1.0;
-    if (s->early_now) {
-        s->offload_args = &s->sib_args;
-        s->offload_clip = 1.0;
-        s->early_count = 0;
+    s->off.early_now = s->off.on_gpu && s->off.early && a->max_grad_norm == 0 && a->loss_scale == 1.0;
+    if (s->off.early_now) {
+        s->off.args = &s->sib.args;
+        s->off.clip = 1.0;
+        s->off.early_count = 0;
     }
     return ZT_OK;
 }
@@ -1885,8 +1905,8 @@ static zt_status zero_step(void *opaque, const zt_step_args *a, zt_step_result *
         return fail(s, ZT_ERR_INVALID_ARG,
                     "step: the arguments are missing, too old, or out of range (step >= 1, loss_scale > 0, "
                     "max_grad_norm >= 0)");
-    if (s->sib) return sib_finish_step(s, a, r);
-    if (s->off_gpu) return offload_gpu_step(s, a, r);
+    if (s->sib.on) return sib_finish_step(s, a, r);
+    if (s->off.on_gpu) return offload_gpu_step(s, a, r);
     zt_status st = ZT_OK;
     for (int32_t u = 0; !SHARDED_GRADS && u < s->n_units && st == ZT_OK; u++) st = reduce_unit_once(s, u);
     /* GPU runs: the reductions ran on the comm stream; the norm and the optimizer read their results */
@@ -1904,11 +1924,11 @@ static zt_status zero_step(void *opaque, const zt_step_args *a, zt_step_result *
 
     double clip = 1.0;
     if (a->max_grad_norm > 0) clip = fmin(1.0, a->max_grad_norm / (norm + 1e-6));
-    if (s->offload) {
+    if (s->off.thread) {
         st = offload_step(s, a, clip);
         if (st != ZT_OK) return st;
     }
-    for (int32_t k = 0; !s->offload && k < s->n_ranges; k++) {
+    for (int32_t k = 0; !s->off.thread && k < s->n_ranges; k++) {
         st = step_range(s, &s->ranges[k], a, clip);
         if (st != ZT_OK) return st; /* the optimizer described its failure */
     }
@@ -1924,9 +1944,9 @@ static zt_status zero_zero_grad(void *opaque)
         unit_store *us = &s->units[u];
         size_t bytes = (size_t)us->n_grad * sizeof(float);
         if (!us->grad) { /* step_in_backward: transient, nothing to clear */
-        } else if (s->off_gpu && SHARDED_GRADS) {
+        } else if (s->off.on_gpu && SHARDED_GRADS) {
             /* host shards: the step's first download overwrites instead of adding (no pass over them) */
-            us->fresh = 1;
+            us->off.fresh = 1;
         } else if (us->n_grad && s->gpu) {
             zt_status st = zero_cuda_zero(s->host, us->grad, bytes);
             if (st != ZT_OK) return st;
@@ -1963,11 +1983,11 @@ __attribute__((noinline)) static zt_status copy_shard(zero_state *s, const char 
     unit_store *us = &s->units[unit];
     size_t bytes = (size_t)us->shard_count * sizeof(float);
     /* offload on GPUs: the master and the state are host memory (the offload thread is idle here) */
-    int on_gpu = s->gpu && !s->off_gpu;
+    int on_gpu = s->gpu && !s->off.on_gpu;
     if (which == ZT_SHARD_MASTER) {
         if (out) {
             st = on_gpu ? zero_cuda_copy(s->host, out, us->master, bytes) : (memcpy(out, us->master, bytes), ZT_OK);
-        } else if (s->off_gpu) {
+        } else if (s->off.on_gpu) {
             memcpy(us->master, in, bytes);
             st = refresh_compute_copy(s, unit);
         } else if (s->gpu) {
@@ -2053,7 +2073,7 @@ static int estimate_step_in_backward(const zero_state *s, double d)
         h->cfg_int(h->ctx, "gradient_accumulation_steps", &accumulation) != ZT_OK ||
         h->cfg_bool(h->ctx, "fp16.enabled", &fp16) != ZT_OK)
         return 0;
-    return clip == 0 && accumulation == 1 && !fp16 && d == 1 && !s->offload_optimizer && !s->offload_param;
+    return clip == 0 && accumulation == 1 && !fp16 && d == 1 && !s->cfg.offload_optimizer && !s->cfg.offload_param;
 }
 
 /* GPU runs (bf16 compute, fp32 master, fp32 gradient accumulation), per rank, P parameters over d
@@ -2074,7 +2094,7 @@ static void estimate_gpu(const zero_state *s, double n, double k, double d, doub
                          zt_mem_estimate *out)
 {
     int sib = estimate_step_in_backward(s, d);
-    int off_opt = STAGE >= 1 && s->offload_optimizer, off_param = SHARDED_PARAMS && s->offload_param;
+    int off_opt = STAGE >= 1 && s->cfg.offload_optimizer, off_param = SHARDED_PARAMS && s->cfg.offload_param;
     double *dev = out->device, *host = out->host, *states_at = off_opt ? host : dev;
     if (STAGE == 0) {
         dev[ZT_POOL_PARAMS] += 4.0 * n + 2.0 * n;
@@ -2118,8 +2138,8 @@ static zt_status zero_estimate(void *opaque, const zt_estimate_in *in, zt_mem_es
     int gpu = s->host->device->device_type != ZT_DEVICE_CPU || in->compute_dtype != ZT_F32;
     double comm = 0;
     if (STAGE >= 1) {
-        double largest_slice = largest / d, reduce_chunk = fmax(1, floor((double)s->reduce_bucket / d)),
-               gather_chunk = fmax(1, floor((double)s->allgather_bucket / d));
+        double largest_slice = largest / d, reduce_chunk = fmax(1, floor((double)s->cfg.reduce_bucket / d)),
+               gather_chunk = fmax(1, floor((double)s->cfg.allgather_bucket / d));
         if (largest_slice > reduce_chunk) comm += 4.0 * d * reduce_chunk;
         if (largest_slice > gather_chunk) comm += 4.0 * d * gather_chunk;
     }
