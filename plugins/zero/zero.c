@@ -50,7 +50,7 @@
  * compute copies.
  *
  * Offload (offload_optimizer.device, offload_param.device = cpu): allocations go through
- * mem_where(), which puts what an offload covers in host memory (pinned per its pin_memory) on GPU
+ * zero_mem_where(), which puts what an offload covers in host memory (pinned per its pin_memory) on GPU
  * runs; on CPU runs every buffer already is host memory. With offload_optimizer, step() hands the
  * optimizer to the offload thread (offload.c) unit by unit, CPU runs included, where it computes the
  * same bits.
@@ -63,14 +63,14 @@
  *     download buffers that the offload thread adds into the shard (JOB_ADD). Stage 1 reduces its
  *     full device gradients once per step as without offload and downloads a unit's slice into a
  *     download buffer right before queueing its step. The unit's reduce slot is recorded after the
- *     download, so flush_pending frees grad_full only once the copy has read it.
+ *     download, so zero_flush_pending frees grad_full only once the copy has read it.
  *   the step (JOB_STEP, offload thread): waits for the unit's download event, runs the CPU optimizer
  *     writing the bf16 of the updated master (compute_copy) into a pinned staging buffer (two,
  *     alternating) and uploads it on the copy stream into the unit's device bf16 slice (stages 1-2:
- *     compute_bf16 at shard_offset; stage 3: shard_bf16), then the unit's upload event; gather_unit
+ *     compute_bf16 at shard_offset; stage 3: shard_bf16), then the unit's upload event; zero_gather_unit
  *     makes the comm stream wait on it, so the next gather of the unit reads the new values. Stage 3
  *     with offload_param keeps shard_bf16 on the host: the optimizer writes it directly, and
- *     gather_unit copies it up into this rank's slot of the gathered buffer and gathers in place.
+ *     zero_gather_unit copies it up into this rank's slot of the gathered buffer and gathers in place.
  *   step(): without early steps: downloads and adds drain (one host wait), the global norm (stage 1
  *     on the device, stages 2-3 on the CPU from the host shards, exchanged as without offload), then
  *     the units are queued in order; stages 1-2 all-gather unit u once its step is done while the
@@ -87,23 +87,23 @@
  * model reads bf16 copies (compute_bf16): stage 0 [P] beside the fp32 master [P] (`compute`); stages
  * 1-2 [P] and no fp32 [P] at all (this rank's slot of compute_bf16 is written by the optimizer, then
  * gathered in place); stage 3 gathers each unit into a transient [P], the next unit prefetched on the
- * comm stream (prefetch_next): with the fp32 master on the device (no offload), gather_unit casts this
+ * comm stream (zero_prefetch_next): with the fp32 master on the device (no offload), zero_gather_unit casts this
  * rank's master shard into its slot of the gathered buffer and gathers in place (cast_gather: no bf16
  * shard is kept, 2 bytes per parameter / ranks less, as FSDP2's mixed precision casts before its
  * all-gather); with offload, from a bf16 shard [S] (shard_bf16) the offload thread uploads or writes.
  * Where a bf16 copy of the master is kept, the optimizer writes it in its update pass (ABI 1.1
- * compute_copy; refresh_compute_copy converts otherwise and after loads).
+ * compute_copy; zero_refresh_compute_copy converts otherwise and after loads).
  * Collectives run on the comm stream, ordered by events (zero_cuda.h: comm_after_compute before,
  * comm_done after, compute_after where the compute stream needs the data); stages 2-3 free a
- * transient gradient buffer one unit after its reduction (pending_free, flush_pending).
+ * transient gradient buffer one unit after its reduction (pending_free, zero_flush_pending).
  *
  * step_in_backward (zero_optimization.step_in_backward, ABI 1.1 begin_step): with one micro-batch,
  * no clipping and no loss scale, each storage unit is reduced and stepped at grads_ready of the last
  * unit writing it (sib_step_at), from gradients that exist only for that unit: stages 0-1 allocate
- * `grad` in the backward and free it after the step (hold_grads), stages 2-3 reduce-scatter
+ * `grad` in the backward and free it after the step (zero_hold_grads), stages 2-3 reduce-scatter
  * grad_full in place and step from it (a storage unit several units write keeps its accumulator, so
  * the sums are those of the normal path: bit for bit the same weights on CPU runs). step() then only
- * reports the norm (sib_finish_step).
+ * reports the norm (zero_sib_finish_step).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -179,7 +179,7 @@ typedef struct unit_store {
                                earliest unit touching it: backward runs units in reverse); -1 none */
     int32_t n_touchers;     /* units whose backward writes this unit's gradients */
     unit_offload off;       /* offload on GPUs (off.on_gpu) */
-    const float *step_grads; /* step_in_backward: where step_range reads this unit's gradients, when
+    const float *step_grads; /* step_in_backward: where zero_step_range reads this unit's gradients, when
                                 they are not `grad` (the in-place reduced transient buffer) */
     float *grad;            /* stage 0: [n_trainable] packed; stage 1: [P]; stages 2-3: [shard_count] */
     float *grad_full;       /* stages 2-3: the transient [P] of this micro-batch's backward */
@@ -349,7 +349,7 @@ static const zt_option zero_options[] = {
  * as the unit number itself. */
 #define JOB_STEP 0
 #define JOB_ADD 1
-static zt_status offload_job(void *opaque, int32_t job);
+static zt_status zero_off_job(void *opaque, int32_t job);
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -365,14 +365,14 @@ static zt_status fail(const zero_state *s, zt_status st, const char *fmt, ...)
     return st;
 }
 
-/* Which offload a buffer belongs to (mem_where's `offloaded`, a bit mask): it lives in host memory
+/* Which offload a buffer belongs to (zero_mem_where's `offloaded`, a bit mask): it lives in host memory
  * when that offload is on, pinned per that offload's pin_memory. */
 #define OFFLOADED_OPTIMIZER 1
 #define OFFLOADED_PARAM 2
 
 /* Where a buffer lives. CPU runs: host memory. GPU runs: device memory, or host memory for what is
  * offloaded, page-locked (ZT_MEM_PINNED) when the pin_memory of an offload it belongs to is on. */
-static int32_t mem_where(const zero_state *s, int offloaded)
+static int32_t zero_mem_where(const zero_state *s, int offloaded)
 {
     if (s->host->device->device_type == ZT_DEVICE_CPU) return ZT_MEM_HOST;
     int opt = (offloaded & OFFLOADED_OPTIMIZER) && s->cfg.offload_optimizer;
@@ -387,12 +387,12 @@ static void zero_range(void *arg, int64_t begin, int64_t end)
 }
 
 /* n zero-filled floats; NULL only on failure (n == 0 gives NULL and no error: nothing to hold). */
-static float *alloc_floats(const zero_state *s, int pool, int offloaded, int64_t n, const char *what, int32_t unit)
+static float *zero_alloc_floats(const zero_state *s, int pool, int offloaded, int64_t n, const char *what, int32_t unit)
 {
     if (n <= 0) return NULL;
     char tag[96];
     snprintf(tag, sizeof tag, PLUGIN_NAME " unit %d %s", (int)unit, what);
-    int32_t where = mem_where(s, offloaded);
+    int32_t where = zero_mem_where(s, offloaded);
     float *p = s->host->alloc(s->host->ctx, pool, where, (uint64_t)n * sizeof(float), 0, tag);
     /* host memory on every thread: offloaded 7B state is ~100 GB to clear */
     if (p && where != ZT_MEM_DEVICE) s->host->parallel_for(s->host->ctx, n, 1 << 20, zero_range, p);
@@ -403,7 +403,7 @@ static float *alloc_floats(const zero_state *s, int pool, int offloaded, int64_t
     return p;
 }
 
-static void *alloc_table(const zero_state *s, uint64_t bytes, const char *what)
+static void *zero_alloc_table(const zero_state *s, uint64_t bytes, const char *what)
 {
     void *p = s->host->alloc(s->host->ctx, ZT_POOL_OTHER, ZT_MEM_HOST, bytes ? bytes : 1, 0, what);
     if (p) memset(p, 0, bytes);
@@ -412,7 +412,7 @@ static void *alloc_table(const zero_state *s, uint64_t bytes, const char *what)
 
 /* The compute copy's 16 bits of fp32 on the CPU: bf16, the bits of the GPU's __float2bfloat16_rn and
  * of adamw's CPU compute_copy; or fp16 (fp16.enabled, GPU runs only), those of __float2half_rn. */
-static void bf16_host(const zero_state *s, const float *src, uint16_t *dst, int64_t n)
+static void zero_bf16_host(const zero_state *s, const float *src, uint16_t *dst, int64_t n)
 {
     zt_cpu_ctx cpu = {.parallel_for = s->host->parallel_for, .pool = s->host->ctx};
     if (s->compute16 == ZT_F16) zt_cpu_to_f16(&cpu, n, src, dst);
@@ -420,8 +420,8 @@ static void bf16_host(const zero_state *s, const float *src, uint16_t *dst, int6
 }
 
 /* The optimizer writes the compute copy in its update pass (ABI 1.1), in this run's 16-bit type
- * (fp16 copies: ABI 1.2's ZT_OPTIM_WRITES_COMPUTE_COPY_F16); otherwise refresh_compute_copy converts. */
-static int opt_writes_copy(const zero_state *s)
+ * (fp16 copies: ABI 1.2's ZT_OPTIM_WRITES_COMPUTE_COPY_F16); otherwise zero_refresh_compute_copy converts. */
+static int zero_opt_writes_copy(const zero_state *s)
 {
     if (!(s->opt->flags & ZT_OPTIM_WRITES_COMPUTE_COPY)) return 0;
     return s->compute16 != ZT_F16 || (s->opt->flags & ZT_OPTIM_WRITES_COMPUTE_COPY_F16);
@@ -453,7 +453,7 @@ static int32_t find_param(const zt_model_info *m, const char *name)
     return -1;
 }
 
-static zt_status check_unit(const zero_state *s, const char *call, int32_t unit)
+static zt_status zero_check_unit(const zero_state *s, const char *call, int32_t unit)
 {
     if (!s->units) return fail(s, ZT_ERR_INVALID_ARG, "%s called before setup", call);
     if (unit < 0 || unit >= s->n_units)
@@ -532,7 +532,7 @@ static zt_status take_down_buffer(zero_state *s, int32_t *buf)
  * after the in-place reduce-scatter) to the host gradient shard, on the comm stream behind the
  * reduction: the step's first contribution straight into the shard, later ones through a download
  * buffer the offload thread adds in (JOB_ADD). */
-static zt_status download_grads(zero_state *s, int32_t unit, const float *slice)
+static zt_status zero_off_download_grads(zero_state *s, int32_t unit, const float *slice)
 {
     unit_store *us = &s->units[unit];
     uint64_t bytes = (uint64_t)us->shard_count * sizeof(float);
@@ -557,7 +557,7 @@ static zt_status download_grads(zero_state *s, int32_t unit, const float *slice)
  * CPU step. Stage 1 first downloads its reduced slice (the start of the device gradients) into a
  * download buffer, on the comm stream behind the reduction. Nothing to do for a unit without
  * trainable elements in this rank's slice. */
-static zt_status submit_step(zero_state *s, int32_t unit)
+static zt_status zero_off_submit_step(zero_state *s, int32_t unit)
 {
     unit_store *us = &s->units[unit];
     if (!us->n_state_elems) return ZT_OK;
@@ -657,7 +657,7 @@ static zt_status all_gather_bytes(zero_state *s, const unit_store *us, const voi
  * casting the master shard into this rank's slot (cast_gather), or with offload from shard_bf16; the
  * gather's event is unit u's gather slot, which the compute stream waits on before the model reads
  * the copy. */
-static zt_status gather_unit(zero_state *s, int32_t u)
+static zt_status zero_gather_unit(zero_state *s, int32_t u)
 {
     unit_store *us = &s->units[u];
     zt_status st = comm_after_compute(s);
@@ -685,7 +685,7 @@ static zt_status gather_unit(zero_state *s, int32_t u)
 
 /* Stages 0-1: the step's single reduction of a unit's accumulated gradients (on GPUs enqueued on
  * the comm stream; step() makes the compute stream wait before the norm). */
-static zt_status reduce_unit_once(zero_state *s, int32_t unit)
+static zt_status zero_reduce_unit_once(zero_state *s, int32_t unit)
 {
     unit_store *us = &s->units[unit];
     if (us->reduced) return ZT_OK;
@@ -714,7 +714,7 @@ static zt_status reduce_into_shard(zero_state *s, int32_t unit)
 /* GPU runs: free the transient gradients whose reduction has finished reading them; the compute
  * stream waits for that reduction first (freeing is stream-ordered on the compute stream). Called
  * one unit later than the reduction, so the reduction overlaps the next unit's backward. */
-static zt_status flush_pending(zero_state *s, int32_t only)
+static zt_status zero_flush_pending(zero_state *s, int32_t only)
 {
     for (int32_t u = 0; u < s->n_units; u++) {
         unit_store *us = &s->units[u];
@@ -733,7 +733,7 @@ static zt_status alloc_gathered(zero_state *s, int32_t unit)
 {
     unit_store *us = &s->units[unit];
     if (!s->gpu) {
-        us->compute = alloc_floats(s, ZT_POOL_PARAMS, 0, us->padded, "gathered parameters", unit);
+        us->compute = zero_alloc_floats(s, ZT_POOL_PARAMS, 0, us->padded, "gathered parameters", unit);
         return us->compute || !us->padded ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
     }
     char tag[96];
@@ -753,7 +753,7 @@ static void free_gathered(zero_state *s, int32_t unit)
     us->compute_bf16 = NULL;
 }
 
-static zt_status hold_params(zero_state *s, int32_t unit)
+static zt_status zero_hold_params(zero_state *s, int32_t unit)
 {
     unit_store *us = &s->units[unit];
     if (us->live++ > 0) return ZT_OK;
@@ -762,7 +762,7 @@ static zt_status hold_params(zero_state *s, int32_t unit)
         return compute_after(s, gather_slot(s, unit));
     }
     zt_status st = alloc_gathered(s, unit);
-    if (st == ZT_OK) st = gather_unit(s, unit);
+    if (st == ZT_OK) st = zero_gather_unit(s, unit);
     if (st == ZT_OK) st = compute_after(s, gather_slot(s, unit));
     if (st != ZT_OK) {
         free_gathered(s, unit);
@@ -771,7 +771,7 @@ static zt_status hold_params(zero_state *s, int32_t unit)
     return st;
 }
 
-static void release_params(zero_state *s, int32_t unit)
+static void zero_release_params(zero_state *s, int32_t unit)
 {
     unit_store *us = &s->units[unit];
     if (us->live == 0 || --us->live > 0) return;
@@ -784,7 +784,7 @@ static zt_status prefetch_params(zero_state *s, int32_t unit)
     unit_store *us = &s->units[unit];
     if (us->live > 0 || us->prefetched) return ZT_OK;
     zt_status st = alloc_gathered(s, unit);
-    if (st == ZT_OK) st = gather_unit(s, unit);
+    if (st == ZT_OK) st = zero_gather_unit(s, unit);
     if (st != ZT_OK) {
         free_gathered(s, unit);
         return st;
@@ -807,7 +807,7 @@ static zt_status drop_prefetch(zero_state *s, int32_t unit)
 /* Stage 3 on GPUs: prefetch the storage units of the unit that runs after `unit` in this phase
  * (forward: unit + 1, backward: unit - 1), up to stage3_prefetch_bucket_size elements, and drop
  * prefetches that neither this unit nor the next one uses. */
-static zt_status prefetch_next(zero_state *s, int32_t unit, int32_t phase)
+static zt_status zero_prefetch_next(zero_state *s, int32_t unit, int32_t phase)
 {
     int32_t next = phase == ZT_PHASE_FORWARD ? unit + 1 : unit - 1;
     int has_next = next >= 0 && next < s->n_units;
@@ -832,32 +832,32 @@ static zt_status prefetch_next(zero_state *s, int32_t unit, int32_t phase)
 
 /* The transient full gradients of one storage unit's backward: stages 2-3 always; stages 0-1 when
  * stepping in the backward (then `grad` itself is transient). Zero-filled. */
-static zt_status hold_grads(zero_state *s, int32_t unit)
+static zt_status zero_hold_grads(zero_state *s, int32_t unit)
 {
     unit_store *us = &s->units[unit];
     if (!SHARDED_GRADS) { /* step_in_backward only: allocated by the first backward touching it */
         if (us->grad || !us->n_grad) return ZT_OK;
-        us->grad = alloc_floats(s, ZT_POOL_GRADS, 0, us->n_grad, "gradients of this step (transient)", unit);
+        us->grad = zero_alloc_floats(s, ZT_POOL_GRADS, 0, us->n_grad, "gradients of this step (transient)", unit);
         return us->grad ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
     }
     if (us->grad_refs++ > 0) return ZT_OK;
     if (us->pending_free) { /* its previous reduction may still read the old buffer */
-        zt_status st = flush_pending(s, unit);
+        zt_status st = zero_flush_pending(s, unit);
         if (st != ZT_OK) return st;
     }
-    us->grad_full = alloc_floats(s, ZT_POOL_GRADS, 0, us->padded, "gradients of this backward", unit);
+    us->grad_full = zero_alloc_floats(s, ZT_POOL_GRADS, 0, us->padded, "gradients of this backward", unit);
     if (us->grad_full) return ZT_OK;
     us->grad_refs = 0;
     return ZT_ERR_OUT_OF_MEMORY;
 }
 
-static zt_status sib_step_unit(zero_state *s, int32_t unit, const float *grads);
+static zt_status zero_sib_step_unit(zero_state *s, int32_t unit, const float *grads);
 
 /* Stages 2-3: reduce the transient gradients once the last backward writing them is done, then free
- * them (GPU runs: one unit later, flush_pending). Stepping in the backward, a storage unit written by
+ * them (GPU runs: one unit later, zero_flush_pending). Stepping in the backward, a storage unit written by
  * one unit only is reduced in place and stepped from the transient buffer, one written by several
  * (a tied embedding) accumulates in its shard as usual and is stepped by its last writer. */
-static zt_status release_grads(zero_state *s, int32_t unit, int32_t by)
+static zt_status zero_release_grads(zero_state *s, int32_t unit, int32_t by)
 {
     unit_store *us = &s->units[unit];
     if (us->grad_refs == 0 || --us->grad_refs > 0) return ZT_OK;
@@ -867,20 +867,20 @@ static zt_status release_grads(zero_state *s, int32_t unit, int32_t by)
         if (st == ZT_OK) st = reduce_scatter_unit(s, us, us->grad_full, us->grad_full);
         if (st == ZT_OK) st = comm_done(s, reduce_slot(unit));
         if (st == ZT_OK) st = compute_after(s, reduce_slot(unit));
-        if (st == ZT_OK) st = sib_step_unit(s, unit, us->grad_full);
+        if (st == ZT_OK) st = zero_sib_step_unit(s, unit, us->grad_full);
         s->host->free(s->host->ctx, us->grad_full); /* stream-ordered after the step's reads */
         us->grad_full = NULL;
         return st;
     }
-    if (s->off.on_gpu) { /* offload: reduce in place, the slice down to the host shard (download_grads) */
+    if (s->off.on_gpu) { /* offload: reduce in place, the slice down to the host shard (zero_off_download_grads) */
         st = comm_after_compute(s);
         if (st == ZT_OK) st = reduce_scatter_unit(s, us, us->grad_full, us->grad_full);
-        if (st == ZT_OK) st = download_grads(s, unit, us->grad_full);
-        /* recorded after the download, so flush_pending frees grad_full once the copy has read it */
+        if (st == ZT_OK) st = zero_off_download_grads(s, unit, us->grad_full);
+        /* recorded after the download, so zero_flush_pending frees grad_full once the copy has read it */
         if (st == ZT_OK) st = comm_done(s, reduce_slot(unit));
         us->pending_free = us->grad_full;
         us->grad_full = NULL;
-        if (st == ZT_OK && s->off.early_now && us->sib_step_at == by) st = submit_step(s, unit);
+        if (st == ZT_OK && s->off.early_now && us->sib_step_at == by) st = zero_off_submit_step(s, unit);
         return st;
     }
     st = reduce_into_shard(s, unit);
@@ -892,7 +892,7 @@ static zt_status release_grads(zero_state *s, int32_t unit, int32_t by)
     us->grad_full = NULL;
     if (st == ZT_OK && s->sib.on && us->sib_step_at == by) {
         st = compute_after(s, reduce_slot(unit));
-        if (st == ZT_OK) st = sib_step_unit(s, unit, us->grad);
+        if (st == ZT_OK) st = zero_sib_step_unit(s, unit, us->grad);
     }
     return st;
 }
@@ -1016,7 +1016,7 @@ static void zero_fini(void *opaque)
  * With offload the master (offload_optimizer) or the stage-3 bf16 shard (offload_param) is host
  * memory, which kernels do not read: converted on the CPU, or on the GPU into a transient buffer,
  * and copied across (a host wait; setup, load, and per step only with offload_param alone). */
-static zt_status refresh_compute_copy(zero_state *s, int32_t unit)
+static zt_status zero_refresh_compute_copy(zero_state *s, int32_t unit)
 {
     unit_store *us = &s->units[unit];
     if (!us->padded) return ZT_OK;
@@ -1032,10 +1032,10 @@ static zt_status refresh_compute_copy(zero_state *s, int32_t unit)
         st = zero_cuda_refresh(h, s->gpu, us->master, target, n);
     } else if (master_on_host && target_on_host) {
         st = zero_cuda_sync_comm(h, s->gpu); /* a gather may still copy the old shard up */
-        if (st == ZT_OK) bf16_host(s, us->master, target, n);
+        if (st == ZT_OK) zero_bf16_host(s, us->master, target, n);
     } else if (master_on_host) { /* through the first upload staging buffer */
         st = zero_cuda_sync_copy(h, s->gpu); /* its last upload, and any upload into target */
-        if (st == ZT_OK) bf16_host(s, us->master, s->off.up[0], n);
+        if (st == ZT_OK) zero_bf16_host(s, us->master, s->off.up[0], n);
         if (st == ZT_OK) st = zero_cuda_copy(h, target, s->off.up[0], bytes);
     } else { /* master on the device, bf16 shard on the host: through a transient device buffer */
         char tag[96];
@@ -1054,7 +1054,7 @@ static zt_status refresh_compute_copy(zero_state *s, int32_t unit)
 /* Offload on GPUs: the host buffers the copies go through (two fp32 download buffers and two bf16
  * upload staging buffers of the largest shard; host memory, pinned per offload_optimizer.pin_memory),
  * the offload thread's tables, and the copy events. */
-static zt_status setup_offload_gpu(zero_state *s)
+static zt_status zero_off_setup_gpu(zero_state *s)
 {
     int64_t largest = 0;
     for (int32_t u = 0; u < s->n_units; u++) {
@@ -1062,7 +1062,7 @@ static zt_status setup_offload_gpu(zero_state *s)
         if (s->units[u].shard_count > largest) largest = s->units[u].shard_count;
     }
     zt_status st = zero_cuda_offload_init(s->host, s->gpu, s->n_units, 2);
-    int32_t where = mem_where(s, OFFLOADED_OPTIMIZER);
+    int32_t where = zero_mem_where(s, OFFLOADED_OPTIMIZER);
     for (int32_t b = 0; b < 2 && st == ZT_OK && largest; b++) {
         /* pool grads/params: what estimate_gpu counts them as (the staging as params) */
         s->off.down[b] = s->host->alloc(s->host->ctx, ZT_POOL_GRADS, where, (uint64_t)largest * sizeof(float), 0,
@@ -1073,10 +1073,11 @@ static zt_status setup_offload_gpu(zero_state *s)
     }
     if (st == ZT_OK) {
         int32_t n_params = s->layout->model->n_params_decl;
-        s->off.unit_square = alloc_table(s, (uint64_t)s->n_units * sizeof(double), PLUGIN_NAME " unit norms");
+        s->off.unit_square = zero_alloc_table(s, (uint64_t)s->n_units * sizeof(double), PLUGIN_NAME " unit norms");
         s->off.job_tensors =
-            alloc_table(s, (uint64_t)n_params * sizeof *s->off.job_tensors, PLUGIN_NAME " offload norm");
-        s->off.job_sizes = alloc_table(s, (uint64_t)n_params * sizeof *s->off.job_sizes, PLUGIN_NAME " offload norm");
+            zero_alloc_table(s, (uint64_t)n_params * sizeof *s->off.job_tensors, PLUGIN_NAME " offload norm");
+        s->off.job_sizes =
+            zero_alloc_table(s, (uint64_t)n_params * sizeof *s->off.job_sizes, PLUGIN_NAME " offload norm");
         if (!s->off.unit_square || !s->off.job_tensors || !s->off.job_sizes) st = ZT_ERR_OUT_OF_MEMORY;
     }
     return st;
@@ -1092,21 +1093,21 @@ static zt_status setup_gpu(zero_state *s)
     zt_status st = zero_cuda_create(s->host, PLUGIN_NAME, s->n_ranges, s->norm_sizes, 2 * s->n_units + 1, s->n_units,
                                     s->dp.size, &s->gpu);
     if (st == ZT_OK && s->sib.on) {
-        s->sib.norms = alloc_table(s, (uint64_t)s->n_units * sizeof(float), PLUGIN_NAME " unit norms");
+        s->sib.norms = zero_alloc_table(s, (uint64_t)s->n_units * sizeof(float), PLUGIN_NAME " unit norms");
         if (!s->sib.norms) st = ZT_ERR_OUT_OF_MEMORY;
     }
-    if (st == ZT_OK && s->off.on_gpu) st = setup_offload_gpu(s);
+    if (st == ZT_OK && s->off.on_gpu) st = zero_off_setup_gpu(s);
     for (int32_t u = 0; u < s->n_units && st == ZT_OK; u++) {
         unit_store *us = &s->units[u];
         if (!us->padded || s->cast_gather) continue;
         char tag[96];
         int64_t n = SHARDED_PARAMS ? us->shard_count : us->padded;
         snprintf(tag, sizeof tag, PLUGIN_NAME " unit %d bf16 parameters%s", (int)u, SHARDED_PARAMS ? " (shard)" : "");
-        int32_t where = SHARDED_PARAMS ? mem_where(s, OFFLOADED_PARAM) : ZT_MEM_DEVICE;
+        int32_t where = SHARDED_PARAMS ? zero_mem_where(s, OFFLOADED_PARAM) : ZT_MEM_DEVICE;
         uint16_t *copy = s->host->alloc(s->host->ctx, ZT_POOL_PARAMS, where, (uint64_t)n * sizeof(uint16_t), 0, tag);
         if (SHARDED_PARAMS) us->shard_bf16 = copy;
         else us->compute_bf16 = copy;
-        st = copy ? refresh_compute_copy(s, u) : ZT_ERR_OUT_OF_MEMORY;
+        st = copy ? zero_refresh_compute_copy(s, u) : ZT_ERR_OUT_OF_MEMORY;
     }
     return st;
 }
@@ -1132,7 +1133,7 @@ static zt_status plan_storage(zero_state *s)
     for (int32_t u = 0; u < l->n_units; u++) {
         const zt_unit_layout *ul = &l->units[u];
         unit_store *us = &s->units[u];
-        us->touched = alloc_table(s, (uint64_t)(ul->n_params + 1) * sizeof(int32_t), PLUGIN_NAME " storage units");
+        us->touched = zero_alloc_table(s, (uint64_t)(ul->n_params + 1) * sizeof(int32_t), PLUGIN_NAME " storage units");
         if (!us->touched) return ZT_ERR_OUT_OF_MEMORY;
         us->touched[us->n_touched++] = u;
         for (int32_t i = ul->first_param; i < ul->first_param + ul->n_params; i++) {
@@ -1203,11 +1204,12 @@ static zt_status plan_buckets(zero_state *s)
     s->reduce_chunk = s->cfg.reduce_bucket / d > 0 ? s->cfg.reduce_bucket / d : 1;
     s->gather_chunk = s->cfg.allgather_bucket / d > 0 ? s->cfg.allgather_bucket / d : 1;
     if (STAGE >= 1 && largest > s->reduce_chunk) {
-        s->reduce_staging = alloc_floats(s, ZT_POOL_COMM, 0, d * s->reduce_chunk, "reduce bucket (staging)", -1);
+        s->reduce_staging = zero_alloc_floats(s, ZT_POOL_COMM, 0, d * s->reduce_chunk, "reduce bucket (staging)", -1);
         if (!s->reduce_staging) return ZT_ERR_OUT_OF_MEMORY;
     }
     if (STAGE >= 1 && largest > s->gather_chunk) {
-        s->gather_staging = alloc_floats(s, ZT_POOL_COMM, 0, d * s->gather_chunk, "all-gather bucket (staging)", -1);
+        s->gather_staging =
+            zero_alloc_floats(s, ZT_POOL_COMM, 0, d * s->gather_chunk, "all-gather bucket (staging)", -1);
         if (!s->gather_staging) return ZT_ERR_OUT_OF_MEMORY;
     }
     return ZT_OK;
@@ -1219,30 +1221,31 @@ static zt_status alloc_unit(zero_state *s, int32_t u)
     /* GPU runs, stages 1-2: the model reads compute_bf16 and the master is the shard, so no fp32 [P] */
     int gpu = s->host->device->device_type == ZT_DEVICE_CUDA;
     if (!SHARDED_PARAMS && !(gpu && SHARDED_MASTER)) {
-        us->compute = alloc_floats(s, ZT_POOL_PARAMS, 0, us->padded, "parameters", u);
+        us->compute = zero_alloc_floats(s, ZT_POOL_PARAMS, 0, us->padded, "parameters", u);
         if (us->padded && !us->compute) return ZT_ERR_OUT_OF_MEMORY;
     }
     if (SHARDED_MASTER) {
         /* the master lives with the optimizer: offload_param moves the stage-3 bf16 shard (setup_gpu) */
-        us->master = alloc_floats(s, ZT_POOL_PARAMS, OFFLOADED_OPTIMIZER, us->shard_count, "fp32 master shard", u);
+        us->master = zero_alloc_floats(s, ZT_POOL_PARAMS, OFFLOADED_OPTIMIZER, us->shard_count, "fp32 master shard", u);
         if (us->shard_count && !us->master) return ZT_ERR_OUT_OF_MEMORY;
     } else {
         us->master = us->compute;
     }
-    /* step_in_backward: stages 0-1 allocate gradients per step and unit (hold_grads); stages 2-3 keep a
+    /* step_in_backward: stages 0-1 allocate gradients per step and unit (zero_hold_grads); stages 2-3 keep a
      * shard accumulator only for a storage unit several units write (a tied embedding) */
     int transient = s->sib.on && (!SHARDED_GRADS || us->n_touchers <= 1);
     if (!transient) {
-        us->grad = alloc_floats(s, ZT_POOL_GRADS, SHARDED_GRADS ? OFFLOADED_OPTIMIZER : 0, us->n_grad, "gradients", u);
+        us->grad =
+            zero_alloc_floats(s, ZT_POOL_GRADS, SHARDED_GRADS ? OFFLOADED_OPTIMIZER : 0, us->n_grad, "gradients", u);
         if (us->n_grad && !us->grad) return ZT_ERR_OUT_OF_MEMORY;
     }
     if (!s->n_state) return ZT_OK;
-    us->state = alloc_table(s, (uint64_t)s->n_state * sizeof(float *), PLUGIN_NAME " state table");
+    us->state = zero_alloc_table(s, (uint64_t)s->n_state * sizeof(float *), PLUGIN_NAME " state table");
     if (!us->state) return ZT_ERR_OUT_OF_MEMORY;
     for (int32_t k = 0; k < s->n_state; k++) {
         const char *name = s->opt->state_name ? s->opt->state_name(s->opt_state, k) : NULL;
-        us->state[k] = alloc_floats(s, ZT_POOL_OPTIMIZER, OFFLOADED_OPTIMIZER, us->n_state_elems,
-                                    name ? name : "optimizer state", u);
+        us->state[k] = zero_alloc_floats(s, ZT_POOL_OPTIMIZER, OFFLOADED_OPTIMIZER, us->n_state_elems,
+                                         name ? name : "optimizer state", u);
         if (us->n_state_elems && !us->state[k]) return ZT_ERR_OUT_OF_MEMORY;
     }
     return ZT_OK;
@@ -1254,7 +1257,7 @@ static zt_status alloc_unit(zero_state *s, int32_t u)
  * complete at the first backward). auto: on for such runs on one GPU (the memory of a full gradient
  * buffer matters there; on several the overlap of reductions with the backward matters more); true:
  * refuse what is not exact; false: never. Offload steps on its own thread. */
-static zt_status decide_step_in_backward(zero_state *s, int gpu)
+static zt_status zero_sib_decide(zero_state *s, int gpu)
 {
     const zt_host *h = s->host;
     const char *mode = "auto";
@@ -1318,7 +1321,7 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
     s->compute16 = layout->compute_dtype == ZT_F16 ? ZT_F16 : ZT_BF16;
     zt_status st = h->group_get(h->ctx, "dp", &s->dp);
     if (st != ZT_OK) return st; /* the host's message names the missing group */
-    st = decide_step_in_backward(s, gpu);
+    st = zero_sib_decide(s, gpu);
     if (st != ZT_OK) return st;
     if (s->sib.on)
         h->log(h->ctx, ZT_LOG_INFO,
@@ -1349,13 +1352,13 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
     s->layout = layout;
     s->opt = opt;
     s->opt_state = opt_state;
-    s->units = alloc_table(s, (uint64_t)layout->n_units * sizeof *s->units, PLUGIN_NAME " units");
-    s->storage = alloc_table(s, (uint64_t)n_params * sizeof *s->storage, PLUGIN_NAME " ties");
-    s->grad_view = alloc_table(s, (uint64_t)n_params * sizeof *s->grad_view, PLUGIN_NAME " offsets");
-    s->ranges = alloc_table(s, (uint64_t)n_params * sizeof *s->ranges, PLUGIN_NAME " ranges");
-    s->norm_tensors = alloc_table(s, (uint64_t)n_params * sizeof *s->norm_tensors, PLUGIN_NAME " norm");
-    s->norm_sizes = alloc_table(s, (uint64_t)n_params * sizeof *s->norm_sizes, PLUGIN_NAME " norm");
-    s->norm_parts = alloc_table(s, (uint64_t)s->dp.size * sizeof *s->norm_parts, PLUGIN_NAME " norm");
+    s->units = zero_alloc_table(s, (uint64_t)layout->n_units * sizeof *s->units, PLUGIN_NAME " units");
+    s->storage = zero_alloc_table(s, (uint64_t)n_params * sizeof *s->storage, PLUGIN_NAME " ties");
+    s->grad_view = zero_alloc_table(s, (uint64_t)n_params * sizeof *s->grad_view, PLUGIN_NAME " offsets");
+    s->ranges = zero_alloc_table(s, (uint64_t)n_params * sizeof *s->ranges, PLUGIN_NAME " ranges");
+    s->norm_tensors = zero_alloc_table(s, (uint64_t)n_params * sizeof *s->norm_tensors, PLUGIN_NAME " norm");
+    s->norm_sizes = zero_alloc_table(s, (uint64_t)n_params * sizeof *s->norm_sizes, PLUGIN_NAME " norm");
+    s->norm_parts = zero_alloc_table(s, (uint64_t)s->dp.size * sizeof *s->norm_parts, PLUGIN_NAME " norm");
     if (!s->units || !s->storage || !s->grad_view || !s->ranges || !s->norm_tensors || !s->norm_sizes ||
         !s->norm_parts)
         return ZT_ERR_OUT_OF_MEMORY;
@@ -1370,7 +1373,7 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
      * buffers: tests/zero checks the results stay bit for bit those without offload). */
     /* GPU runs queue adds and steps (at most two adds at a time: the download buffers) */
     if (st == ZT_OK && s->cfg.offload_optimizer && (s->n_ranges || s->off.on_gpu))
-        st = zero_offload_create(h, PLUGIN_NAME, offload_job, s, 2 * s->n_units + 4, &s->off.thread);
+        st = zero_offload_create(h, PLUGIN_NAME, zero_off_job, s, 2 * s->n_units + 4, &s->off.thread);
     if (st == ZT_OK && (s->cfg.offload_optimizer || s->cfg.offload_param) && h->device->device_type == ZT_DEVICE_CPU)
         h->log(h->ctx, ZT_LOG_INFO,
                "offload to the CPU requested: this run computes on the CPU, where every buffer already is host "
@@ -1402,7 +1405,7 @@ static float *grad_target(const unit_store *us) { return SHARDED_GRADS ? us->gra
 static zt_status zero_before_unit(void *opaque, int32_t unit, int32_t phase, zt_tensor *params, zt_tensor *grads)
 {
     zero_state *s = opaque;
-    zt_status st = check_unit(s, "before_unit", unit);
+    zt_status st = zero_check_unit(s, "before_unit", unit);
     if (st != ZT_OK) return st;
     if (phase != ZT_PHASE_FORWARD && phase != ZT_PHASE_BACKWARD)
         return fail(s, ZT_ERR_INVALID_ARG, "before_unit: phase %d is neither forward (0) nor backward (1)", (int)phase);
@@ -1411,9 +1414,9 @@ static zt_status zero_before_unit(void *opaque, int32_t unit, int32_t phase, zt_
         int32_t home = us->touched[k];
         unit_store *hs = &s->units[home];
         if (SHARDED_PARAMS) {
-            st = hold_params(s, home);
+            st = zero_hold_params(s, home);
         } else if (SHARDED_MASTER && hs->stale) { /* CPU runs: a master shard was written (load, resume) */
-            st = gather_unit(s, home);
+            st = zero_gather_unit(s, home);
             hs->stale = st != ZT_OK;
             hs->gather_pending = st == ZT_OK && s->gpu;
         }
@@ -1421,10 +1424,10 @@ static zt_status zero_before_unit(void *opaque, int32_t unit, int32_t phase, zt_
             st = compute_after(s, gather_slot(s, home));
             hs->gather_pending = st != ZT_OK;
         }
-        if (st == ZT_OK && phase == ZT_PHASE_BACKWARD && (SHARDED_GRADS || s->sib.on)) st = hold_grads(s, home);
+        if (st == ZT_OK && phase == ZT_PHASE_BACKWARD && (SHARDED_GRADS || s->sib.on)) st = zero_hold_grads(s, home);
     }
     /* stage 3 on GPUs: the next unit's gather overlaps this unit's compute */
-    if (st == ZT_OK && SHARDED_PARAMS && s->gpu) st = prefetch_next(s, unit, phase);
+    if (st == ZT_OK && SHARDED_PARAMS && s->gpu) st = zero_prefetch_next(s, unit, phase);
     if (st != ZT_OK) return st;
 
     const zt_layout *l = s->layout;
@@ -1448,22 +1451,22 @@ static zt_status zero_before_unit(void *opaque, int32_t unit, int32_t phase, zt_
 static zt_status zero_after_unit(void *opaque, int32_t unit, int32_t phase)
 {
     zero_state *s = opaque;
-    zt_status st = check_unit(s, "after_unit", unit);
+    zt_status st = zero_check_unit(s, "after_unit", unit);
     if (st != ZT_OK || !SHARDED_PARAMS) return st; /* stages 0-2 keep the compute copy resident */
     (void)phase;
     const unit_store *us = &s->units[unit];
-    for (int32_t k = 0; k < us->n_touched; k++) release_params(s, us->touched[k]);
+    for (int32_t k = 0; k < us->n_touched; k++) zero_release_params(s, us->touched[k]);
     return ZT_OK;
 }
 
 static zt_status zero_grads_ready(void *opaque, int32_t unit, int32_t last_micro)
 {
     zero_state *s = opaque;
-    zt_status st = check_unit(s, "grads_ready", unit);
+    zt_status st = zero_check_unit(s, "grads_ready", unit);
     if (st != ZT_OK) return st;
     const unit_store *us = &s->units[unit];
     /* GPU runs: transient gradients of the previous unit, reduced on the comm stream meanwhile */
-    st = flush_pending(s, -1);
+    st = zero_flush_pending(s, -1);
     if (st != ZT_OK) return st;
     if (s->sib.on && (!last_micro || !s->sib.have_args))
         return fail(s, ZT_ERR_INVALID_ARG,
@@ -1479,15 +1482,15 @@ static zt_status zero_grads_ready(void *opaque, int32_t unit, int32_t last_micro
                     "zero_optimization.step_in_backward to false",
                     (int)unit);
     if (SHARDED_GRADS) {
-        for (int32_t k = 0; k < us->n_touched && st == ZT_OK; k++) st = release_grads(s, us->touched[k], unit);
+        for (int32_t k = 0; k < us->n_touched && st == ZT_OK; k++) st = zero_release_grads(s, us->touched[k], unit);
         return st;
     }
     if (s->off.early_now) { /* stage 1 with offload: reduce and queue each storage unit whose last writer this is */
         for (int32_t k = 0; k < us->n_touched && st == ZT_OK; k++) {
             int32_t home = us->touched[k];
             if (s->units[home].sib_step_at != unit) continue;
-            st = reduce_unit_once(s, home);
-            if (st == ZT_OK) st = submit_step(s, home);
+            st = zero_reduce_unit_once(s, home);
+            if (st == ZT_OK) st = zero_off_submit_step(s, home);
         }
         return st;
     }
@@ -1497,23 +1500,23 @@ static zt_status zero_grads_ready(void *opaque, int32_t unit, int32_t last_micro
             unit_store *hs = &s->units[home];
             if (hs->sib_step_at != unit) continue;
             if (hs->grad) { /* NULL: stage 0, no trainable element in this unit (nothing to reduce) */
-                st = reduce_unit_once(s, home);
+                st = zero_reduce_unit_once(s, home);
                 if (st == ZT_OK) st = compute_after(s, reduce_slot(home));
             }
-            if (st == ZT_OK) st = sib_step_unit(s, home, hs->grad);
+            if (st == ZT_OK) st = zero_sib_step_unit(s, home, hs->grad);
             s->host->free(s->host->ctx, hs->grad); /* stream-ordered after the step's reads */
             hs->grad = NULL;
         }
         return st;
     }
     if (!last_micro || !s->cfg.overlap_comm || us->reduce_in_step) return ZT_OK;
-    return reduce_unit_once(s, unit);
+    return zero_reduce_unit_once(s, unit);
 }
 
 /* ---- the step ------------------------------------------------------------------------------- */
 
 /* sqrt of the sum of squares of every trainable gradient of the whole model, the same on every rank. */
-static zt_status global_norm(zero_state *s, double *norm)
+static zt_status zero_global_norm(zero_state *s, double *norm)
 {
     const zt_host *h = s->host;
     for (int32_t r = 0; r < s->n_ranges; r++) {
@@ -1548,8 +1551,8 @@ static zt_status global_norm(zero_state *s, double *norm)
 /* The optimizer on one range of this rank's slice: `grads` laid out as the unit's `grad`; `copy`
  * NULL or the base of the bf16 array (indexed like the master) the optimizer writes in the same pass
  * (ABI 1.1 compute_copy, only when it says it does); on the GPU or on the CPU. */
-static zt_status step_range_at(zero_state *s, const opt_range *rg, const zt_step_args *a, double clip,
-                               const float *grads, uint16_t *copy, int on_gpu)
+static zt_status zero_step_range_at(zero_state *s, const opt_range *rg, const zt_step_args *a, double clip,
+                                    const float *grads, uint16_t *copy, int on_gpu)
 {
     float *state_at[MAX_OPT_STATES];
     const unit_store *us = &s->units[rg->unit];
@@ -1559,7 +1562,7 @@ static zt_status step_range_at(zero_state *s, const opt_range *rg, const zt_step
                            .lr = a->lr,
                            .weight_decay = rg->decay ? a->weight_decay : 0.0,
                            .grad_scale = clip / a->loss_scale};
-    if (copy && opt_writes_copy(s)) {
+    if (copy && zero_opt_writes_copy(s)) {
         hp.compute_copy = copy + rg->master_offset;
         hp.compute_copy_dtype = s->compute16;
     }
@@ -1570,24 +1573,24 @@ static zt_status step_range_at(zero_state *s, const opt_range *rg, const zt_step
 
 /* The optimizer on one range where the buffers are: the GPU, or the CPU (CPU runs; the offload
  * thread of CPU runs). Not for offload on GPUs (offload_step_gpu_unit). */
-static zt_status step_range(zero_state *s, const opt_range *rg, const zt_step_args *a, double clip)
+static zt_status zero_step_range(zero_state *s, const opt_range *rg, const zt_step_args *a, double clip)
 {
     const unit_store *us = &s->units[rg->unit];
     int on_gpu = s->gpu != NULL;
     /* ABI 1.1: the bf16 compute copy in the same pass (this rank's slice of it), unless it lives on the
-     * host (stage 3 with offload_param alone: after_unit_step converts and copies it) or stage 3 keeps
+     * host (stage 3 with offload_param alone: zero_after_unit_step converts and copies it) or stage 3 keeps
      * none (cast_gather) */
     uint16_t *copy = NULL;
     if (on_gpu && !(SHARDED_PARAMS && s->cfg.offload_param) && !s->cast_gather)
         copy = STAGE == 0 ? us->compute_bf16 : SHARDED_PARAMS ? us->shard_bf16 : us->compute_bf16 + us->shard_offset;
     const float *grads = us->step_grads ? us->step_grads : us->grad;
-    return step_range_at(s, rg, a, clip, grads, copy, on_gpu);
+    return zero_step_range_at(s, rg, a, clip, grads, copy, on_gpu);
 }
 
 /* Offload on GPUs, on the offload thread: unit u's CPU step from its host gradients (stage 1: the
  * download buffer) once their download has landed, the bf16 of the updated master into a staging
  * buffer (or, stage 3 with offload_param, the host bf16 shard itself), uploaded on the copy stream
- * into the unit's device bf16 slice; the unit's upload event follows (gather_unit waits on it). */
+ * into the unit's device bf16 slice; the unit's upload event follows (zero_gather_unit waits on it). */
 static zt_status offload_step_gpu_unit(zero_state *s, int32_t unit)
 {
     const zt_host *h = s->host;
@@ -1615,10 +1618,10 @@ static zt_status offload_step_gpu_unit(zero_state *s, int32_t unit)
     }
     for (int32_t k = 0; k < s->n_ranges && st == ZT_OK; k++)
         if (s->ranges[k].unit == unit)
-            st = step_range_at(s, &s->ranges[k], s->off.args, s->off.clip, grads, copy, 0);
-    for (int32_t k = 0; k < s->n_ranges && st == ZT_OK && !opt_writes_copy(s); k++) {
+            st = zero_step_range_at(s, &s->ranges[k], s->off.args, s->off.clip, grads, copy, 0);
+    for (int32_t k = 0; k < s->n_ranges && st == ZT_OK && !zero_opt_writes_copy(s); k++) {
         const opt_range *rg = &s->ranges[k]; /* an optimizer without compute_copy: convert here */
-        if (rg->unit == unit) bf16_host(s, us->master + rg->master_offset, copy + rg->master_offset, rg->count);
+        if (rg->unit == unit) zero_bf16_host(s, us->master + rg->master_offset, copy + rg->master_offset, rg->count);
     }
     if (st != ZT_OK || direct) return st;
     /* only the stepped ranges: frozen elements and padding of the device copy keep their values */
@@ -1635,14 +1638,14 @@ static zt_status offload_step_gpu_unit(zero_state *s, int32_t unit)
 /* The offload thread's job (offload.h), with the arguments step() or begin_step left in off.args /
  * off.clip. CPU runs: the optimizer on the unit's ranges. GPU runs: first the unit's download
  * (the thread's CUDA device set first: it is per thread), then its add or its step. */
-static zt_status offload_job(void *opaque, int32_t job)
+static zt_status zero_off_job(void *opaque, int32_t job)
 {
     zero_state *s = opaque;
     int32_t unit = job % s->n_units, kind = job / s->n_units;
     zt_status st = ZT_OK;
     if (!s->off.on_gpu) {
         for (int32_t k = 0; k < s->n_ranges && st == ZT_OK; k++)
-            if (s->ranges[k].unit == unit) st = step_range(s, &s->ranges[k], s->off.args, s->off.clip);
+            if (s->ranges[k].unit == unit) st = zero_step_range(s, &s->ranges[k], s->off.args, s->off.clip);
         return st;
     }
     unit_store *us = &s->units[unit];
@@ -1660,7 +1663,7 @@ static zt_status offload_job(void *opaque, int32_t job)
 /* Offload: every unit with trainable elements goes to the offload thread, in unit order, and step()
  * waits for them (the pipelined step after the norm). Always waits for what was queued, so no job
  * outlives the arguments. */
-static zt_status offload_step(zero_state *s, const zt_step_args *a, double clip)
+static zt_status zero_off_step(zero_state *s, const zt_step_args *a, double clip)
 {
     s->off.args = a;
     s->off.clip = clip;
@@ -1676,17 +1679,17 @@ static zt_status offload_step(zero_state *s, const zt_step_args *a, double clip)
  * optimizer wrote it (ABI 1.1 compute_copy, in the same pass); stages 1-2 then all-gather every
  * rank's updated slice into the compute copy (GPU runs: bf16, in place, on the comm stream; the
  * unit's next before_unit waits for it). */
-static zt_status after_unit_step(zero_state *s, int32_t u)
+static zt_status zero_after_unit_step(zero_state *s, int32_t u)
 {
     unit_store *us = &s->units[u];
     zt_status st = ZT_OK;
-    /* (not for offload on GPUs, whose thread converts and uploads: offload_gpu_step) stage 3 with
-     * offload_param alone: step_range left the host bf16 shard to this refresh */
+    /* (not for offload on GPUs, whose thread converts and uploads: zero_off_gpu_step) stage 3 with
+     * offload_param alone: zero_step_range left the host bf16 shard to this refresh */
     int copy_on_host = SHARDED_PARAMS && s->cfg.offload_param;
-    if (s->gpu && us->n_state_elems && (copy_on_host || !opt_writes_copy(s)))
-        st = refresh_compute_copy(s, u);
+    if (s->gpu && us->n_state_elems && (copy_on_host || !zero_opt_writes_copy(s)))
+        st = zero_refresh_compute_copy(s, u);
     if (st != ZT_OK || !SHARDED_MASTER || SHARDED_PARAMS) return st;
-    st = gather_unit(s, u);
+    st = zero_gather_unit(s, u);
     us->stale = st != ZT_OK;
     us->gather_pending = st == ZT_OK && s->gpu;
     return st;
@@ -1695,7 +1698,7 @@ static zt_status after_unit_step(zero_state *s, int32_t u)
 /* step_in_backward: unit u's gradients are complete and reduced (`grads`, laid out as `grad`):
  * add its sum of squares to the norm (GPU runs: a device float per unit, read once in step()),
  * step its ranges with begin_step's arguments, and refresh its compute copy. */
-static zt_status sib_step_unit(zero_state *s, int32_t unit, const float *grads)
+static zt_status zero_sib_step_unit(zero_state *s, int32_t unit, const float *grads)
 {
     unit_store *us = &s->units[unit];
     const zt_host *h = s->host;
@@ -1716,16 +1719,16 @@ static zt_status sib_step_unit(zero_state *s, int32_t unit, const float *grads)
     }
     us->step_grads = grads;
     for (int32_t k = 0; k < s->n_ranges && st == ZT_OK; k++)
-        if (s->ranges[k].unit == unit) st = step_range(s, &s->ranges[k], &s->sib.args, 1.0);
+        if (s->ranges[k].unit == unit) st = zero_step_range(s, &s->ranges[k], &s->sib.args, 1.0);
     us->step_grads = NULL;
-    if (st == ZT_OK) st = after_unit_step(s, unit);
+    if (st == ZT_OK) st = zero_after_unit_step(s, unit);
     s->sib.count++;
     return st;
 }
 
 /* step_in_backward: every unit was stepped in the backward; what is left is the norm to report. A
  * non-finite norm cannot be undone after the fact (the update is made), so it is an error. */
-static zt_status sib_finish_step(zero_state *s, const zt_step_args *a, zt_step_result *r)
+static zt_status zero_sib_finish_step(zero_state *s, const zt_step_args *a, zt_step_result *r)
 {
     const zt_host *h = s->host;
     int32_t expected = 0;
@@ -1771,7 +1774,7 @@ static zt_status sib_finish_step(zero_state *s, const zt_step_args *a, zt_step_r
 }
 
 /* Offload on GPUs, after unit u's step job was queued: wait for it, then (stages 1-2) all-gather
- * every rank's updated slice into the compute copy behind the upload (gather_unit). Collectives are
+ * every rank's updated slice into the compute copy behind the upload (zero_gather_unit). Collectives are
  * issued here, on the training thread, in unit order on every rank. */
 static zt_status offload_finish_unit(zero_state *s, int32_t u)
 {
@@ -1779,19 +1782,19 @@ static zt_status offload_finish_unit(zero_state *s, int32_t u)
     zt_status st = offload_wait_for(s, us->off.step_ticket);
     us->off.step_ticket = 0;
     if (st != ZT_OK || !SHARDED_MASTER || SHARDED_PARAMS) return st; /* stage 3 gathers when the unit runs */
-    st = gather_unit(s, u);
+    st = zero_gather_unit(s, u);
     us->stale = st != ZT_OK;
     us->gather_pending = st == ZT_OK;
     return st;
 }
 
 /* step() with offload on GPUs (header comment, "Offload on GPUs"). Returns once every job is done. */
-static zt_status offload_gpu_step(zero_state *s, const zt_step_args *a, zt_step_result *r)
+static zt_status zero_off_gpu_step(zero_state *s, const zt_step_args *a, zt_step_result *r)
 {
     const zt_host *h = s->host;
     /* off.early_now stays set until every job is done: the thread reads it (the unit's sum of squares) */
     int early = s->off.early_now;
-    zt_status st = flush_pending(s, -1); /* the last unit's transient gradients, once downloaded */
+    zt_status st = zero_flush_pending(s, -1); /* the last unit's transient gradients, once downloaded */
     if (st != ZT_OK) {
         (void)zero_offload_wait(s->off.thread);
         s->off.early_now = 0;
@@ -1810,7 +1813,7 @@ static zt_status offload_gpu_step(zero_state *s, const zt_step_args *a, zt_step_
                         (long long)a->step, (int)s->off.early_count, (int)expected);
         }
     } else {
-        for (int32_t u = 0; !SHARDED_GRADS && u < s->n_units && st == ZT_OK; u++) st = reduce_unit_once(s, u);
+        for (int32_t u = 0; !SHARDED_GRADS && u < s->n_units && st == ZT_OK; u++) st = zero_reduce_unit_once(s, u);
         if (st == ZT_OK) st = compute_after_all_comm(s); /* stage 1: the norm reads the reduced device gradients */
         /* stages 2-3: every download has landed and every add is done before the norm reads the shards */
         if (st == ZT_OK && SHARDED_GRADS) st = zero_cuda_sync_comm(h, s->gpu);
@@ -1821,7 +1824,7 @@ static zt_status offload_gpu_step(zero_state *s, const zt_step_args *a, zt_step_
             us->off.fresh = 0;
         }
         double norm = 0;
-        if (st == ZT_OK) st = global_norm(s, &norm);
+        if (st == ZT_OK) st = zero_global_norm(s, &norm);
         if (st != ZT_OK) return st;
         norm /= a->loss_scale;
         r->grad_norm = norm;
@@ -1836,7 +1839,7 @@ static zt_status offload_gpu_step(zero_state *s, const zt_step_args *a, zt_step_
      * the backward's order (last unit first): finished in that order, the same on every rank. */
     for (int32_t u = 0; early && u < s->n_units && st == ZT_OK; u++) st = offload_finish_unit(s, s->n_units - 1 - u);
     for (int32_t u = 0; !early && u <= s->n_units && st == ZT_OK; u++) {
-        if (u < s->n_units) st = submit_step(s, u);
+        if (u < s->n_units) st = zero_off_submit_step(s, u);
         if (st == ZT_OK && u > 0) st = offload_finish_unit(s, u - 1);
     }
     zt_status ran = zero_offload_wait(s->off.thread); /* always: no job outlives the step's arguments */
@@ -1905,17 +1908,17 @@ static zt_status zero_step(void *opaque, const zt_step_args *a, zt_step_result *
         return fail(s, ZT_ERR_INVALID_ARG,
                     "step: the arguments are missing, too old, or out of range (step >= 1, loss_scale > 0, "
                     "max_grad_norm >= 0)");
-    if (s->sib.on) return sib_finish_step(s, a, r);
-    if (s->off.on_gpu) return offload_gpu_step(s, a, r);
+    if (s->sib.on) return zero_sib_finish_step(s, a, r);
+    if (s->off.on_gpu) return zero_off_gpu_step(s, a, r);
     zt_status st = ZT_OK;
-    for (int32_t u = 0; !SHARDED_GRADS && u < s->n_units && st == ZT_OK; u++) st = reduce_unit_once(s, u);
+    for (int32_t u = 0; !SHARDED_GRADS && u < s->n_units && st == ZT_OK; u++) st = zero_reduce_unit_once(s, u);
     /* GPU runs: the reductions ran on the comm stream; the norm and the optimizer read their results */
-    if (st == ZT_OK) st = flush_pending(s, -1);
+    if (st == ZT_OK) st = zero_flush_pending(s, -1);
     if (st == ZT_OK) st = compute_after_all_comm(s);
     if (st != ZT_OK) return st;
 
     double norm = 0;
-    st = global_norm(s, &norm);
+    st = zero_global_norm(s, &norm);
     if (st != ZT_OK) return st;
     norm /= a->loss_scale;
     r->grad_norm = norm;
@@ -1925,14 +1928,14 @@ static zt_status zero_step(void *opaque, const zt_step_args *a, zt_step_result *
     double clip = 1.0;
     if (a->max_grad_norm > 0) clip = fmin(1.0, a->max_grad_norm / (norm + 1e-6));
     if (s->off.thread) {
-        st = offload_step(s, a, clip);
+        st = zero_off_step(s, a, clip);
         if (st != ZT_OK) return st;
     }
     for (int32_t k = 0; !s->off.thread && k < s->n_ranges; k++) {
-        st = step_range(s, &s->ranges[k], a, clip);
+        st = zero_step_range(s, &s->ranges[k], a, clip);
         if (st != ZT_OK) return st; /* the optimizer described its failure */
     }
-    for (int32_t u = 0; st == ZT_OK && u < s->n_units; u++) st = after_unit_step(s, u);
+    for (int32_t u = 0; st == ZT_OK && u < s->n_units; u++) st = zero_after_unit_step(s, u);
     return st;
 }
 
@@ -1973,7 +1976,7 @@ static void zero_shard_range(void *opaque, int32_t unit, int64_t *offset, int64_
  * write branches memcpy from NULL, which the check below rules out. */
 __attribute__((noinline)) static zt_status copy_shard(zero_state *s, const char *call, int32_t unit, int32_t which, float *out, const float *in)
 {
-    zt_status st = check_unit(s, call, unit);
+    zt_status st = zero_check_unit(s, call, unit);
     if (st != ZT_OK) return st;
     if (which < 0 || which > s->n_state || (out == NULL && in == NULL))
         return fail(s, ZT_ERR_INVALID_ARG,
@@ -1989,10 +1992,10 @@ __attribute__((noinline)) static zt_status copy_shard(zero_state *s, const char 
             st = on_gpu ? zero_cuda_copy(s->host, out, us->master, bytes) : (memcpy(out, us->master, bytes), ZT_OK);
         } else if (s->off.on_gpu) {
             memcpy(us->master, in, bytes);
-            st = refresh_compute_copy(s, unit);
+            st = zero_refresh_compute_copy(s, unit);
         } else if (s->gpu) {
             st = zero_cuda_copy(s->host, us->master, in, bytes);
-            if (st == ZT_OK) st = refresh_compute_copy(s, unit);
+            if (st == ZT_OK) st = zero_refresh_compute_copy(s, unit);
         } else {
             memcpy(us->master, in, bytes);
             us->stale = SHARDED_MASTER && !SHARDED_PARAMS; /* gathered at the unit's next before_unit */
@@ -2054,7 +2057,7 @@ static void unit_extents(const zt_model_info *m, double *max_touched, double *la
 
 /* Whether the optimizer steps inside the backward (ABI 1.1, zero_optimization.step_in_backward): then
  * gradients exist only per unit. Read only when this build declares the option; auto resolves as
- * decide_step_in_backward does: on one GPU, without clipping, loss scaling (fp16), gradient
+ * zero_sib_decide does: on one GPU, without clipping, loss scaling (fp16), gradient
  * accumulation and offload. */
 static int estimate_step_in_backward(const zero_state *s, double d)
 {
