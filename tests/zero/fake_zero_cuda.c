@@ -1,9 +1,9 @@
-/* A stand-in for plugins/zero_common/zero_cuda.c without a GPU, for test_zero_fake_gpu.c: "device"
- * memory is host memory and every kernel is a CPU loop, so zero.c's GPU paths (bf16 compute copies,
- * comm-stream ordering, offload downloads, uploads and the offload thread) run on any machine.
+/* A stand-in for plugins/zero/zero_cuda.c without a GPU, for test_zero_fake_gpu.c: "device"
+ * memory is host memory and every kernel is a CPU loop, so the zero plugins' GPU paths (bf16 compute
+ * copies, comm-stream ordering, offload downloads, uploads and the offload thread) run on any machine.
  *
  * Copies on the comm and copy streams are not done when they are enqueued but when something the
- * real stream order guarantees says they must be (the fake's flush points below), so a zero.c that
+ * real stream order guarantees says they must be (the fake's flush points below), so a plugin that
  * reads a download before waiting for its event, reuses a staging buffer before its upload left it,
  * or gathers a unit before its upload landed sees stale data, as it could on a GPU:
  *   comm stream (downloads, host->device copies): flushed when the comm stream runs its next
@@ -12,7 +12,7 @@
  *   copy stream (uploads): flushed when the comm stream waits for an upload (comm_wait_upload), when
  *     a staging buffer is waited for (wait_staging), or sync_copy.
  * Both queues are guarded by a mutex: the offload thread enqueues uploads and waits on events. */
-#include "../../plugins/zero_common/zero_cuda.h"
+#include "../../plugins/zero/zero_cuda.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* The offload thread of the zero plugins (plugins/zero_common/offload.c) without a GPU and without
+/* The offload thread of the zero plugins (plugins/zero/offload.c) without a GPU and without
  * the plugins: a stub host, jobs that record where and in which order they ran, and the CPU AdamW
  * kernel stepped unit by unit on the thread against the same kernel called directly (the reference).
  * Checks: jobs run on another thread, in submission order, while submit has already returned (the
@@ -17,7 +17,7 @@
 
 #include "cpu/kernels.h"
 #include "ztest.h"
-#include "../../plugins/zero_common/offload.h"
+#include "../../plugins/zero/offload.h"
 
 /* ---- stub host ------------------------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
-/* zero.c's GPU paths, offload included, without a GPU: zero.c compiled for one stage (ZT_ZERO_STAGE)
- * with ZT_PLUGIN_CUDA against fake_zero_cuda.c (device memory is host memory, kernels are CPU loops,
- * stream copies are deferred until the stream order says they must have happened), driven through
- * its ops by a stub model on a host table whose device says CUDA.
+/* The zero plugins' GPU paths, offload included, without a GPU: plugins/zero's sources compiled for
+ * one stage (ZT_ZERO_STAGE) with ZT_PLUGIN_CUDA against fake_zero_cuda.c (device memory is host
+ * memory, kernels are CPU loops, stream copies are deferred until the stream order says they must
+ * have happened), driven through its ops by a stub model on a host table whose device says CUDA.
  *
  * Each offload configuration trains 3 steps and must give BIT FOR BIT the masters, optimizer state
  * and bf16 views (every forward of every step, and after the last) of the same run without offload:
@@ -14,7 +14,7 @@
  *     embedding's second writer), stages 1-3; stage 3 also with offload_param, and offload_param alone;
  *   - early steps (gradient_clipping 0, 1 micro-batch): the offload thread steps units during the
  *     backward (checked: the optimizer runs before step() is called);
- *   - an optimizer without compute_copy (the bf16 converted by zero.c).
+ *   - an optimizer without compute_copy (the bf16 converted by the plugin).
  * The optimizer must run on the offload thread in offload runs, and the fake must have deferred copies.
  * usage: test_zero_fake_gpu (one executable per stage: 1, 2, 3) */
 #include <math.h>
@@ -401,7 +401,7 @@ int main(void)
         }
     }
 
-    /* an optimizer that does not write the compute copy: zero.c converts */
+    /* an optimizer that does not write the compute copy: the plugin converts */
     snprintf(config, sizeof config, base, "");
     if (run("reference, optimizer without compute_copy", config, &k_opt_plain, 0, &ref_plain)) {
         ZT_CHECK(memcmp(ref_plain.views, ref.views, sizeof ref.views) == 0); /* the conversion is the same */

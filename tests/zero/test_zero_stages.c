@@ -1,4 +1,4 @@
-/* The ZeRO plugins zero0..zero3 (one source, plugins/zero_common/zero.c) loaded as zt-run loads them,
+/* The ZeRO plugins zero0..zero3 (one source set, plugins/zero) loaded as zt-run loads them,
  * in one process, driven with a recording optimizer defined here and hand-computed gradients:
  *   - what each stage keeps resident (pool counters around before_unit / grads_ready / after_unit),
  *   - tied storage (the LM head reads and accumulates into the embedding of unit 0), frozen

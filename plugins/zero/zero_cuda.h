@@ -1,5 +1,6 @@
-/* The GPU side of the zero plugins (zero_cuda.c): what zero.c does with memset, memcpy and the CPU
- * kernels, on device memory, and the ordering between the host's compute and comm streams.
+/* The GPU side of the zero plugins (zero_cuda.c): what the plugins' other sources do with memset,
+ * memcpy and the CPU kernels, on device memory, and the ordering between the host's compute and comm
+ * streams.
  *
  * Streams: the model, the optimizer, the norm and zero fills run on the compute stream; every
  * collective (the host's, on device memory) and the copies and adds that feed it run on the comm
@@ -10,7 +11,7 @@
  * gathered parameters, before a buffer the collective used is freed or reused.
  *
  * A plugin built without CUDA (no ZT_PLUGIN_CUDA) refuses GPU runs in setup, so it never calls
- * these; the inline versions below only keep zero.c free of #ifdefs.
+ * these; the inline versions below only keep the plugins' sources free of #ifdefs.
  */
 #ifndef ZT_PLUGINS_ZERO_CUDA_H
 #define ZT_PLUGINS_ZERO_CUDA_H

@@ -2,9 +2,9 @@
  * = cpu, the optimizer's CPU step runs on this thread, one unit at a time, while the training thread
  * goes on (ZeRO-Offload's overlap). docs/zero.md, "Offload", says what lives where.
  *
- * The engine knows nothing of units' buffers: zero.c submits job numbers (a unit, and on GPU runs
- * what to do with it) in the order the units become ready and the thread calls `fn(arg, job)` for
- * each, in that order, one at a time. fn runs
+ * The engine knows nothing of units' buffers: the plugin (offload_step.c) submits job numbers (a
+ * unit, and on GPU runs what to do with it) in the order the units become ready and the thread calls
+ * `fn(arg, job)` for each, in that order, one at a time. fn runs
  * the optimizer over the unit's ranges on host memory (device_type ZT_DEVICE_CPU, which spreads
  * each range over host->parallel_for's threads; the pool takes calls from any thread). On GPU runs
  * fn first waits for the unit's gradient copy (device -> host, on the comm stream, behind the
