@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/args.h"
 #include "base/json.h"
 #include "base/log.h"
 
@@ -588,24 +589,11 @@ static int same_shape(const zt_st_tensor *t, int ndim, const int64_t *shape)
     return 1;
 }
 
+/* zt_edit_distance; names of 256 bytes or more (a hostile file's) are far from everything. */
 static size_t edit_distance(const char *a, const char *b)
 {
-    size_t n = strlen(b), row[256];
-    if (n >= 256) return (size_t)-1;
-    for (size_t k = 0; k <= n; k++) row[k] = k;
-    for (size_t i = 1; a[i - 1]; i++) {
-        size_t diagonal = row[0];
-        row[0] = i;
-        for (size_t k = 1; k <= n; k++) {
-            size_t above = row[k];
-            size_t best = diagonal + (a[i - 1] != b[k - 1]);
-            if (above + 1 < best) best = above + 1;
-            if (row[k - 1] + 1 < best) best = row[k - 1] + 1;
-            row[k] = best;
-            diagonal = above;
-        }
-    }
-    return row[n];
+    if (strlen(b) >= 256) return (size_t)-1;
+    return (size_t)zt_edit_distance(a, b);
 }
 
 /* Append the (up to) three names of the set nearest to `name`. */
