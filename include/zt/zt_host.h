@@ -49,7 +49,8 @@ typedef struct zt_mem_stats {
 /* ---- device context -------------------------------------------------------------------------- */
 
 /* The device a run computes on. On the CPU path only device_type and n_threads are meaningful and
- * every handle is NULL. Handles are owned by the host: a plugin uses them and never destroys them. */
+ * every handle is NULL. Handles are owned by the host: a plugin uses them and never destroys them;
+ * they stay valid until the plugin's fini returns. Read it from any thread: it is constant for the run. */
 typedef struct zt_device_ctx {
     uint32_t struct_size;
     int32_t device_type;     /* zt_device_type */
@@ -63,9 +64,17 @@ typedef struct zt_device_ctx {
     void *compute_stream;    /* cudaStream_t: all compute of the training step */
     void *comm_stream;       /* cudaStream_t: collectives, so they overlap compute */
     void *copy_stream;       /* cudaStream_t: host<->device transfers (offload) */
-    void *cublas;            /* cublasHandle_t bound to compute_stream */
-    void *cublaslt;          /* cublasLtHandle_t */
-    void *workspace;         /* device scratch for cuBLASLt and kernels; valid until fini */
+    /* Reserved: always NULL. No plain cuBLAS handle is shared: its only in-tree user, the naive
+     * attention reference, keeps one of its own in pedantic fp32 math mode (no TF32), per-handle
+     * state that a shared handle could not promise to every user. */
+    void *cublas;
+    /* CUDA runs: the device's one cublasLtHandle_t, shared by every plugin (plugins/cuda_plugin.h). */
+    void *cublaslt;
+    /* CUDA runs: the device memory that GEMMs through `cublaslt` use as their workspace (32 MiB,
+     * 256-byte aligned), shared by every plugin. It is safe to share only because every user
+     * enqueues its GEMMs on compute_stream: a GEMM on another stream needs a workspace of its own.
+     * Allocated outside the memory pools (the dry-run estimate counts it in pool workspace). */
+    void *workspace;
     uint64_t workspace_bytes;
 } zt_device_ctx;
 
