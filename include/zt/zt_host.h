@@ -51,7 +51,8 @@ typedef struct zt_mem_stats {
 
 /* The device a run computes on. On the CPU path only device_type and n_threads are meaningful and
  * every handle is NULL. Handles are owned by the host: a plugin uses them and never destroys them;
- * they stay valid until the plugin's fini returns. Read it from any thread: it is constant for the run. */
+ * they stay valid until the plugin's fini returns. Read it from any thread: it is constant for the
+ * run. */
 typedef struct zt_device_ctx {
     uint32_t struct_size;
     int32_t device_type;     /* zt_device_type */
@@ -69,7 +70,8 @@ typedef struct zt_device_ctx {
      * attention reference, keeps one of its own in pedantic fp32 math mode (no TF32), per-handle
      * state that a shared handle could not promise to every user. */
     void *cublas;
-    /* CUDA runs: the device's one cublasLtHandle_t, shared by every plugin (plugins/cuda_plugin.h). */
+    /* CUDA runs: the device's one cublasLtHandle_t, shared by every plugin
+     * (plugins/cuda_plugin.h). */
     void *cublaslt;
     /* CUDA runs: the device memory that GEMMs through `cublaslt` use as their workspace (32 MiB,
      * 256-byte aligned), shared by every plugin. It is safe to share only because every user
@@ -89,9 +91,10 @@ typedef enum zt_reduce_op {
 } zt_reduce_op;
 
 /* A communication group, looked up by name. The host always provides "world", and the trainer
- * creates "dp" (every rank: plain data parallelism); a parallel plugin (none in-tree yet, zt_train.h)
- * would create "dp", "tp", "pp" (and any others) with host->group_create. With one rank, every group
- * has size 1 and every collective is a local copy. The handle is owned by the host. */
+ * creates "dp" (every rank: plain data parallelism); a parallel plugin (none in-tree yet,
+ * zt_train.h) would create "dp", "tp", "pp" (and any others) with host->group_create. With one
+ * rank, every group has size 1 and every collective is a local copy. The handle is owned by the
+ * host. */
 typedef struct zt_group {
     void *handle;
     int32_t rank; /* this process's rank within the group */
@@ -137,15 +140,16 @@ typedef struct zt_host {
     /* Tagged, accounted allocation. `tag` names the allocation in OOM messages ("layer 3 q_proj";
      * copied). Returns NULL on failure, after recording an error that names the pool, the request
      * and the pool's current use and limit; the caller then returns ZT_ERR_OUT_OF_MEMORY. Memory is
-     * uninitialized. alignment 0 means 64 bytes on the host and 256 on the device. The block belongs
-     * to the caller until it passes it to free, which it must do before its fini returns (the host
-     * frees what is left at shutdown, with a warning naming the tags). Device memory is
-     * stream-ordered on compute_stream (cudaMallocAsync / cudaFreeAsync): work enqueued there before
-     * a free still sees the block; work on another stream that uses it must be waited for first.
-     * [any thread] */
+     * uninitialized. alignment 0 means 64 bytes on the host and 256 on the device. The block
+     * belongs to the caller until it passes it to free, which it must do before its fini returns
+     * (the host frees what is left at shutdown, with a warning naming the tags). Device memory is
+     * stream-ordered on compute_stream (cudaMallocAsync / cudaFreeAsync): work enqueued there
+     * before a free still sees the block; work on another stream that uses it must be waited for
+     * first. [any thread] */
     void *(*alloc)(void *ctx, int32_t pool, int32_t where, uint64_t bytes, uint64_t alignment,
                    const char *tag);
-    /* Frees a block of alloc (any plugin's: they share one runtime). NULL is a no-op. [any thread] */
+    /* Frees a block of alloc (any plugin's: they share one runtime). NULL is a no-op.
+     * [any thread] */
     void (*free)(void *ctx, void *ptr);
     /* One pool's counters for one kind of memory, into the caller's *out. [any thread] */
     void (*mem_stats)(void *ctx, int32_t pool, int32_t where, zt_mem_stats *out);

@@ -10,8 +10,8 @@
  * Unit 0 is the embedding (tokens -> hidden), units 1..n_layers are the transformer layers, the last
  * unit is the final norm + LM head + masked cross-entropy (hidden -> loss). The model calls the
  * attention plugin bound to it for the attention core of each layer: the host calls an attention
- * plugin's kv_create / kv_destroy / kv_advance itself (generation), the model plugin everything else.
- * Tags ([training thread], [may be NULL], ...): zt_plugin.h.
+ * plugin's kv_create / kv_destroy / kv_advance itself (generation), the model plugin everything
+ * else. Tags ([training thread], [may be NULL], ...): zt_plugin.h.
  */
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
@@ -93,16 +93,17 @@ typedef struct zt_attention_ops {
      * fails. [training thread], from the model plugin. Required. */
     zt_status (*backward)(void *state, const zt_attn_args *a, void *saved);
     /* Generation. [may be NULL]: NULL when the plugin lacks ZT_CAP_KV_CACHE (the host then refuses
-     * to generate with it). When set, kv_destroy, kv_attend and kv_advance are required as well (the
-     * host and the model call them without checks). The cache is created and owned by the plugin;
-     * the host holds the handle until kv_destroy. [training thread], from the host. */
+     * to generate with it). When set, kv_destroy, kv_attend and kv_advance are required as well
+     * (the host and the model call them without checks). The cache is created and owned by the
+     * plugin; the host holds the handle until kv_destroy. [training thread], from the host. */
     zt_status (*kv_create)(void *state, const zt_kv_cache_desc *d, zt_kv_cache **out);
     /* Free a cache of kv_create (the host's last use of it). [training thread], from the host. */
     void (*kv_destroy)(void *state, zt_kv_cache *c);
     /* Append new_k/new_v ([n_seqs, n_new, Hkv, D]) for `layer` to the sequences seq_ids, then attend
      * q ([n_seqs, n_new, H, D]) against each sequence's whole cache, writing `out`. The model calls
-     * this once per layer per decode step; kv_advance then commits n_new tokens for those sequences.
-     * seq_ids and the tensors of `a` are borrowed. [training thread], from the model plugin. */
+     * this once per layer per decode step; kv_advance then commits n_new tokens for those
+     * sequences. seq_ids and the tensors of `a` are borrowed. [training thread], from the model
+     * plugin. */
     zt_status (*kv_attend)(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids,
                            int32_t n_seqs, const zt_attn_args *a);
     /* [training thread], from the host, after the last unit of a decode step. */

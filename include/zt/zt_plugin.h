@@ -22,9 +22,9 @@
  *
  * Tags. The comment of every function pointer in the SDK says, in brackets (as CLAP's headers do),
  * where it is called from and what the caller promises:
- *   [main thread]      the thread that loaded the plugin (zt-run's or zt-prep's main thread): entry,
- *                      probe, init and fini, and the host's calls before a run starts (estimate).
- *                      Never concurrent with another call into the same plugin.
+ *   [main thread]      the thread that loaded the plugin (zt-run's or zt-prep's main thread):
+ *                      entry, probe, init and fini, and the host's calls before a run starts
+ *                      (estimate). Never concurrent with another call into the same plugin.
  *   [training thread]  the thread that runs training (setup, the steps, checkpoints) or the
  *                      generation loop. In zt-run it is the main thread; calls into one plugin from
  *                      it never overlap.
@@ -37,7 +37,8 @@
  *                      without this tag is required: the host (or the plugin that calls it) calls
  *                      it without a check.
  * Ownership: a pointer argument is borrowed for the duration of the call, unless its comment says
- * who owns what it points at afterwards; a returned pointer's comment says who owns it and until when.
+ * who owns what it points at afterwards; a returned pointer's comment says who owns it and until
+ * when.
  */
 #ifndef ZT_PLUGIN_H
 #define ZT_PLUGIN_H
@@ -64,8 +65,9 @@ typedef struct zt_plugin {
     const char *version;   /* the plugin's own version, semver "1.2.0" */
     const char *description; /* one line */
 
-    const zt_option *options; /* the options schema; may be NULL when n_options == 0. Static, owned by
-                                 the plugin for as long as the .so is loaded */
+    /* The options schema; may be NULL when n_options == 0. Static, owned by the plugin for as long
+     * as the .so is loaded. */
+    const zt_option *options;
     uint32_t n_options;
     uint32_t reserved0;
     uint64_t caps;         /* ZT_CAP_* */

@@ -3,9 +3,9 @@
  *
  * Division of labour: the optimizer is pure math over flat fp32 ranges; the zero plugin owns where
  * parameters, gradients and optimizer state live (device or host, full or sharded) and when they
- * move; the parallel plugin (a kind no in-tree plugin implements yet, see below) builds the rank grid
- * and decides which units and tensor slices a rank holds. The host drives the step and owns checkpoints. Tags ([training thread], [collective],
- * [may be NULL], ...): zt_plugin.h.
+ * move; the parallel plugin (a kind no in-tree plugin implements yet, see below) builds the rank
+ * grid and decides which units and tensor slices a rank holds. The host drives the step and owns
+ * checkpoints. Tags ([training thread], [collective], [may be NULL], ...): zt_plugin.h.
  */
 #ifndef ZT_TRAIN_H
 #define ZT_TRAIN_H
@@ -64,9 +64,9 @@ typedef struct zt_optimizer_ops {
     /* Update n elements in place. param, grad and every opt_state[i] point at the same element
      * range, all in memory of `device_type` (ZT_DEVICE_CUDA: enqueue on `stream`, may return before
      * the work is done; ZT_DEVICE_CPU: done on return, may use host->parallel_for). The arrays
-     * belong to the zero plugin; h is borrowed for the call. Called by the zero plugin, never by the
-     * host: [training thread], or the zero plugin's offload thread (offload_optimizer), one call at a
-     * time. Required (the zero plugins refuse an optimizer without step). */
+     * belong to the zero plugin; h is borrowed for the call. Called by the zero plugin, never by
+     * the host: [training thread], or the zero plugin's offload thread (offload_optimizer), one
+     * call at a time. Required (the zero plugins refuse an optimizer without step). */
     zt_status (*step)(void *state, const zt_optim_hparams *h, float *param, const float *grad,
                       float *const *opt_state, uint64_t n, int32_t device_type, void *stream);
 } zt_optimizer_ops;
