@@ -1,11 +1,18 @@
-/* What the CUDA paths of zt's own plugins (llama, flash, adamw, zero0) share: their kernel context
+/* What the CUDA paths of zt's own plugins (llama, flash, adamw, zero0-3) share: their kernel context
  * and how a kernel failure reaches the user. Included only where the plugin is built with CUDA
  * (ZT_PLUGIN_CUDA), next to kernels/cuda/kernels_cuda.h.
  *
- * Each plugin links its own copy of the static kernel library, so each has its own zt_cuda_ctx
- * (cuBLASLt handle and workspace, scratch). Everything runs on the host's compute stream, in order.
- * The context's memory (32 MiB of cuBLASLt workspace plus the scratch) is cudaMalloc'ed by the
- * kernel library, outside the host's pools: the plugins log its size when they create it.
+ * Each plugin links its own copy of the static kernel library, so each has its own zt_cuda_ctx with
+ * its own scratch; the cuBLASLt handle and its 32 MiB workspace are the host's one per device
+ * (zt_device_ctx.cublaslt / .workspace), shared by every plugin's context. Sharing one workspace is
+ * safe because every GEMM of every plugin is enqueued on the host's compute stream, in order: only
+ * the llama plugin multiplies matrices (zt_cuda_gemm, zt_cuda_linear_*, zt_cuda_lm_head_loss, all on
+ * zt_plugin_stream); the zero plugins' contexts run element-wise kernels on the comm stream, which
+ * never touch the workspace. A plugin that ever enqueues a GEMM on another stream must give that
+ * path a context of its own (zt_cuda_ctx_create). A host that sets no handle (an older one) gets
+ * the old behaviour: a context of its own, handle and workspace included.
+ * The context's scratch is cudaMalloc'ed by the kernel library, outside the host's pools, as the
+ * host's workspace is: the plugins log its size when they create it.
  */
 #ifndef ZT_PLUGINS_CUDA_PLUGIN_H
 #define ZT_PLUGINS_CUDA_PLUGIN_H
@@ -47,7 +54,11 @@ static inline zt_status zt_plugin_cuda_ctx(const zt_host *host, const char *plug
         zt_cuda_ctx_destroy(*ctx);
         *ctx = NULL;
     }
-    zt_status st = zt_cuda_ctx_create(host->device->device_index, scratch_bytes, ctx);
+    const zt_device_ctx *dev = host->device;
+    int shared = dev->cublaslt && dev->workspace && dev->workspace_bytes;
+    zt_status st = shared ? zt_cuda_ctx_create_shared(dev->device_index, scratch_bytes, dev->cublaslt, dev->workspace,
+                                                      dev->workspace_bytes, ctx)
+                          : zt_cuda_ctx_create(dev->device_index, scratch_bytes, ctx);
     if (st != ZT_OK) {
         host->error(host->ctx, st, "%s: cannot create its CUDA kernel context (%.1f MiB of scratch): %s", plugin,
                     (double)scratch_bytes / (1 << 20), zt_cuda_last_error());
@@ -55,8 +66,10 @@ static inline zt_status zt_plugin_cuda_ctx(const zt_host *host, const char *plug
     }
     st = zt_cuda_ctx_set_dtype(*ctx, zt_plugin_compute_dtype16(host));
     if (st != ZT_OK) return zt_plugin_cuda_failed(host, st, plugin);
-    host->log(host->ctx, ZT_LOG_DEBUG, "%s: CUDA kernel context with %.1f MiB of scratch and 32 MiB of cuBLASLt "
-              "workspace (outside the memory pools)", plugin, (double)scratch_bytes / (1 << 20));
+    host->log(host->ctx, ZT_LOG_DEBUG, "%s: CUDA kernel context with %.1f MiB of scratch (outside the memory pools), "
+              "%s", plugin, (double)scratch_bytes / (1 << 20),
+              shared ? "on the host's cuBLASLt handle and workspace"
+                     : "with a cuBLASLt handle and 32 MiB of workspace of its own (the host provides none)");
     return ZT_OK;
 }
 

@@ -51,8 +51,9 @@ static zt_status open_cuda_backend(const zt_device_backend **backend_out, int *n
             void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
             if (!lib)
                 st = zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                                  "zt's CUDA backend %s cannot be loaded: %s\nInstall the CUDA runtime it was "
-                                  "built with (libcudart), or train on the CPU (device = cpu)", path, dlerror());
+                                  "zt's CUDA backend %s cannot be loaded: %s\nInstall the CUDA runtime and cuBLAS "
+                                  "it was built with (libcudart, libcublasLt), or train on the CPU (device = cpu)",
+                                  path, dlerror());
             else if (!(open_fn = (zt_device_cuda_open_fn)dlsym(lib, ZT_DEVICE_CUDA_ENTRY)))
                 st = zt_error_set(err, ZT_ERR_NOT_FOUND,
                                   "%s does not export %s: it is not zt's CUDA backend, or one from another "

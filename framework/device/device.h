@@ -9,7 +9,8 @@
  *                            runtime so that zt-run and zt_core never do (they run where CUDA is
  *                            not installed). The runtime dlopens it for a CUDA run and calls its one
  *                            export, ZT_DEVICE_CUDA_ENTRY (docs/gpu.md): cudaSetDevice in init,
- *                            the three streams in the zt_device_ctx, stream-ordered cudaMallocAsync
+ *                            the three streams, the cuBLASLt handle and its workspace in the
+ *                            zt_device_ctx (shared by every plugin), stream-ordered cudaMallocAsync
  *                            on compute_stream for ZT_MEM_DEVICE (a free does not stall the host),
  *                            cudaHostAlloc for ZT_MEM_PINNED, cudaMemcpyAsync, cudaStreamSynchronize.
  *

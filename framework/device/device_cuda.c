@@ -1,14 +1,23 @@
-/* The CUDA device backend (device.h): the MODULE libzt-device-cuda.so. It links the CUDA runtime;
- * zt-run does not, and loads this module only for a CUDA run (runtime.c), so zt-run keeps working on
- * machines without CUDA.
+/* The CUDA device backend (device.h): the MODULE libzt-device-cuda.so. It links the CUDA runtime and
+ * cuBLASLt; zt-run does not, and loads this module only for a CUDA run (runtime.c), so zt-run keeps
+ * working on machines without CUDA.
  *
  * Device memory comes from the device's stream-ordered pool (cudaMallocAsync / cudaFreeAsync on the
  * compute stream): plugins free activations every layer, and cudaFree would wait for the whole
  * device each time, so the host could never run ahead of the GPU. The pool keeps freed memory for
  * reuse (release threshold: unlimited), as PyTorch's caching allocator does.
+ *
+ * The device's one cuBLASLt handle and its workspace (zt_device_ctx.cublaslt, .workspace) are made
+ * here too, so that every plugin's kernel context shares them (plugins/cuda_plugin.h) instead of each
+ * keeping a copy: every plugin GEMM is enqueued on compute_stream, in order, so one workspace is
+ * never used by two GEMMs at once. The workspace is cudaMalloc'ed outside the memory pools, as the
+ * kernel contexts' own memory is; the dry-run estimate counts it in pool workspace
+ * (framework/train/estimate.c). No plain cuBLAS handle is made: zt_device_ctx.cublas is reserved
+ * (zt_host.h says why).
  */
 #include "device/device.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,19 +31,47 @@ static zt_status cuda_failed(zt_error *err, cudaError_t e, const char *call)
     return zt_error_set(err, st, "%s failed: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-/* The backend keeps no state of its own: the streams live in the zt_device_ctx. */
+/* cuBLAS's recommendation for Hopper, and what kernels/cuda/context.cu gives a context of its own:
+ * the GEMM heuristics see the same workspace either way, so they choose the same algorithms. */
+#define CUBLASLT_WORKSPACE_BYTES ((uint64_t)32 << 20)
+
+/* The backend keeps no state of its own: the streams and the cuBLASLt handle live in the zt_device_ctx. */
 static cudaStream_t compute_stream_of(const zt_device_ctx *ctx)
 {
     return (cudaStream_t)ctx->compute_stream;
 }
 
-static void destroy_streams(zt_device_ctx *ctx)
+/* What init made, in reverse: the cuBLASLt workspace and handle, then the streams. Every field is
+ * NULL afterwards, so this may run on a half-made context. */
+static void destroy_handles(zt_device_ctx *ctx)
 {
+    if (ctx->workspace) cudaFree(ctx->workspace);
+    ctx->workspace = NULL;
+    ctx->workspace_bytes = 0;
+    if (ctx->cublaslt) cublasLtDestroy((cublasLtHandle_t)ctx->cublaslt);
+    ctx->cublaslt = NULL;
     void **streams[] = {&ctx->compute_stream, &ctx->comm_stream, &ctx->copy_stream};
     for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
         if (*streams[i]) cudaStreamDestroy((cudaStream_t)*streams[i]);
         *streams[i] = NULL;
     }
+}
+
+/* The handle every plugin's GEMMs go through and their workspace (zt_host.h, zt_device_ctx). */
+static zt_status create_cublaslt(zt_device_ctx *ctx, zt_error *err)
+{
+    cublasLtHandle_t lt = NULL;
+    cublasStatus_t cs = cublasLtCreate(&lt);
+    if (cs != CUBLAS_STATUS_SUCCESS)
+        return zt_error_set(err, ZT_ERR_DEVICE, "cublasLtCreate failed: %s (%d); check that the cuBLAS libraries "
+                            "match the CUDA runtime and driver (zt-run --env)", cublasLtGetStatusString(cs), (int)cs);
+    ctx->cublaslt = lt;
+    void *workspace = NULL;
+    cudaError_t e = cudaMalloc(&workspace, (size_t)CUBLASLT_WORKSPACE_BYTES);
+    if (e != cudaSuccess) return cuda_failed(err, e, "cudaMalloc (the cuBLASLt workspace, 32 MiB)");
+    ctx->workspace = workspace;
+    ctx->workspace_bytes = CUBLASLT_WORKSPACE_BYTES;
+    return ZT_OK;
 }
 
 static zt_status cuda_init(int index, zt_device_ctx *ctx, zt_error *err)
@@ -78,19 +115,21 @@ static zt_status cuda_init(int index, zt_device_ctx *ctx, zt_error *err)
     cudaStream_t streams[3];
     for (int i = 0; i < 3; i++) {
         if ((e = cudaStreamCreate(&streams[i])) != cudaSuccess) {
-            destroy_streams(ctx);
+            destroy_handles(ctx);
             return cuda_failed(err, e, "cudaStreamCreate");
         }
         void **slot[] = {&ctx->compute_stream, &ctx->comm_stream, &ctx->copy_stream};
         *slot[i] = streams[i];
     }
-    return ZT_OK;
+    zt_status st = create_cublaslt(ctx, err);
+    if (st != ZT_OK) destroy_handles(ctx);
+    return st;
 }
 
 static void cuda_shutdown(zt_device_ctx *ctx)
 {
-    cudaDeviceSynchronize();
-    destroy_streams(ctx);
+    cudaDeviceSynchronize(); /* nothing may still run on the workspace or the streams */
+    destroy_handles(ctx);
     cudaMemPool_t pool;
     if (cudaDeviceGetDefaultMemPool(&pool, ctx->device_index) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
 }

@@ -15,7 +15,7 @@
 /* The card a GPU dry run assumes when there is neither a GPU nor gpu_mem_limit (an 80 GB A100/H100). */
 #define ASSUMED_CARD_BYTES (80.0 * 1073741824.0)
 #define LM_HEAD_SCRATCH_BYTES (512.0 * 1048576.0) /* plugins/llama/layers_cuda.c, LM_HEAD_SCRATCH */
-#define CUBLASLT_WORKSPACE_BYTES (32.0 * 1048576.0) /* kernels/cuda/context.cu, LT_WORKSPACE_BYTES */
+#define CUBLASLT_WORKSPACE_BYTES (32.0 * 1048576.0) /* the host's one: framework/device/device_cuda.c */
 
 /* The pools a row shows, in order; "total" is their sum. */
 static const int k_pools[] = {ZT_POOL_PARAMS,      ZT_POOL_GRADS,     ZT_POOL_OPTIMIZER,

@@ -9,7 +9,9 @@
  *
  * Unit 0 is the embedding (tokens -> hidden), units 1..n_layers are the transformer layers, the last
  * unit is the final norm + LM head + masked cross-entropy (hidden -> loss). The model calls the
- * attention plugin bound to it for the attention core of each layer.
+ * attention plugin bound to it for the attention core of each layer: the host calls an attention
+ * plugin's kv_create / kv_destroy / kv_advance itself (generation), the model plugin everything
+ * else. Tags ([training thread], [may be NULL], ...): zt_plugin.h.
  */
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
@@ -81,26 +83,42 @@ typedef struct zt_attention_ops {
     uint32_t struct_size;
     uint32_t reserved0;
     /* Training/prefill. *saved receives what backward needs (e.g. log-sum-exp rows), allocated from
-     * ZT_POOL_ACTIVATIONS; pass saved == NULL when no backward follows. backward reads a->out (the
-     * forward's output) and consumes saved, also when it fails. Thread: the training thread. */
+     * ZT_POOL_ACTIVATIONS and owned by the attention plugin until backward or release consumes it
+     * (the model only keeps the pointer); pass saved == NULL when no backward follows. The tensors
+     * of `a` are the model's, borrowed for the call; on CUDA the work is enqueued on the host's
+     * compute stream. [training thread], from the model plugin. Required (the model refuses an
+     * attention plugin without forward and backward). */
     zt_status (*forward)(void *state, const zt_attn_args *a, void **saved);
+    /* Reads a->out (the forward's output), writes dq, dk, dv and consumes saved, also when it
+     * fails. [training thread], from the model plugin. Required. */
     zt_status (*backward)(void *state, const zt_attn_args *a, void *saved);
-    /* Generation. NULL when the plugin lacks ZT_CAP_KV_CACHE. */
+    /* Generation. [may be NULL]: NULL when the plugin lacks ZT_CAP_KV_CACHE (the host then refuses
+     * to generate with it). When set, kv_destroy, kv_attend and kv_advance are required as well
+     * (the host and the model call them without checks). The cache is created and owned by the
+     * plugin; the host holds the handle until kv_destroy. [training thread], from the host. */
     zt_status (*kv_create)(void *state, const zt_kv_cache_desc *d, zt_kv_cache **out);
+    /* Free a cache of kv_create (the host's last use of it). [training thread], from the host. */
     void (*kv_destroy)(void *state, zt_kv_cache *c);
     /* Append new_k/new_v ([n_seqs, n_new, Hkv, D]) for `layer` to the sequences seq_ids, then attend
      * q ([n_seqs, n_new, H, D]) against each sequence's whole cache, writing `out`. The model calls
-     * this once per layer per decode step; kv_advance then commits n_new tokens for those sequences. */
+     * this once per layer per decode step; kv_advance then commits n_new tokens for those
+     * sequences. seq_ids and the tensors of `a` are borrowed. [training thread], from the model
+     * plugin. */
     zt_status (*kv_attend)(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids,
                            int32_t n_seqs, const zt_attn_args *a);
+    /* [training thread], from the host, after the last unit of a decode step. */
     zt_status (*kv_advance)(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
                             int32_t n_new);
-    zt_status (*kv_reset)(void *state, zt_kv_cache *c, int32_t seq_id); /* free a sequence's blocks */
-    /* Free what forward left in `saved` when no backward will follow (evaluation, abort). */
+    /* Free a sequence's blocks, so its seq_id can start again. [may be NULL]: no in-tree caller yet
+     * (zt-run --generate runs one sequence per cache and destroys the cache). */
+    zt_status (*kv_reset)(void *state, zt_kv_cache *c, int32_t seq_id);
+    /* Free what forward left in `saved` when no backward will follow (evaluation, abort).
+     * [training thread], from the model plugin. Required (the model calls it without a check). */
     void (*release)(void *state, void *saved);
 } zt_attention_ops;
 
-/* An attention plugin bound to a model by the host (the model never loads plugins itself). */
+/* An attention plugin bound to a model by the host (the model never loads plugins itself). Owned by
+ * the host; valid for the call it is passed with. */
 typedef struct zt_attention_binding {
     const zt_attention_ops *ops;
     void *state;
@@ -211,12 +229,16 @@ typedef struct zt_model_ops {
     uint32_t struct_size;
     uint32_t reserved0;
     /* The model's shape and parameters, read from host config (model.preset / model.config)
-     * during init. Thread: any, after init. */
+     * during init. The struct is owned by the plugin and valid until fini. [any thread], after
+     * init. Required, as every op of this table (the host calls them without NULL checks). */
     const zt_model_info *(*info)(void *state);
-    /* One unit forward / backward. Thread: the training thread. */
+    /* One unit forward / backward: c and everything it points at are the host's (params the zero
+     * plugin's), borrowed for the call, except *c->saved (see zt_unit_call). On CUDA the work is
+     * enqueued on the host's compute stream. [training thread] (training and generation) */
     zt_status (*forward)(void *state, const zt_unit_call *c);
-    zt_status (*backward)(void *state, const zt_unit_call *c);
-    /* Free whatever forward left in *saved when no backward will follow (evaluation, abort). */
+    zt_status (*backward)(void *state, const zt_unit_call *c); /* [training thread] (training) */
+    /* Free whatever forward left in *saved when no backward will follow (evaluation, abort), and
+     * set *saved to NULL. [training thread] */
     void (*release)(void *state, int32_t unit, void **saved);
 } zt_model_ops;
 

@@ -19,6 +19,26 @@
  *
  * No C++ exception may leave any function of the table: catch everything at the boundary and turn it
  * into a status with host->error().
+ *
+ * Tags. The comment of every function pointer in the SDK says, in brackets (as CLAP's headers do),
+ * where it is called from and what the caller promises:
+ *   [main thread]      the thread that loaded the plugin (zt-run's or zt-prep's main thread):
+ *                      entry, probe, init and fini, and the host's calls before a run starts
+ *                      (estimate). Never concurrent with another call into the same plugin.
+ *   [training thread]  the thread that runs training (setup, the steps, checkpoints) or the
+ *                      generation loop. In zt-run it is the main thread; calls into one plugin from
+ *                      it never overlap.
+ *   [any thread]       from any thread, and concurrently with other calls unless the comment says
+ *                      which calls it must not overlap.
+ *   [collective]       every rank of the group (for a plugin op: every rank of the job) makes the
+ *                      call, in the same order relative to the other collectives of that group; a
+ *                      rank that skips one leaves the others waiting until comm.timeout_s.
+ *   [may be NULL]      optional: the caller checks the pointer and does without it. A pointer
+ *                      without this tag is required: the host (or the plugin that calls it) calls
+ *                      it without a check.
+ * Ownership: a pointer argument is borrowed for the duration of the call, unless its comment says
+ * who owns what it points at afterwards; a returned pointer's comment says who owns it and until
+ * when.
  */
 #ifndef ZT_PLUGIN_H
 #define ZT_PLUGIN_H
@@ -45,15 +65,26 @@ typedef struct zt_plugin {
     const char *version;   /* the plugin's own version, semver "1.2.0" */
     const char *description; /* one line */
 
-    const zt_option *options; /* the options schema; may be NULL when n_options == 0 */
+    /* The options schema; may be NULL when n_options == 0. Static, owned by the plugin for as long
+     * as the .so is loaded. */
+    const zt_option *options;
     uint32_t n_options;
     uint32_t reserved0;
     uint64_t caps;         /* ZT_CAP_* */
 
-    /* May this plugin run here? Called without init; state-free. */
+    /* May this plugin run here? Called without init, possibly many times, and by zt-run
+     * --list-plugins / --check in a forked child process; state-free, no side effects. `host` is
+     * borrowed for the call. [main thread] Required (the loader refuses a NULL probe, init, fini or
+     * ops). */
     zt_status (*probe)(const zt_host *host);
-    /* Create the plugin state. *state may be set to NULL for stateless plugins. */
+    /* Create the plugin state, once, after the config was validated against every schema. `host`
+     * stays valid until fini returns. *state (owned by the plugin, handed back to every op and to
+     * fini) may be set to NULL for stateless plugins. On failure, free what you made: fini is not
+     * called for a failed init. [main thread] */
     zt_status (*init)(const zt_host *host, void **state);
+    /* Free everything init and the ops made, with the state init produced (also NULL). Called once,
+     * after the last op returned, in the reverse kind order of init; the host dlclose()s next, so
+     * nothing of the plugin may outlive it. [main thread] */
     void (*fini)(void *state);
 
     /* The kind's ops table: zt_tokenizer_ops, zt_model_ops, zt_optimizer_ops, zt_zero_ops,
@@ -63,7 +94,8 @@ typedef struct zt_plugin {
 
 typedef const zt_plugin *(*zt_plugin_entry_fn)(void);
 
-/* The entry every plugin defines (declared here so -Wmissing-prototypes stays quiet). */
+/* The entry every plugin defines (declared here so -Wmissing-prototypes stays quiet): returns a
+ * pointer to a static zt_plugin, owned by the plugin. [main thread], right after dlopen. */
 ZT_EXPORT const zt_plugin *zt_plugin_entry(void);
 
 /* Declare the entry in a plugin source file:  ZT_PLUGIN_ENTRY { return &my_plugin; } */

@@ -3,8 +3,9 @@
  *
  * Division of labour: the optimizer is pure math over flat fp32 ranges; the zero plugin owns where
  * parameters, gradients and optimizer state live (device or host, full or sharded) and when they
- * move; the parallel plugin builds the rank grid and decides which units and tensor slices a rank
- * holds. The host drives the step and owns checkpoints.
+ * move; the parallel plugin (a kind no in-tree plugin implements yet, see below) builds the rank
+ * grid and decides which units and tensor slices a rank holds. The host drives the step and owns
+ * checkpoints. Tags ([training thread], [collective], [may be NULL], ...): zt_plugin.h.
  */
 #ifndef ZT_TRAIN_H
 #define ZT_TRAIN_H
@@ -54,13 +55,18 @@ typedef struct zt_optimizer_ops {
     uint32_t struct_size;
     uint32_t flags;          /* ZT_OPTIM_* (ABI 1.1; was reserved, zero, in 1.0) */
     /* Number of fp32 state arrays per parameter element (AdamW: 2) and their names (checkpoint keys,
-     * e.g. "exp_avg"). The zero plugin allocates them, zero-filled, wherever it keeps the shard. */
+     * e.g. "exp_avg"). The zero plugin allocates them, zero-filled, wherever it keeps the shard.
+     * [may be NULL], each: no n_state means no state arrays, no state_name means unnamed ones (the
+     * host and the zero plugins check). [training thread] and [main thread] (the estimate). */
     int32_t (*n_state)(void *state);
+    /* A static string owned by the plugin, or NULL for i out of range. */
     const char *(*state_name)(void *state, int32_t i);
     /* Update n elements in place. param, grad and every opt_state[i] point at the same element
      * range, all in memory of `device_type` (ZT_DEVICE_CUDA: enqueue on `stream`, may return before
-     * the work is done; ZT_DEVICE_CPU: done on return, may use host->parallel_for).
-     * Thread: the training thread (or the offload thread the zero plugin runs it on). */
+     * the work is done; ZT_DEVICE_CPU: done on return, may use host->parallel_for). The arrays
+     * belong to the zero plugin; h is borrowed for the call. Called by the zero plugin, never by
+     * the host: [training thread], or the zero plugin's offload thread (offload_optimizer), one
+     * call at a time. Required (the zero plugins refuse an optimizer without step). */
     zt_status (*step)(void *state, const zt_optim_hparams *h, float *param, const float *grad,
                       float *const *opt_state, uint64_t n, int32_t device_type, void *stream);
 } zt_optimizer_ops;
@@ -141,38 +147,52 @@ typedef struct zt_estimate_in {
 typedef struct zt_zero_ops {
     uint32_t struct_size;
     int32_t stage;           /* 0..3, as DeepSpeed's zero_optimization.stage */
+    /* Every op of this table is [training thread] and required (the host calls them without NULL
+     * checks) unless its comment says otherwise. */
+
     /* Allocate every buffer for `layout` (through host->alloc, so each is accounted to its pool) and
-     * bind the optimizer. Thread: training thread; collective (all ranks call). */
+     * bind the optimizer. layout (the host's) and opt / opt_state (the optimizer plugin's table and
+     * state) stay valid until this plugin's fini. [collective] */
     zt_status (*setup)(void *state, const zt_layout *layout, const zt_optimizer_ops *opt,
                        void *opt_state);
-    /* Make unit u's parameters available for `phase`: fill params[0..n) (and, in backward, grads)
-     * with compute-dtype views valid until after_unit. Stage 3 all-gathers here and prefetches the
-     * next unit. Collective. */
+    /* Make unit u's parameters available for `phase`: fill params[0..n) (and, in backward, grads),
+     * arrays of the host's, with views of the plugin's memory, valid until after_unit. Stage 3
+     * all-gathers here and prefetches the next unit. [collective] */
     zt_status (*before_unit)(void *state, int32_t unit, int32_t phase, zt_tensor *params,
                              zt_tensor *grads);
+    /* The views of before_unit are no longer used (stage 3 frees the gathered unit). Every rank
+     * calls it in the same unit order; [collective] in that sense, though the in-tree plugins
+     * communicate nothing here. */
     zt_status (*after_unit)(void *state, int32_t unit, int32_t phase);
     /* Unit u's gradients for this micro-batch are complete (after its backward). Stages 2/3
      * reduce-scatter them here on every micro-batch (so only the local shard accumulates); stages
-     * 0/1 reduce on the last micro-batch of the step (last_micro = 1). */
+     * 0/1 reduce on the last micro-batch of the step (last_micro = 1). [collective] */
     zt_status (*grads_ready)(void *state, int32_t unit, int32_t last_micro);
     /* Finish gradient communication, compute the global norm, clip, run the optimizer on the local
-     * shards (device or host), and make updated parameters available as the stage requires. */
+     * shards (device or host), and make updated parameters available as the stage requires.
+     * a is borrowed; *r is the host's. [collective] */
     zt_status (*step)(void *state, const zt_step_args *a, zt_step_result *r);
+    /* Reset the gradients for the next step. Local (every rank calls it, nothing is exchanged). */
     zt_status (*zero_grad)(void *state);
     /* This rank's slice [offset, offset+count) of unit u's padded flat buffer (the same for master
-     * and each optimizer state). Checkpoints store it with the layout, so they reshard on load. */
+     * and each optimizer state). Checkpoints store it with the layout, so they reshard on load.
+     * Local. */
     void (*shard_range)(void *state, int32_t unit, int64_t *offset, int64_t *count);
     /* Copy this rank's shard of `which` (ZT_SHARD_MASTER or optimizer state 1..n) to or from host
-     * memory of count floats. After write_shard of the master, the compute copy is refreshed. */
+     * memory of count floats (the host's buffer). After write_shard of the master, the compute copy
+     * is refreshed. Local: each rank copies its own shard (checkpoints, export). */
     zt_status (*read_shard)(void *state, int32_t unit, int32_t which, float *dst);
     zt_status (*write_shard)(void *state, int32_t unit, int32_t which, const float *src);
     /* Memory this stage would need for `in`, for zt-run --dry-run. May be called with state from
-     * init before setup, and must not allocate. */
+     * init before setup (also on plugins initialized only to estimate another stage), and must not
+     * allocate. [main thread]. [may be NULL] on CPU runs (--dry-run then says the plugin has no
+     * estimate); a GPU run needs it: before training, the host checks the estimate against the
+     * device's memory and refuses the run when the zero plugin cannot estimate. */
     zt_status (*estimate)(void *state, const zt_estimate_in *in, zt_mem_estimate *out);
-    /* ABI 1.1 (may be NULL; the host calls it only when struct_size >= ZT_ZERO_OPS_SIZE_1_1): the
-     * coming step's arguments, before its first micro-batch, so a plugin can run the optimizer on
-     * each unit inside the backward (zero_optimization.step_in_backward). step() is still called,
-     * with the same arguments, after the last micro-batch. */
+    /* ABI 1.1 [may be NULL] (the host calls it only when struct_size >= ZT_ZERO_OPS_SIZE_1_1 and it
+     * is set): the coming step's arguments, before its first micro-batch, so a plugin can run the
+     * optimizer on each unit inside the backward (zero_optimization.step_in_backward). step() is
+     * still called, with the same arguments, after the last micro-batch. Local. */
     zt_status (*begin_step)(void *state, const zt_step_args *a);
 } zt_zero_ops;
 
@@ -181,6 +201,13 @@ typedef struct zt_zero_ops {
 #define ZT_ZERO_OPS_SIZE_1_1 96u
 
 /* ---- parallel strategy ----------------------------------------------------------------------- */
+
+/* Declared for the tensor- and pipeline-parallel work to come: no in-tree plugin implements this
+ * kind yet (the parallel issue adds one), and the host calls none of its ops. zt-run loads a
+ * parallel plugin when --plugins names one or parallel_config.model_parallel or .pipeline_stage is
+ * above 1, and the trainer then refuses to run (it does plain data parallelism only: "dp" is every
+ * rank). The contract below is what such a plugin will be held to; it may still change before a
+ * host uses it. */
 
 typedef struct zt_rank_grid {
     uint32_t struct_size;
@@ -204,10 +231,12 @@ typedef struct zt_parallel_ops {
     uint32_t struct_size;
     uint32_t reserved0;
     /* Build the grid from config (parallel_config.*) and create the "dp", "tp" and "pp" groups with
-     * host->group_create. Collective. */
+     * host->group_create. model is the model plugin's; *out the host's. [collective],
+     * [training thread]. Required once a host calls it. */
     zt_status (*setup)(void *state, const zt_model_info *model, zt_rank_grid *out);
     /* This rank's ordered forward/backward actions for one step of n_micro micro-batches (1F1B for
-     * pp > 1). Writes up to cap actions, sets *n to the number needed. */
+     * pp > 1). Writes up to cap actions into the caller's array, sets *n to the number needed.
+     * Local, [training thread]. Required once a host calls it. */
     zt_status (*schedule)(void *state, int32_t n_micro, zt_pp_action *actions, int32_t cap,
                           int32_t *n);
 } zt_parallel_ops;

@@ -148,7 +148,8 @@ typedef struct zt_option {
 #define ZT_CAP_KV_CACHE     (1ull << 7)  /* attention: supports decode against a KV cache */
 #define ZT_CAP_GQA          (1ull << 8)  /* attention: grouped-query without repeating K/V */
 #define ZT_CAP_RECOMPUTE    (1ull << 9)  /* model: activation checkpointing */
-#define ZT_CAP_CONCURRENT   (1ull << 10) /* ops may be called from several threads at once */
+#define ZT_CAP_CONCURRENT   (1ull << 10) /* ops may be called from several threads at once (no
+                                            host reads it yet: each op's tags say what it gets) */
 
 /* ---- logging --------------------------------------------------------------------------------- */
 

@@ -36,6 +36,7 @@ struct zt_cuda_ctx {
     cublasLtHandle_t lt;
     void *lt_workspace;
     size_t lt_workspace_bytes;
+    int owns_lt; /* 1: lt and lt_workspace are this context's (zt_cuda_ctx_create); 0: borrowed */
     void *scratch;
     uint64_t scratch_bytes;
     /* Per slot: (row << 32 | uint32 value) of the lowest bad row, or ~0 when none. */

@@ -1,5 +1,5 @@
-/* The CUDA kernels' context (device, cuBLASLt handle, scratch, device-side index errors), error
- * messages, and the element-wise conversions. */
+/* The CUDA kernels' context (device, cuBLASLt handle and workspace, its own or borrowed from the
+ * host, scratch, device-side index errors), error messages, and the element-wise conversions. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +53,9 @@ static zt_status cuda_error(const char *call, cudaError_t e)
                         cudaGetErrorName(e));
 }
 
-zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **out)
+/* Both constructors: lt == NULL makes the context's own handle and workspace, else it borrows them. */
+static zt_status ctx_create(int device, uint64_t scratch_bytes, void *lt, void *lt_workspace,
+                            uint64_t lt_workspace_bytes, zt_cuda_ctx **out)
 {
     *out = NULL;
     zt_cuda_ctx *ctx = (zt_cuda_ctx *)calloc(1, sizeof *ctx);
@@ -61,6 +63,12 @@ zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **o
     ctx->device = device;
     ctx->dtype = ZT_BF16;
     ctx->scratch_bytes = scratch_bytes ? scratch_bytes : DEFAULT_SCRATCH_BYTES;
+    ctx->owns_lt = lt == NULL;
+    if (!ctx->owns_lt) { /* set first, so a failure below never frees what the caller owns */
+        ctx->lt = (cublasLtHandle_t)lt;
+        ctx->lt_workspace = lt_workspace;
+        ctx->lt_workspace_bytes = (size_t)lt_workspace_bytes;
+    }
     cudaError_t e;
     zt_status st = ZT_OK;
     if ((e = cudaSetDevice(device)) != cudaSuccess) {
@@ -71,7 +79,8 @@ zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **o
                                            cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
                    cudaSuccess) {
         st = cuda_error("cudaDeviceGetAttribute", e);
-    } else if ((e = cudaMalloc(&ctx->lt_workspace, LT_WORKSPACE_BYTES)) != cudaSuccess) {
+    } else if (ctx->owns_lt &&
+               (e = cudaMalloc(&ctx->lt_workspace, LT_WORKSPACE_BYTES)) != cudaSuccess) {
         st = cuda_error("cudaMalloc (cuBLASLt workspace, 32 MiB)", e);
     } else if ((e = cudaMalloc(&ctx->scratch, ctx->scratch_bytes)) != cudaSuccess) {
         st = cuda_error("cudaMalloc (scratch)", e);
@@ -82,8 +91,11 @@ zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **o
                                ZT_INDEX_SLOTS * sizeof(unsigned long long))) != cudaSuccess) {
         st = cuda_error("cudaMemset", e);
     } else {
-        ctx->lt_workspace_bytes = LT_WORKSPACE_BYTES;
-        cublasStatus_t cs = cublasLtCreate(&ctx->lt);
+        cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+        if (ctx->owns_lt) {
+            ctx->lt_workspace_bytes = LT_WORKSPACE_BYTES;
+            cs = cublasLtCreate(&ctx->lt);
+        }
         if (cs != CUBLAS_STATUS_SUCCESS)
             st = zt_cuda_fail(ZT_ERR_DEVICE, "CUDA context: cublasLtCreate failed: %s",
                               cublasGetStatusString(cs));
@@ -98,12 +110,31 @@ zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **o
     return ZT_OK;
 }
 
+zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **out)
+{
+    return ctx_create(device, scratch_bytes, NULL, NULL, 0, out);
+}
+
+zt_status zt_cuda_ctx_create_shared(int device, uint64_t scratch_bytes, void *cublaslt, void *workspace,
+                                    uint64_t workspace_bytes, zt_cuda_ctx **out)
+{
+    *out = NULL;
+    if (!cublaslt || !workspace || !workspace_bytes)
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                            "CUDA context: a shared context needs a cuBLASLt handle and a workspace (got "
+                            "handle %p, workspace %p of %llu bytes); use zt_cuda_ctx_create for a context of "
+                            "its own", cublaslt, workspace, (unsigned long long)workspace_bytes);
+    return ctx_create(device, scratch_bytes, cublaslt, workspace, workspace_bytes, out);
+}
+
 void zt_cuda_ctx_destroy(zt_cuda_ctx *ctx)
 {
     if (!ctx) return;
     zt_cuda_release_gemm_plans(ctx);
-    if (ctx->lt) cublasLtDestroy(ctx->lt);
-    cudaFree(ctx->lt_workspace);
+    if (ctx->owns_lt) {
+        if (ctx->lt) cublasLtDestroy(ctx->lt);
+        cudaFree(ctx->lt_workspace);
+    }
     cudaFree(ctx->scratch);
     cudaFree(ctx->index_errors);
     free(ctx);

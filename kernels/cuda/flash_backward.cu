@@ -393,12 +393,13 @@ __global__ void flash_dq_bulk_kernel(flash_params p)
 
 /* The wgmma backward's split of a GQA group over blocks per key tile: the smallest divisor of the
  * group that gives at least 1.5 waves of blocks on 132 SMs (H100 SXM / H200; a function of the
- * shape alone, as the scratch size must be), or ZT_FLASH_BACKWARD_SPLIT (a divisor of the group;
+ * shape alone, as the scratch size must be), or the caller's t->split (the flash plugin's
+ * flash.backward_split), or ZT_FLASH_BACKWARD_SPLIT, which overrides both (a divisor of the group;
  * for tuning). Fewer blocks than SMs leave SMs idle; from about 2 waves on, heaviest-first order
  * balances the causal work by itself (measured on an H200 at the 1b model's shape, 256 blocks:
- * unsplit 0.52 ms, split in 2 0.55 ms), and a split costs fp32 dK/dV partial sums. Returns 0 for a bad variable (message recorded unless
- * quiet). */
-int backward_split(const zt_cuda_attention_shape *s, bool quiet)
+ * unsplit 0.52 ms, split in 2 0.55 ms), and a split costs fp32 dK/dV partial sums. Returns 0 for a
+ * bad variable or t->split (message recorded unless quiet). */
+int backward_split(const zt_cuda_attention_shape *s, const zt_cuda_flash_backward_tuning *t, bool quiet)
 {
     const int64_t group = s->heads / s->kv_heads;
     const char *text = getenv("ZT_FLASH_BACKWARD_SPLIT");
@@ -415,31 +416,46 @@ int backward_split(const zt_cuda_attention_shape *s, bool quiet)
         }
         return (int)v;
     }
+    if (t && t->split > 0) {
+        if (group % t->split != 0) {
+            if (!quiet)
+                zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                             "a backward split of %d blocks per key tile does not divide the GQA group (heads / "
+                             "kv_heads = %lld); use a divisor of it, or 0 for the automatic choice",
+                             (int)t->split, (long long)group);
+            return 0;
+        }
+        return (int)t->split;
+    }
     const int64_t base = (s->seq + 127) / 128 * s->batch * s->kv_heads;
     for (int64_t split = 1; split <= group; split++)
         if (group % split == 0 && 2 * base * split >= 3 * 132) return (int)split;
     return (int)group;
 }
 
-/* How the wgmma backward adds dQ up: ZT_FLASH_BACKWARD_DQ=bulk (default: each warpgroup stages its
- * 64 x 64 fp32 tile in shared memory and one thread adds it with one TMA bulk reduce-add) or atomic
- * (16-byte red.global per 4 values from registers; for comparison). -1 (message recorded) otherwise. */
-int backward_dq_bulk()
+/* How the wgmma backward adds dQ up: bulk (default: each warpgroup stages its 64 x 64 fp32 tile in
+ * shared memory and one thread adds it with one TMA bulk reduce-add) or atomic (16-byte red.global
+ * per 4 values from registers; for comparison): t->dq_bulk, or ZT_FLASH_BACKWARD_DQ=bulk|atomic,
+ * which overrides it. -1 (message recorded) for another value of the variable. */
+int backward_dq_bulk(const zt_cuda_flash_backward_tuning *t)
 {
     const char *text = getenv("ZT_FLASH_BACKWARD_DQ");
-    if (!text || !*text || !strcmp(text, "bulk")) return 1;
+    if (!text || !*text) return t ? t->dq_bulk != 0 : 1;
+    if (!strcmp(text, "bulk")) return 1;
     if (!strcmp(text, "atomic")) return 0;
     zt_cuda_fail(ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_DQ=%s: expected bulk (the default) or atomic", text);
     return -1;
 }
 
-/* ZT_FLASH_BACKWARD_RING=0|1: whether the wgmma backward at head dim 64 (bulk dQ) lets its two
- * warpgroups run apart on an mbarrier ring (1, the default) or meets at a block barrier per query
- * tile (0; for comparison). -1 (message recorded) for another value. */
-int backward_ring()
+/* Whether the wgmma backward at head dim 64 (bulk dQ) lets its two warpgroups run apart on an
+ * mbarrier ring (1, the default) or meets at a block barrier per query tile (0; for comparison):
+ * t->ring, or ZT_FLASH_BACKWARD_RING=0|1, which overrides it. -1 (message recorded) for another
+ * value of the variable. */
+int backward_ring(const zt_cuda_flash_backward_tuning *t)
 {
     const char *text = getenv("ZT_FLASH_BACKWARD_RING");
-    if (!text || !*text || !strcmp(text, "1")) return 1;
+    if (!text || !*text) return t ? t->ring != 0 : 1;
+    if (!strcmp(text, "1")) return 1;
     if (!strcmp(text, "0")) return 0;
     zt_cuda_fail(ZT_ERR_INVALID_ARG, "ZT_FLASH_BACKWARD_RING=%s: expected 0 or 1 (the default)", text);
     return -1;
@@ -506,26 +522,31 @@ zt_status launch_backward(zt_cuda_ctx *ctx, cudaStream_t stream, flash_params p,
 
 } // namespace
 
-uint64_t zt_cuda_flash_attention_backward_scratch_bytes(const zt_cuda_attention_shape *s)
+uint64_t zt_cuda_flash_attention_backward_scratch_bytes_tuned(const zt_cuda_attention_shape *s,
+                                                              const zt_cuda_flash_backward_tuning *t)
 {
     uint64_t rows = (uint64_t)s->batch * (uint64_t)s->seq * (uint64_t)s->heads;
     uint64_t bytes = accum_bytes(s) + zt_round_up(rows * sizeof(float), 256);
-    /* the wgmma kernel's dK/dV partial sums when it splits the group (a bad ZT_FLASH_BACKWARD_SPLIT
-     * counts as 1 here and fails in the backward itself) */
-    int split = backward_split(s, true);
+    /* the wgmma kernel's dK/dV partial sums when it splits the group (a bad split counts as 1 here
+     * and fails in the backward itself) */
+    int split = backward_split(s, t, true);
     if (split > 1)
         bytes += 2 * (uint64_t)split * (uint64_t)s->batch * (uint64_t)s->seq * (uint64_t)s->kv_heads *
                  (uint64_t)s->head_dim * sizeof(float);
     return bytes;
 }
 
-zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t stream,
-                                                  const zt_cuda_attention_shape *s,
-                                                  zt_cuda_flash_kernel kernel, const uint16_t *q,
-                                                  const uint16_t *k, const uint16_t *v,
-                                                  const int32_t *doc_ids, const uint16_t *o,
-                                                  const float *lse, const uint16_t *dout, uint16_t *dq,
-                                                  uint16_t *dk, uint16_t *dv)
+uint64_t zt_cuda_flash_attention_backward_scratch_bytes(const zt_cuda_attention_shape *s)
+{
+    return zt_cuda_flash_attention_backward_scratch_bytes_tuned(s, NULL);
+}
+
+zt_status zt_cuda_flash_attention_backward_tuned(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                                 const zt_cuda_attention_shape *s, zt_cuda_flash_kernel kernel,
+                                                 const zt_cuda_flash_backward_tuning *t, const uint16_t *q,
+                                                 const uint16_t *k, const uint16_t *v, const int32_t *doc_ids,
+                                                 const uint16_t *o, const float *lse, const uint16_t *dout,
+                                                 uint16_t *dq, uint16_t *dk, uint16_t *dv)
 {
     const void *ptrs[] = {q, k, v, o, lse, dout, dq, dk, dv};
     zt_status st = flash_check("flash attention backward", s, ptrs, 9);
@@ -538,15 +559,15 @@ zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t
     if (automatic && kernel == ZT_CUDA_FLASH_WGMMA) kernel = ZT_CUDA_FLASH_WGMMA_WS;
     const bool hopper = kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS;
     /* the mma.sync kernel keeps a whole group per block and adds dQ with atomics */
-    const int split = hopper ? backward_split(s, false) : 1;
+    const int split = hopper ? backward_split(s, t, false) : 1;
     if (split == 0) return ZT_ERR_INVALID_ARG;
-    /* wgmma-ws always adds dQ with bulk reduce-adds (ZT_FLASH_BACKWARD_DQ is wgmma's switch) */
-    const int dq_bulk = kernel == ZT_CUDA_FLASH_WGMMA_WS ? 1 : kernel == ZT_CUDA_FLASH_WGMMA ? backward_dq_bulk() : 0;
+    /* wgmma-ws always adds dQ with bulk reduce-adds (the dQ choice is wgmma's switch) */
+    const int dq_bulk = kernel == ZT_CUDA_FLASH_WGMMA_WS ? 1 : kernel == ZT_CUDA_FLASH_WGMMA ? backward_dq_bulk(t) : 0;
     if (dq_bulk < 0) return ZT_ERR_INVALID_ARG;
-    const int ring = kernel == ZT_CUDA_FLASH_WGMMA ? backward_ring() : 0;
+    const int ring = kernel == ZT_CUDA_FLASH_WGMMA ? backward_ring(t) : 0;
     if (ring < 0) return ZT_ERR_INVALID_ARG;
     char *scratch = (char *)zt_cuda_scratch(
-        ctx, zt_cuda_flash_attention_backward_scratch_bytes(s), "flash attention backward");
+        ctx, zt_cuda_flash_attention_backward_scratch_bytes_tuned(s, t), "flash attention backward");
     if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
     uint64_t rows = (uint64_t)s->batch * (uint64_t)s->seq * (uint64_t)s->heads;
     flash_params p = flash_make_params(s);
@@ -572,6 +593,18 @@ zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t
     ZT_DISPATCH16(ctx->dtype, E,
                   return s->head_dim == 64 ? launch_backward<E, 64>(ctx, stream, p, kernel)
                                            : launch_backward<E, 128>(ctx, stream, p, kernel));
+}
+
+zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                                  const zt_cuda_attention_shape *s,
+                                                  zt_cuda_flash_kernel kernel, const uint16_t *q,
+                                                  const uint16_t *k, const uint16_t *v,
+                                                  const int32_t *doc_ids, const uint16_t *o,
+                                                  const float *lse, const uint16_t *dout, uint16_t *dq,
+                                                  uint16_t *dk, uint16_t *dv)
+{
+    return zt_cuda_flash_attention_backward_tuned(ctx, stream, s, kernel, NULL, q, k, v, doc_ids, o, lse, dout, dq,
+                                                  dk, dv);
 }
 
 zt_status zt_cuda_flash_attention_backward(zt_cuda_ctx *ctx, cudaStream_t stream,

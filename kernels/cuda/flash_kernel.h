@@ -4,7 +4,11 @@
  * ZT_FLASH_KERNEL=auto|mma|wgmma for both (unset = auto: wgmma where it can run, else mma), and
  * ZT_FLASH_BACKWARD_KERNEL, when set, for the backward alone (auto there: wgmma-ws, the
  * warp-specialized Hopper backward, where wgmma can run). Either forward's o and lse feed either
- * backward. Tests and benchmarks name the kernels explicitly (the _kernel functions). */
+ * backward. The flash plugin and the tests and benchmarks name the kernels explicitly (the _kernel
+ * and _tuned functions): the plugin from its options (flash.kernel, flash.backward_kernel), with
+ * these variables as debugging overrides. The backward's tuning switches (split, dQ, ring) come from
+ * a zt_cuda_flash_backward_tuning; ZT_FLASH_BACKWARD_SPLIT, _DQ and _RING override it at every
+ * launch, on every entry point (docs/cuda.md). */
 #ifndef ZT_KERNELS_CUDA_FLASH_KERNEL_H
 #define ZT_KERNELS_CUDA_FLASH_KERNEL_H
 
@@ -44,7 +48,29 @@ zt_status zt_cuda_flash_attention_forward_kernel(zt_cuda_ctx *ctx, cudaStream_t 
                                                  zt_cuda_flash_kernel kernel, const uint16_t *q,
                                                  const uint16_t *k, const uint16_t *v,
                                                  const int32_t *doc_ids, uint16_t *o, float *lse);
-/* zt_cuda_flash_attention_backward on a named kernel. */
+/* The backward's tuning switches: the flash plugin's options flash.backward_split, _dq, _ring. NULL
+ * where one is taken means {0, 1, 1}. At every launch ZT_FLASH_BACKWARD_SPLIT, ZT_FLASH_BACKWARD_DQ
+ * and ZT_FLASH_BACKWARD_RING, when set, override their field (debugging and measurements). */
+typedef struct zt_cuda_flash_backward_tuning {
+    int32_t split;   /* wgmma and wgmma-ws: thread blocks a GQA group is split over per key tile;
+                        0 (or less): from the shape; else a divisor of heads / kv_heads */
+    int32_t dq_bulk; /* wgmma: 1 adds dQ with TMA bulk reduce-adds (the default), 0 with atomics;
+                        wgmma-ws always adds in bulk, mma with atomics */
+    int32_t ring;    /* wgmma at head dim 64 with bulk dQ: 1 the warpgroups' mbarrier ring (the
+                        default), 0 a block barrier per query tile */
+} zt_cuda_flash_backward_tuning;
+/* zt_cuda_flash_attention_backward_scratch_bytes for a backward run with tuning t (its split). */
+uint64_t zt_cuda_flash_attention_backward_scratch_bytes_tuned(const zt_cuda_attention_shape *s,
+                                                              const zt_cuda_flash_backward_tuning *t);
+/* zt_cuda_flash_attention_backward on a named kernel with tuning t; size the context's scratch with
+ * zt_cuda_flash_attention_backward_scratch_bytes_tuned(s, t). */
+zt_status zt_cuda_flash_attention_backward_tuned(zt_cuda_ctx *ctx, cudaStream_t stream,
+                                                 const zt_cuda_attention_shape *s, zt_cuda_flash_kernel kernel,
+                                                 const zt_cuda_flash_backward_tuning *t, const uint16_t *q,
+                                                 const uint16_t *k, const uint16_t *v, const int32_t *doc_ids,
+                                                 const uint16_t *o, const float *lse, const uint16_t *dout,
+                                                 uint16_t *dq, uint16_t *dk, uint16_t *dv);
+/* zt_cuda_flash_attention_backward on a named kernel (the default tuning, NULL). */
 zt_status zt_cuda_flash_attention_backward_kernel(zt_cuda_ctx *ctx, cudaStream_t stream,
                                                   const zt_cuda_attention_shape *s,
                                                   zt_cuda_flash_kernel kernel, const uint16_t *q,

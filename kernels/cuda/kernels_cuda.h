@@ -14,7 +14,7 @@
  * Calling rules:
  *  - All pointers to tensors are device pointers; everything is enqueued on the given stream and
  *    returns without waiting for the device. Nothing synchronizes with the host except
- *    zt_cuda_ctx_create / _destroy and zt_cuda_check_indices.
+ *    zt_cuda_ctx_create / _create_shared / _destroy and zt_cuda_check_indices.
  *  - A zt_cuda_ctx belongs to one device and may be used by one stream at a time: the kernels that
  *    need temporary memory take it from the context's scratch area in stream order.
  *  - Every function returns ZT_OK or an error code; zt_cuda_last_error() then describes the failure
@@ -38,10 +38,18 @@ extern "C" {
 
 typedef struct zt_cuda_ctx zt_cuda_ctx;
 
-/* Binds the calling thread to `device`, creates the cuBLASLt handle and its workspace, and
+/* Binds the calling thread to `device`, creates the cuBLASLt handle and its workspace (32 MiB), and
  * allocates `scratch_bytes` of device scratch (size it with the zt_cuda_*_scratch_bytes queries
  * below; 0 picks 64 MiB). Synchronizes. */
 zt_status zt_cuda_ctx_create(int device, uint64_t scratch_bytes, zt_cuda_ctx **out);
+/* The same around a cuBLASLt handle (cublasLtHandle_t) and GEMM workspace that the caller owns: the
+ * host's, zt_device_ctx.cublaslt / .workspace / .workspace_bytes, which every plugin's context shares
+ * (plugins/cuda_plugin.h). The context uses them and never frees them; they must outlive it. Every
+ * context sharing one workspace must enqueue its GEMMs on one stream (the host's compute stream), so
+ * that no two GEMMs use the workspace at once. The scratch is still the context's own. */
+zt_status zt_cuda_ctx_create_shared(int device, uint64_t scratch_bytes, void *cublaslt, void *workspace,
+                                    uint64_t workspace_bytes, zt_cuda_ctx **out);
+/* Frees the scratch, and the handle and workspace only when the context made them. */
 void zt_cuda_ctx_destroy(zt_cuda_ctx *ctx);
 uint64_t zt_cuda_ctx_scratch_bytes(const zt_cuda_ctx *ctx);
 

@@ -2,8 +2,10 @@
  * newer) for training; in fp16 with fp16.enabled (the kernels follow the run's compute type).
  * Head sizes 64 and 128 run the FlashAttention-2 kernels of kernels/cuda (tiles in shared
  * memory, nothing of size T x T ever stored, K/V heads of a group never repeated; wgmma kernels
- * on Hopper, mma.sync elsewhere: ZT_FLASH_KERNEL=auto|mma|wgmma; ZT_FLASH_BACKWARD_KERNEL=wgmma-ws,
- * auto's Hopper backward, for the backward alone);
+ * on Hopper, mma.sync elsewhere: the options flash.kernel = auto|mma|wgmma|wgmma-ws and
+ * flash.backward_kernel choose, flash.backward_split / _dq / _ring tune the Hopper backward, and the
+ * environment variables ZT_FLASH_KERNEL, ZT_FLASH_BACKWARD_KERNEL, _SPLIT, _DQ, _RING override
+ * them for debugging, docs/cuda.md);
  * any other head size up to 256 runs the exact kernels of exact.cu, correct but slow, so that small
  * models (tests, the HF fixtures) train on the GPU too; the plugin logs once when it uses them.
  * Packed rows: a query sees only keys of its own document (batch->doc_ids). docs/gpu.md.
@@ -12,7 +14,9 @@
  * for the backward, which recomputes the probabilities from it.
  */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../cuda_plugin.h"
@@ -27,6 +31,10 @@ typedef struct flash_state {
     zt_cuda_ctx *ctx;     /* created by the first call, sized for the backward's scratch */
     int32_t exact_logged; /* the exact kernels' notice was logged */
     int32_t dtype;        /* the run's 16-bit compute type: ZT_BF16, or ZT_F16 with fp16.enabled */
+    /* flash.kernel and flash.backward_kernel after the environment's overrides, and the backward's
+     * tuning from flash.backward_split / _dq / _ring (the environment overrides those in the kernels) */
+    zt_cuda_flash_kernel kernel, bwd_kernel;
+    zt_cuda_flash_backward_tuning tuning;
 } flash_state;
 
 /* What forward keeps for backward. */
@@ -89,6 +97,11 @@ static zt_status check_args(const flash_state *s, const char *op, const zt_attn_
     if (!a->causal)
         return fail(s, ZT_ERR_UNSUPPORTED, op,
                     "non-causal attention: flash attention computes causal (decoder) attention only");
+    if (s->tuning.split > 0 && (a->n_heads / a->n_kv_heads) % s->tuning.split != 0)
+        return fail(s, ZT_ERR_CONFIG, op,
+                    "flash.backward_split = %d does not divide this model's GQA group (n_heads / n_kv_heads = %d): "
+                    "set it to a divisor of the group, or to 0 for the automatic choice", (int)s->tuning.split,
+                    (int)(a->n_heads / a->n_kv_heads));
     int64_t B = b->batch, T = b->seq_len, D = a->head_dim;
     zt_status st = check_tensor(s, op, "q", &a->q, B, T, a->n_heads, D);
     if (st == ZT_OK) st = check_tensor(s, op, "k", &a->k, B, T, a->n_kv_heads, D);
@@ -131,7 +144,7 @@ static zt_status flash_forward(void *state, const zt_attn_args *a, void **saved)
     zt_status st = check_args(s, "forward", a, &shape);
     if (st != ZT_OK) return st;
     int flash = use_flash_kernels(&shape);
-    uint64_t scratch = flash ? zt_cuda_flash_attention_backward_scratch_bytes(&shape) : 0;
+    uint64_t scratch = flash ? zt_cuda_flash_attention_backward_scratch_bytes_tuned(&shape, &s->tuning) : 0;
     st = zt_plugin_cuda_ctx(h, "flash", scratch, &s->ctx);
     if (st != ZT_OK) return st;
     uint64_t lse_bytes = (uint64_t)(shape.batch * shape.heads * shape.seq) * sizeof(float);
@@ -141,8 +154,8 @@ static zt_status flash_forward(void *state, const zt_attn_args *a, void **saved)
     cudaStream_t stream = zt_plugin_stream(h);
     const int32_t *doc_ids = a->batch->doc_ids;
     if (flash) {
-        st = zt_cuda_flash_attention_forward(s->ctx, stream, &shape, a->q.data, a->k.data, a->v.data, doc_ids,
-                                             a->out.data, lse);
+        st = zt_cuda_flash_attention_forward_kernel(s->ctx, stream, &shape, s->kernel, a->q.data, a->k.data,
+                                                    a->v.data, doc_ids, a->out.data, lse);
         if (st != ZT_OK) st = zt_plugin_cuda_failed(h, st, "flash attention forward");
     } else {
         log_exact_once(s, &shape, "the flash kernels take head sizes 64 and 128 only");
@@ -179,9 +192,10 @@ static void flash_release(void *state, void *saved)
 static zt_status backward_flash(flash_state *s, const zt_attn_args *a, const zt_cuda_attention_shape *shape,
                                 const float *lse)
 {
-    zt_status st = zt_cuda_flash_attention_backward(s->ctx, zt_plugin_stream(s->host), shape, a->q.data, a->k.data,
-                                                    a->v.data, a->batch->doc_ids, a->out.data, lse, a->dout.data,
-                                                    a->dq.data, a->dk.data, a->dv.data);
+    zt_status st = zt_cuda_flash_attention_backward_tuned(s->ctx, zt_plugin_stream(s->host), shape, s->bwd_kernel,
+                                                          &s->tuning, a->q.data, a->k.data, a->v.data,
+                                                          a->batch->doc_ids, a->out.data, lse, a->dout.data,
+                                                          a->dq.data, a->dk.data, a->dv.data);
     if (st != ZT_OK && st != ZT_ERR_UNSUPPORTED) return zt_plugin_cuda_failed(s->host, st, "flash attention backward");
     return st;
 }
@@ -230,6 +244,98 @@ static zt_status flash_backward(void *state, const zt_attn_args *a, void *saved)
     return st;
 }
 
+/* ---- options ----------------------------------------------------------------------------------- */
+
+static const char *const k_kernel_choices[] = {"auto", "mma", "wgmma", "wgmma-ws", NULL};
+static const char *const k_dq_choices[] = {"bulk", "atomic", NULL};
+
+/* The defaults are what the kernels did before these were options: auto kernels, the automatic
+ * split, bulk dQ, the mbarrier ring. */
+static const zt_option k_options[] = {
+    {.key = "flash.kernel",
+     .type = ZT_OPT_ENUM,
+     .default_value = "auto",
+     .choices = k_kernel_choices,
+     .help = "flash kernels: auto (wgmma on compute capability 9.0 GPUs of a build for 90, else mma.sync; "
+             "auto's backward there is wgmma-ws), mma, wgmma (Hopper only), wgmma-ws (the warp-specialized "
+             "Hopper backward; its forward is wgmma)"},
+    {.key = "flash.backward_kernel",
+     .type = ZT_OPT_ENUM,
+     .flags = ZT_OPT_NO_DEFAULT,
+     .choices = k_kernel_choices,
+     .help = "the backward's kernel where it should differ from flash.kernel's (unset: flash.kernel's)"},
+    {.key = "flash.backward_split",
+     .type = ZT_OPT_INT,
+     .flags = ZT_OPT_HAS_MIN,
+     .default_value = "0",
+     .min = 0,
+     .help = "Hopper backward: thread blocks per GQA group and key tile; 0 picks it from the shape, else a "
+             "divisor of n_heads / n_kv_heads (tuning)"},
+    {.key = "flash.backward_dq",
+     .type = ZT_OPT_ENUM,
+     .default_value = "bulk",
+     .choices = k_dq_choices,
+     .help = "wgmma backward: add dQ up with TMA bulk reduce-adds (bulk) or 16-byte atomics (atomic, for "
+             "comparison); wgmma-ws always adds in bulk"},
+    {.key = "flash.backward_ring",
+     .type = ZT_OPT_BOOL,
+     .default_value = "true",
+     .help = "wgmma backward at head dim 64: warpgroups run apart on an mbarrier ring (true) or meet at a block "
+             "barrier per query tile (false, for comparison)"},
+};
+
+/* flash.kernel or flash.backward_kernel, unless `variable` (ZT_FLASH_KERNEL, ZT_FLASH_BACKWARD_KERNEL)
+ * overrides it: a debugging switch, documented in docs/cuda.md. *from names where the choice came
+ * from, for messages. ZT_ERR_NOT_FOUND (no message): neither is set (flash.backward_kernel has no
+ * default). */
+static zt_status read_kernel(const zt_host *host, const char *key, const char *variable, zt_cuda_flash_kernel *out,
+                             const char **from)
+{
+    const char *text = getenv(variable);
+    if (text && *text) {
+        if (zt_cuda_flash_kernel_parse(text, out) != ZT_OK) {
+            host->error(host->ctx, ZT_ERR_INVALID_ARG,
+                        "%s=%s is not a flash attention kernel: set it to auto (wgmma on compute capability 9.0 "
+                        "GPUs, else mma), mma, wgmma or wgmma-ws, or unset it (it overrides %s, for debugging)",
+                        variable, text, key);
+            return ZT_ERR_INVALID_ARG;
+        }
+        host->log(host->ctx, ZT_LOG_INFO, "%s=%s overrides %s (a debugging switch)", variable, text, key);
+        *from = variable;
+        return ZT_OK;
+    }
+    const char *value = NULL;
+    zt_status st = host->cfg_string(host->ctx, key, &value);
+    if (st != ZT_OK) return st;
+    *from = key;
+    /* the host checked the value against the choices, which the kernel library all knows */
+    if (zt_cuda_flash_kernel_parse(value, out) == ZT_OK) return ZT_OK;
+    host->error(host->ctx, ZT_ERR_INTERNAL, "%s = %s: %s (the option's choices and the kernel library disagree)",
+                key, value, zt_cuda_last_error());
+    return ZT_ERR_INTERNAL;
+}
+
+/* The backward's tuning from flash.backward_split / _dq / _ring. The split's fit to the model's GQA
+ * group is checked at the first call (check_args); the environment's ZT_FLASH_BACKWARD_* override
+ * these in the kernels themselves, at every launch. */
+static zt_status read_tuning(const zt_host *host, zt_cuda_flash_backward_tuning *t)
+{
+    int64_t split = 0;
+    const char *dq = NULL;
+    int32_t ring = 1;
+    zt_status st = host->cfg_int(host->ctx, "flash.backward_split", &split);
+    if (st == ZT_OK) st = host->cfg_string(host->ctx, "flash.backward_dq", &dq);
+    if (st == ZT_OK) st = host->cfg_bool(host->ctx, "flash.backward_ring", &ring);
+    if (st != ZT_OK) {
+        host->error(host->ctx, st, "cannot read the flash.backward_* options (a plugin bug)");
+        return st;
+    }
+    if (split > INT32_MAX) split = INT32_MAX; /* no GQA group is that large: fails the divisor check */
+    *t = (zt_cuda_flash_backward_tuning){.split = (int32_t)split, .dq_bulk = strcmp(dq, "atomic") != 0,
+                                         .ring = ring != 0};
+    return ZT_OK;
+}
+
 /* ---- lifecycle --------------------------------------------------------------------------------- */
 
 static zt_status flash_probe(const zt_host *host)
@@ -261,31 +367,47 @@ static zt_status flash_init(const zt_host *host, void **state)
                     (int)host->device->cc_major, (int)host->device->cc_minor);
         return ZT_ERR_UNSUPPORTED;
     }
-    /* ZT_FLASH_KERNEL: a bad value or a kernel this GPU cannot run fails here, not at the first step */
+    /* A bad kernel choice, or one this GPU cannot run, fails here, not at the first step. */
     zt_cuda_flash_kernel kernel, bwd_kernel;
-    if (zt_cuda_flash_kernel_from_env(&kernel) != ZT_OK || zt_cuda_flash_backward_kernel_from_env(&bwd_kernel) != ZT_OK) {
-        host->error(host->ctx, ZT_ERR_INVALID_ARG, "%s", zt_cuda_last_error());
-        return ZT_ERR_INVALID_ARG;
+    zt_cuda_flash_backward_tuning tuning;
+    const char *kernel_from, *bwd_from;
+    zt_status st = read_kernel(host, "flash.kernel", "ZT_FLASH_KERNEL", &kernel, &kernel_from);
+    if (st == ZT_OK) {
+        st = read_kernel(host, "flash.backward_kernel", "ZT_FLASH_BACKWARD_KERNEL", &bwd_kernel, &bwd_from);
+        if (st == ZT_ERR_NOT_FOUND) { /* unset: the backward follows the forward's choice */
+            bwd_kernel = kernel;
+            bwd_from = kernel_from;
+            st = ZT_OK;
+        }
     }
+    if (st == ZT_OK) st = read_tuning(host, &tuning);
+    if (st != ZT_OK) return st;
     int hopper = zt_cuda_flash_wgmma_built() && host->device->cc_major == 9 && host->device->cc_minor == 0;
-    if ((kernel == ZT_CUDA_FLASH_WGMMA || bwd_kernel == ZT_CUDA_FLASH_WGMMA) && !hopper) {
+    int fwd_wgmma = kernel == ZT_CUDA_FLASH_WGMMA || kernel == ZT_CUDA_FLASH_WGMMA_WS;
+    int bwd_wgmma = bwd_kernel == ZT_CUDA_FLASH_WGMMA || bwd_kernel == ZT_CUDA_FLASH_WGMMA_WS;
+    if ((fwd_wgmma || bwd_wgmma) && !hopper) {
+        const char *from = fwd_wgmma ? kernel_from : bwd_from;
         host->error(host->ctx, ZT_ERR_UNSUPPORTED,
-                    "%s=wgmma: the wgmma flash kernels need a compute capability 9.0 GPU (H100, H200) and a build "
-                    "with 90 in CMAKE_CUDA_ARCHITECTURES (this GPU: %d.%d, sm_90a code %s); unset it or set it to "
-                    "auto or mma",
-                    kernel == ZT_CUDA_FLASH_WGMMA ? "ZT_FLASH_KERNEL" : "ZT_FLASH_BACKWARD_KERNEL",
+                    "%s%s%s: the wgmma flash kernels need a compute capability 9.0 GPU (H100, H200) and a build "
+                    "with 90 in CMAKE_CUDA_ARCHITECTURES (this GPU: %d.%d, sm_90a code %s); set it to auto or mma",
+                    from, strncmp(from, "ZT_", 3) ? " = " : "=",
+                    zt_cuda_flash_kernel_name(fwd_wgmma ? kernel : bwd_kernel),
                     (int)host->device->cc_major, (int)host->device->cc_minor,
                     zt_cuda_flash_wgmma_built() ? "built" : "not built");
         return ZT_ERR_UNSUPPORTED;
     }
     host->log(host->ctx, ZT_LOG_DEBUG, "flash attention: forward on the %s kernel, backward on the %s kernel",
               kernel == ZT_CUDA_FLASH_MMA || (kernel == ZT_CUDA_FLASH_AUTO && !hopper) ? "mma.sync" : "wgmma",
-              bwd_kernel == ZT_CUDA_FLASH_MMA || (bwd_kernel == ZT_CUDA_FLASH_AUTO && !hopper) ? "mma.sync" : "wgmma");
+              bwd_kernel == ZT_CUDA_FLASH_MMA || (bwd_kernel == ZT_CUDA_FLASH_AUTO && !hopper) ? "mma.sync"
+              : bwd_kernel == ZT_CUDA_FLASH_WGMMA ? "wgmma" : "warp-specialized wgmma");
     flash_state *s = host->alloc(host->ctx, ZT_POOL_OTHER, ZT_MEM_HOST, sizeof *s, 0, "flash state");
     if (!s) return ZT_ERR_OUT_OF_MEMORY;
     memset(s, 0, sizeof *s);
     s->host = host;
     s->dtype = zt_plugin_compute_dtype16(host); /* the kernel context computes in it too (zt_plugin_cuda_ctx) */
+    s->kernel = kernel;
+    s->bwd_kernel = bwd_kernel;
+    s->tuning = tuning;
     *state = s;
     return ZT_OK;
 }
@@ -313,9 +435,11 @@ static const zt_plugin k_plugin = {
     .kind = ZT_KIND_ATTENTION,
     .name = "flash",
     .version = "1.0.0",
-    .description = "causal attention in bf16 on NVIDIA GPUs (FlashAttention-2 kernels for head_dim 64/128, "
+    .description = "causal attention in bf16 or fp16 on NVIDIA GPUs (FlashAttention-2 kernels for head_dim 64/128, "
                    "wgmma on Hopper), "
                    "packed documents, grouped-query",
+    .options = k_options,
+    .n_options = sizeof k_options / sizeof k_options[0],
     .caps = ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16 | ZT_CAP_PACKED | ZT_CAP_GQA,
     .probe = flash_probe,
     .init = flash_init,

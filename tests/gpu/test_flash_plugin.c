@@ -147,6 +147,11 @@ int main(int argc, char **argv)
     }
     f.ops = f.lp.plugin->ops;
     ZT_CHECK(f.lp.plugin->caps & ZT_CAP_CUDA);
+    /* the device's one cuBLASLt handle and workspace, which every plugin's kernel context shares */
+    const zt_device_ctx *dev = f.lp.host->device;
+    ZT_CHECK(dev->cublaslt != NULL && dev->workspace != NULL);
+    ZT_CHECK(dev->workspace_bytes == 32ull << 20 && (uintptr_t)dev->workspace % 256 == 0);
+    ZT_CHECK(dev->cublas == NULL); /* reserved */
     check_case(&f, 2, 77, 4, 2, 16, 1);   /* exact kernels, GQA, packed with padding */
     check_case(&f, 1, 33, 3, 3, 12, 0);   /* exact kernels, a head size that is not a power of two */
     check_case(&f, 2, 130, 8, 2, 64, 1);  /* flash kernels, GQA, packed */
