@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "config/settings.h"
 #include "host/select.h"
 #include "state/model_config.h"
 
@@ -209,6 +210,7 @@ typedef struct gen_run {
     const zt_generate_options *o;
     const zt_generate_settings *s;
     zt_config *cfg;
+    zt_host_settings settings; /* read from cfg once it is validated */
     zt_registry *reg;
     zt_plugin_set set;
     zt_runtime *rt;
@@ -298,22 +300,19 @@ static zt_status configure(gen_run *g, zt_error *err)
     if (st == ZT_OK && g->l2c)
         st = zt_model_config_apply(g->cfg, zt_l2c_model_config(g->l2c), o->model, o->model, err);
     if (st == ZT_OK && (g->hf || g->l2c)) st = zt_config_validate(g->cfg, err);
+    if (st == ZT_OK) st = zt_host_settings_read(g->cfg, &g->settings, err);
     return st;
 }
 
 static zt_status start_plugins(gen_run *g, zt_error *err)
 {
-    const char *device = "cpu";
-    if (zt_config_is_set(g->cfg, "device") && zt_config_get_string(g->cfg, "device", &device) == ZT_OK &&
-        strcmp(device, "cuda") == 0)
+    if (g->settings.device == ZT_DEVICE_SETTING_CUDA)
         return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "device is cuda, but zt-run --generate runs on the CPU only for now; remove "
-                            "--set device=cuda (or set it to cpu)");
-    int64_t threads = 0;
-    zt_config_get_int(g->cfg, "threads", &threads);
+                            "device is cuda, but zt-run --generate runs on the CPU only; remove --set device=cuda (or set "
+                            "it to cpu)");
     zt_runtime_options ro;
     memset(&ro, 0, sizeof ro);
-    ro.n_threads = (int)threads;
+    ro.n_threads = (int)g->settings.threads;
     ro.device_type = ZT_DEVICE_CPU;
     ro.single_process = 1; /* generation is one process, whatever a launcher's environment says */
     zt_status st = zt_runtime_create(&ro, g->cfg, &g->rt, err);
@@ -539,12 +538,7 @@ static zt_status generate(gen_run *g, zt_error *err)
     zt_sampler sampler = {0};
     if (!ids || !masked)
         st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for %lld tokens", (long long)capacity);
-    uint64_t seed = s->seed;
-    if (!s->seed_given) {
-        int64_t config_seed = 0;
-        zt_config_get_int(g->cfg, "seed", &config_seed);
-        seed = (uint64_t)config_seed;
-    }
+    uint64_t seed = s->seed_given ? s->seed : (uint64_t)g->settings.seed;
     if (st == ZT_OK) st = zt_sampler_init(&sampler, V, s->temperature, s->top_p, seed, err);
     if (st == ZT_OK) st = gen_model_prepare(m, (int32_t)capacity, err);
     if (st != ZT_OK) {
