@@ -684,7 +684,7 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port)
             prctl(PR_SET_PDEATHSIG, SIGTERM); /* zt-run killed outright: the ranks end too */
             if (getppid() != parent) _exit(1);
             if (r > 0 && (dup2(out_pipe[1], STDOUT_FILENO) < 0 || dup2(err_pipe[1], STDERR_FILENO) < 0)) _exit(127);
-            char rank_text[16];
+            char rank_text[24];
             snprintf(rank_text, sizeof rank_text, "%ld", r);
             setenv("ZT_RANK", rank_text, 1);
             setenv("ZT_LOCAL_RANK", rank_text, 1);
