@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 int zt_trust_unsafe_allowed(zt_error *err)
@@ -92,6 +93,13 @@ static int is_private_group(gid_t gid, uid_t owner)
     return 1;
 }
 
+/* An extended POSIX ACL. The group bits of the mode are then the ACL's mask: the most any user or
+ * group the ACL names may do, so group write no longer means the owning group alone. */
+static int has_extended_acl(const char *path)
+{
+    return getxattr(path, "system.posix_acl_access", NULL, 0) > 0;
+}
+
 /* One path of the chain: the file or a directory above it. */
 static void check_one(const char *path, const struct stat *st, uid_t me, why_text *w)
 {
@@ -106,7 +114,8 @@ static void check_one(const char *path, const struct stat *st, uid_t me, why_tex
                  path, owner, self, is_dir ? "what it holds" : "it", self_bare, path, me == 0 ? "" : " (as root)");
     }
     unsigned writable = mode & (unsigned)(S_IWGRP | S_IWOTH);
-    if ((writable & S_IWGRP) && is_private_group(st->st_gid, st->st_uid)) writable &= ~(unsigned)S_IWGRP;
+    int acl = (writable & S_IWGRP) && has_extended_acl(path);
+    if ((writable & S_IWGRP) && !acl && is_private_group(st->st_gid, st->st_uid)) writable &= ~(unsigned)S_IWGRP;
     /* In a root-owned sticky directory only an entry's owner (or root) may rename or remove it, and
      * the entry itself has to pass the ownership rule above. */
     int sticky_root_dir = is_dir && st->st_uid == 0 && (mode & S_ISVTX);
@@ -114,8 +123,10 @@ static void check_one(const char *path, const struct stat *st, uid_t me, why_tex
         char group[320], who[400];
         describe_group(st->st_gid, group, sizeof group);
         if (writable == (unsigned)S_IWOTH) snprintf(who, sizeof who, "everyone");
-        else snprintf(who, sizeof who, "its group %s%s", group, writable & S_IWOTH ? " and everyone" : "");
-        why_line(w, "%s is writable by %s (mode %04o)%s; fix: chmod go-w %s", path, who, mode,
+        else
+            snprintf(who, sizeof who, "its group %s%s%s", group, acl ? " or users and groups its ACL names" : "",
+                     writable & S_IWOTH ? " and everyone" : "");
+        why_line(w, "%s is writable by %s (mode %04o%s)%s; fix: chmod go-w %s", path, who, mode, acl ? " with an ACL" : "",
                  is_dir && (mode & S_ISVTX) ? ", and sticky, but only a sticky directory owned by root (like /tmp) "
                                               "is safe to be writable"
                                             : "",

@@ -7,8 +7,9 @@
  *     - are not writable by their group or by others,
  *   with two exceptions:
  *     - group write is allowed when the group is the owner's private group (named like the owner,
- *       the owner's primary group, no other member listed): only the owner can use it. This is the
- *       umask 002 setup of Fedora and RHEL users, under which a build tree is group-writable;
+ *       the owner's primary group, no other member listed) and no ACL widens it: only the owner
+ *       can use it. This is the umask 002 setup of Fedora and RHEL users, under which a build tree
+ *       is group-writable;
  *     - a directory owned by root with the sticky bit (like /tmp, mode 1777) may be writable by
  *       everyone: there no one can rename or remove what another user owns, and the entry below it
  *       must itself be owned by the user or root (the first rule).

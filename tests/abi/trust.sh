@@ -97,6 +97,23 @@ if [ "$(id -gn)" = "$(id -un)" ] && ! getent group "$(id -g)" | cut -d: -f4 | tr
 else
     echo "SKIP (one case): $(id -un)'s primary group $(id -gn) is no private group"
 fi
+# ... unless an ACL lets someone else write: the group bits are then the ACL's mask. (The ACL is set
+# with python's setxattr: setfacl is not always installed.)
+tree "$scratch/acl"
+chmod 0664 "$scratch/acl/sgd.plugin"
+chgrp "$(id -g)" "$scratch/acl/sgd.plugin"
+if python3 - "$scratch/acl/sgd.plugin" "$other" <<'PY' 2>/dev/null
+import os, struct, sys
+entry = lambda tag, perm, ident=0xffffffff: struct.pack('<HHI', tag, perm, ident)
+# version 2; user::rw- user:OTHER:rw- group::r-- mask::rw- other::r--
+acl = struct.pack('<I', 2) + entry(0x01, 6) + entry(0x02, 6, int(sys.argv[2])) + entry(0x04, 4) + entry(0x10, 6) + entry(0x20, 4)
+os.setxattr(sys.argv[1], 'system.posix_acl_access', acl)
+PY
+then
+    refused "$scratch/acl/sgd.plugin is writable by its group" "or users and groups its ACL names (mode 0664 with an ACL)" -- "$scratch/acl"
+else
+    echo "SKIP (one case): cannot set a POSIX ACL on $scratch/acl/sgd.plugin (no python3 or no ACL support)"
+fi
 # A descriptor in a group-writable directory: a group writable directory is as bad as a file.
 if [ -n "$other_group" ]; then
     tree "$scratch/gwd"
