@@ -71,6 +71,9 @@ expect_fail "refusing to load the plugin at $scratch/ww/libzt-test-sgd.so" "(mod
     "$ZT_RUN" --plugin-path "$abi_dir" --plugins "$scratch/ww/libzt-test-sgd.so,$fixtures" --check --output-dir "$scratch/out"
 tree "$scratch/ww/deep/er"
 refused "$scratch/ww is writable by" -- "$scratch/ww/deep/er"
+# An unsafe descriptor still takes its name: a later, safe sgd is not silently used instead.
+expect_fail "refusing to load plugin 'sgd' (descriptor $scratch/ww/sgd.plugin)" -- \
+    "$ZT_RUN" --plugin-path "$scratch/ww" --plugin-path "$scratch/safe" --describe sgd
 chmod 0755 "$scratch/ww"
 loads "$scratch/ww" # the advice given works
 
