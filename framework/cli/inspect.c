@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/env.h"
+#include "host/trust.h"
 
 /* ---- --list-plugins and the plugin part of --env ---------------------------------------------- */
 
@@ -54,8 +55,9 @@ static void probe_descriptor_body(void *arg, FILE *report)
 typedef struct plugin_row {
     const zt_plugin_desc *desc;
     child_result probe;
-    char runs_here[16]; /* "yes", "no", "shadowed" */
+    char runs_here[16]; /* "yes", "no", "shadowed", "unsafe" */
     char reason[4096 + 128]; /* why not, one line */
+    const char *trust_problem; /* the registry's lines on why its files are unsafe, or NULL */
 } plugin_row;
 
 /* The first line of a message, for one table cell. */
@@ -75,10 +77,12 @@ static const zt_plugin_desc *shadowing_desc(const zt_registry *reg, const zt_plu
     return NULL;
 }
 
-/* Probe every installed plugin, each in its own child process. */
+/* Probe every installed plugin, each in its own child process. One whose files fail the trust rules
+ * (host/trust.h) is not loaded at all, unless ZT_ALLOW_UNSAFE_PLUGINS=1. */
 static plugin_row *probe_installed(const zt_registry *reg, int timeout_s)
 {
     int n = zt_registry_count(reg);
+    int unsafe_allowed = zt_trust_unsafe_allowed(NULL) == 1; /* the scan refused a bad value */
     plugin_row *rows = calloc((size_t)n + 1, sizeof *rows);
     if (!rows) return NULL;
     for (int i = 0; i < n; i++) {
@@ -95,6 +99,11 @@ static plugin_row *probe_installed(const zt_registry *reg, int timeout_s)
                          "shadowed by a malformed %s.plugin earlier on the search path (see Problems)", row->desc->name);
             continue;
         }
+        row->trust_problem = zt_registry_trust_problem(reg, i);
+        if (row->desc->unsafe && !unsafe_allowed) {
+            snprintf(row->runs_here, sizeof row->runs_here, "unsafe");
+            continue;
+        }
         probe_job job = {reg, row->desc};
         zt_run_isolated(probe_descriptor_body, &job, 1, timeout_s, &row->probe);
         int ok = row->probe.completed && row->probe.status == ZT_OK;
@@ -106,6 +115,21 @@ static plugin_row *probe_installed(const zt_registry *reg, int timeout_s)
         }
     }
     return rows;
+}
+
+/* The indented lines under an unsafe plugin's row: each problem, then what was done about it. */
+static void print_trust_problem(FILE *f, const plugin_row *row)
+{
+    for (const char *line = row->trust_problem; *line;) {
+        size_t n = strcspn(line, "\n");
+        fprintf(f, "    unsafe: %.*s\n", (int)n, line);
+        line += n + (line[n] == '\n');
+    }
+    if (!strcmp(row->runs_here, "unsafe"))
+        fprintf(f, "    unsafe: not loaded; fix the permissions as shown, or set %s=1 to load it anyway\n",
+                ZT_TRUST_OPT_IN);
+    else
+        fprintf(f, "    unsafe: loaded anyway, because %s=1\n", ZT_TRUST_OPT_IN);
 }
 
 static void print_plugin_table(FILE *f, const zt_registry *reg, const plugin_row *rows)
@@ -143,6 +167,7 @@ static void print_plugin_table(FILE *f, const zt_registry *reg, const plugin_row
             for (int c = 0; c < N_COLS; c++) fprintf(f, "%-*s  ", width[c], cells[c]);
             fprintf(f, "%s\n", row->probe.description[0] ? row->probe.description : "-");
             if (row->reason[0]) fprintf(f, "    %s: %s\n", row->runs_here, row->reason);
+            if (row->trust_problem) print_trust_problem(f, row);
         }
     }
     if (n == 0) fprintf(f, "(no plugins installed)\n");

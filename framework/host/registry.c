@@ -21,6 +21,7 @@
 
 #include "base/args.h"
 #include "base/log.h"
+#include "host/trust.h"
 
 #ifndef ZT_INSTALL_PLUGINS_D
 #error "ZT_INSTALL_PLUGINS_D must be defined (framework/CMakeLists.txt)"
@@ -178,6 +179,7 @@ typedef struct descriptor_entry {
     int scan_order;       /* position among all descriptor files scanned, good or bad */
     int library_found;
     char library_tried[2 * PATH_MAX + 64]; /* the candidate paths, for "not found" messages */
+    char *trust_problem;  /* malloc'ed; why its files failed the trust rules at scan time, or NULL */
 } descriptor_entry;
 
 typedef struct search_dir {
@@ -212,6 +214,10 @@ const char *zt_registry_dir(const zt_registry *reg, int i)
 {
     return reg && i >= 0 && i < reg->n_dirs ? reg->dirs[i].path : NULL;
 }
+const char *zt_registry_trust_problem(const zt_registry *reg, int i)
+{
+    return reg && i >= 0 && i < reg->n_entries ? reg->entries[i].trust_problem : NULL;
+}
 int zt_registry_problem_count(const zt_registry *reg) { return reg ? reg->n_problems : 0; }
 const char *zt_registry_problem(const zt_registry *reg, int i)
 {
@@ -223,6 +229,7 @@ void zt_registry_free(zt_registry *reg)
     if (!reg) return;
     for (int i = 0; i < reg->n_problems; i++) free(reg->problems[i].text);
     free(reg->problems);
+    for (int i = 0; i < reg->n_entries; i++) free(reg->entries[i].trust_problem);
     free(reg->entries);
     free(reg->dirs);
     free(reg);
@@ -265,6 +272,71 @@ static zt_status add_dir(zt_registry *reg, const char *path, const char *origin,
     d->origin = origin;
     d->exists = exists;
     return ZT_OK;
+}
+
+/* ---- trust ------------------------------------------------------------------------------------ */
+
+/* Room for the problem lines of a descriptor and its library (trust.h): a few paths each. */
+#define TRUST_WHY_MAX (4 * PATH_MAX)
+
+/* The trust problems of a plugin's files: its descriptor (empty for a .so path) and its library
+ * (when found). Returns 1 with `why` filled when one of them fails the rules. */
+static int plugin_untrusted(const char *descriptor, const char *library, char *why, size_t cap)
+{
+    const char *paths[2];
+    int n = 0;
+    if (descriptor && *descriptor) paths[n++] = descriptor;
+    if (library && *library) paths[n++] = library;
+    return zt_trust_check(paths, n, why, cap);
+}
+
+/* At scan time: remember why an entry's files are unsafe, for --list-plugins. */
+static zt_status note_trust(descriptor_entry *e, zt_error *err)
+{
+    char *why = malloc(TRUST_WHY_MAX);
+    if (!why) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory while scanning plugins");
+    if (plugin_untrusted(e->desc.descriptor, e->library_found ? e->desc.library : NULL, why, TRUST_WHY_MAX)) {
+        e->desc.unsafe = 1;
+        e->trust_problem = why;
+        return ZT_OK;
+    }
+    free(why);
+    return ZT_OK;
+}
+
+/* At load time, before any of the plugin's code runs: refuse a plugin whose files fail the trust
+ * rules, or, with ZT_ALLOW_UNSAFE_PLUGINS=1, warn and go on. `who` is "plugin 'x' (descriptor ...)". */
+static zt_status trust_gate(const char *who, const char *descriptor, const char *library, zt_error *err)
+{
+    int allowed = zt_trust_unsafe_allowed(err);
+    if (allowed < 0) return ZT_ERR_CONFIG;
+    char *why = malloc(TRUST_WHY_MAX);
+    if (!why) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory checking %s", who);
+    zt_status st = ZT_OK;
+    if (plugin_untrusted(descriptor, library, why, TRUST_WHY_MAX)) {
+        if (allowed) {
+            zt_log(ZT_LOG_WARN, "loading %s although users other than you and root could change its files, "
+                   "because %s=1:", who, ZT_TRUST_OPT_IN);
+            for (char *line = why, *next; line; line = next) {
+                next = strchr(line, '\n');
+                if (next) *next++ = '\0';
+                zt_log(ZT_LOG_WARN, "  %s", line);
+            }
+        } else {
+            st = zt_error_set(err, ZT_ERR_IO,
+                              "refusing to load %s: users other than you and root could change its files, "
+                              "and loading it runs that code as you:", who);
+            for (char *line = why, *next; line; line = next) {
+                next = strchr(line, '\n');
+                if (next) *next++ = '\0';
+                zt_error_append(err, "\n  %s", line);
+            }
+            zt_error_append(err, "\nFix the permissions as shown (docs/plugins.md, \"Trust\"), or set %s=1 to "
+                                 "load it anyway, with a warning, while developing", ZT_TRUST_OPT_IN);
+        }
+    }
+    free(why);
+    return st;
 }
 
 /* ---- descriptor files ------------------------------------------------------------------------- */
@@ -488,7 +560,8 @@ static zt_status scan_dir(zt_registry *reg, const char *dir, zt_error *err)
         }
         reg->entries = grown;
         if (parse_descriptor(path, &reg->entries[reg->n_entries], why, sizeof why) == 0) {
-            reg->entries[reg->n_entries++].scan_order = reg->n_scanned;
+            reg->entries[reg->n_entries].scan_order = reg->n_scanned;
+            st = note_trust(&reg->entries[reg->n_entries++], err);
         } else {
             char stem[256];
             snprintf(stem, sizeof stem, "%.*s", (int)(strlen(names[i]) - strlen(".plugin")), names[i]);
@@ -530,10 +603,34 @@ static zt_status add_dir_list(zt_registry *reg, const char *list, const char *or
     return st;
 }
 
+/* The per-user directory into path (PATH_MAX): $XDG_DATA_HOME/zt/plugins.d, else
+ * $HOME/.local/share/zt/plugins.d. The XDG base directory spec says a relative XDG_DATA_HOME is
+ * invalid and ignored; a relative HOME is ignored too: either would make zt-run load plugins from
+ * wherever it is started. 0 when there is none. */
+static int per_user_dir(char *path)
+{
+    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg && xdg[0] != '/') {
+        zt_log(ZT_LOG_INFO, "XDG_DATA_HOME=%s is ignored: it is a relative path, and the XDG base directory "
+               "spec says relative values are ignored; set it to an absolute path", xdg);
+        xdg = NULL;
+    }
+    if (xdg && *xdg) return format_path(path, "%s/zt/plugins.d", xdg) == 0;
+    if (home && home[0] != '/') {
+        zt_log(ZT_LOG_INFO, "HOME%s%s is ignored for the per-user plugin directory: it is %s, so there is no "
+               "per-user plugin directory; set HOME (or XDG_DATA_HOME) to an absolute path",
+               *home ? "=" : "", home, *home ? "a relative path" : "empty");
+        return 0;
+    }
+    return home && format_path(path, "%s/.local/share/zt/plugins.d", home) == 0;
+}
+
 zt_status zt_registry_scan(const char *const *explicit_dirs, int n_explicit, zt_registry **out,
                            zt_error *err)
 {
     *out = NULL;
+    /* A bad ZT_ALLOW_UNSAFE_PLUGINS value is reported once, before anything is listed or loaded. */
+    if (zt_trust_unsafe_allowed(err) < 0) return ZT_ERR_CONFIG;
     zt_registry *reg = calloc(1, sizeof *reg);
     if (!reg) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory while scanning plugins");
     zt_status st = ZT_OK;
@@ -546,12 +643,7 @@ zt_status zt_registry_scan(const char *const *explicit_dirs, int n_explicit, zt_
     if (st == ZT_OK && env && *env) st = add_dir_list(reg, env, "$ZT_PLUGIN_PATH", 0, err);
     /* 3. per-user */
     char path[PATH_MAX];
-    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
-    if (st == ZT_OK && ((xdg && *xdg) || (home && *home))) {
-        int fits = xdg && *xdg ? format_path(path, "%s/zt/plugins.d", xdg) == 0
-                               : format_path(path, "%s/.local/share/zt/plugins.d", home) == 0;
-        if (fits) st = add_dir(reg, path, "per-user", err);
-    }
+    if (st == ZT_OK && per_user_dir(path)) st = add_dir(reg, path, "per-user", err);
     /* 4. the install prefix, and the tree zt-run itself lives in (a relocated install) */
     if (st == ZT_OK) st = add_dir(reg, ZT_INSTALL_PLUGINS_D, "install prefix", err);
     char exe[PATH_MAX];
@@ -825,6 +917,10 @@ static zt_status open_library(const zt_plugin_desc *d, zt_loaded_plugin *lp, zt_
 static zt_status load_entry(const descriptor_entry *e, zt_loaded_plugin *lp, zt_error *err)
 {
     const zt_plugin_desc *d = &e->desc;
+    char who[PATH_MAX + 96];
+    snprintf(who, sizeof who, "plugin '%s' (descriptor %s)", d->name, d->descriptor);
+    zt_status st = trust_gate(who, d->descriptor, e->library_found ? d->library : NULL, err);
+    if (st != ZT_OK) return st;
     /* The descriptor's abi line lets an incompatible plugin be refused without running any of its
      * code (dlopen runs static constructors). */
     if (d->abi_major != (int)ZT_ABI_MAJOR || d->abi_minor > (int)ZT_ABI_MINOR)
@@ -876,7 +972,10 @@ zt_status zt_plugin_load(const zt_registry *reg, const char *name_or_path, zt_lo
         if (!is_regular_file(name_or_path) || !realpath(name_or_path, d.library))
             return zt_error_set(err, ZT_ERR_NOT_FOUND, "plugin library %s: %s", name_or_path,
                                 access(name_or_path, F_OK) == 0 ? "not a regular file" : "no such file");
-        return open_library(&d, out, err);
+        char who[PATH_MAX + 32];
+        snprintf(who, sizeof who, "the plugin at %s", d.library);
+        zt_status st = trust_gate(who, NULL, d.library, err);
+        return st != ZT_OK ? st : open_library(&d, out, err);
     }
     if (ends_with(name_or_path, ".plugin")) {
         descriptor_entry *e = malloc(sizeof *e);

@@ -11,9 +11,18 @@
  * The search path, first match wins (docs/plugins.md):
  *   1. --plugin-path DIR (repeatable; each may be colon-separated)
  *   2. $ZT_PLUGIN_PATH (colon-separated)
- *   3. the per-user directory: $XDG_DATA_HOME/zt/plugins.d, else ~/.local/share/zt/plugins.d
+ *   3. the per-user directory: $XDG_DATA_HOME/zt/plugins.d, else $HOME/.local/share/zt/plugins.d; a
+ *      relative XDG_DATA_HOME is ignored (as the XDG base directory spec says), a relative or empty
+ *      HOME too, each with an info line, so the per-user directory never depends on the working
+ *      directory. Relative --plugin-path and $ZT_PLUGIN_PATH entries are the user's explicit choice
+ *      and are taken relative to the working directory.
  *   4. the install prefix: <CMAKE_INSTALL_PREFIX>/share/zt/plugins.d, and <exe>/../share/zt/plugins.d
  *   5. the build tree: <build>/share/zt/plugins.d
+ *
+ * Trust: a plugin is loaded only when its descriptor, its library and every directory above them pass
+ * the ownership and permission rules of host/trust.h (no one but the user and root can change them);
+ * ZT_ALLOW_UNSAFE_PLUGINS=1 loads one that fails them with a warning. This holds for every way in:
+ * a name from the search path, a .plugin path and a .so path.
  *
  * Loading: dlopen(RTLD_NOW | RTLD_LOCAL), dlsym(ZT_ENTRY_SYMBOL), then magic, ABI major, minor and
  * struct_size are checked before any other field is read or any function called.
@@ -32,6 +41,7 @@ typedef struct zt_plugin_desc {
     char descriptor[4096];  /* path of the .plugin file */
     int abi_major, abi_minor;
     int shadowed;           /* 1: an earlier directory on the path has a plugin of this name */
+    int unsafe;             /* 1: its files failed the trust rules when scanned (zt_registry_trust_problem) */
 } zt_plugin_desc;
 
 typedef struct zt_registry zt_registry;
@@ -48,6 +58,9 @@ const zt_plugin_desc *zt_registry_at(const zt_registry *reg, int i);
 /* The directories searched, in order, for error messages and --list-plugins. */
 int zt_registry_dir_count(const zt_registry *reg);
 const char *zt_registry_dir(const zt_registry *reg, int i);
+/* Why entry i (as zt_registry_at) is unsafe: one "path breaks rule; fix: command" line per problem,
+ * or NULL when its files passed the trust rules. */
+const char *zt_registry_trust_problem(const zt_registry *reg, int i);
 /* Descriptors that could not be parsed: "path: problem" lines. */
 int zt_registry_problem_count(const zt_registry *reg);
 const char *zt_registry_problem(const zt_registry *reg, int i);
@@ -62,8 +75,9 @@ typedef struct zt_loaded_plugin {
     int initialized;
 } zt_loaded_plugin;
 
-/* Find `name_or_path` (a plugin name, a .plugin descriptor path or a .so path), dlopen it and check
- * its ABI. Errors name the plugin, what is wrong and, for an unknown name, every directory tried. */
+/* Find `name_or_path` (a plugin name, a .plugin descriptor path or a .so path), check that its files
+ * can be trusted, dlopen it and check its ABI. Errors name the plugin, what is wrong and, for an
+ * unknown name, every directory tried. */
 zt_status zt_plugin_load(const zt_registry *reg, const char *name_or_path, zt_loaded_plugin *out,
                          zt_error *err);
 /* probe with a services table from rt; ZT_ERR_UNSUPPORTED carries the plugin's reason. */

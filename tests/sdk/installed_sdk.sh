@@ -22,6 +22,10 @@ expect_lion_listed() {
         echo "FAIL: no line with lion and kind optimizer from: $* --list-plugins"; echo "$ZT_OUT"
         zt_failures=$((zt_failures+1))
     fi
+    # The installed prefix and the example's build pass the trust rules (docs/plugins.md#trust).
+    if grep -q "unsafe" <<<"$ZT_OUT"; then
+        echo "FAIL: a plugin is marked unsafe by: $* --list-plugins"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1))
+    fi
 }
 expect_lion_listed run_zt "$zt_run" --plugin-path "$work/plugins.d"
 expect_ok "lion 1.0.0" "optimizer.params.betas" "[0.9, 0.99]" "optimizer.params.lr" "optimizer.params.weight_decay" -- \
