@@ -56,7 +56,8 @@ static double round256(double bytes) { return ceil(bytes / 256.0) * 256.0; }
 double zt_estimate_workspace(const zt_model_info *m, int64_t tokens, int gpu)
 {
     if (!gpu) return 0;
-    double n = (double)tokens, h = m->hidden_size, f = m->intermediate_size, v = m->vocab_size;
+    double n = (double)tokens, h = m->hidden_size, f = m->intermediate_size;
+    double v = ceil(m->vocab_size / 8.0) * 8.0; /* the logits chunk's rows: the vocabulary padded to 8 */
     double q = (double)m->n_heads * m->head_dim, kv = (double)m->n_kv_heads * m->head_dim;
     double backward = n * 2.0 * (f + 2.0 * h + 3.0 * q + 4.0 * kv) + n * m->n_heads * 4.0;
     /* the LM-head chunk is halved until its fp32 and bf16 logits fit LM_HEAD_SCRATCH_BYTES */

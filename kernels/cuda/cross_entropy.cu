@@ -9,6 +9,15 @@
  * The fused LM head never holds the logits of the whole batch: rows go through in chunks sized to
  * the scratch area; for each chunk, logits = x w^T (fp32), the row losses and dlogits (bf16), then
  * dx = dlogits w and dw += dlogits^T x. The total loss is summed over rows at the end, in row order.
+ *
+ * Any vocabulary size (32001 after adding a pad token, 49953, ...): the chunk's logits and dlogits
+ * rows are ld = vocab rounded up to 8 elements apart (16-byte rows, which cuBLAS needs for its fast
+ * tensor-core kernels), and the columns past vocab are never written nor read: the softmax, the
+ * loss and the gradient see exactly the true vocabulary. cuBLAS also wants the extent along each
+ * matrix's contiguous dimension to be a multiple of 16 bytes, which the vocabulary is for the three
+ * products here, so a vocabulary that is not a multiple of 8 splits each product: its body, the
+ * first vocab / 8 * 8 rows of w, on the fast path, and its tail (at most 7 rows) as a second, tiny
+ * GEMM. The weight w stays [vocab, dim] as the caller holds it: no padded copy exists.
  */
 #include <math.h>
 #include "cuda/common.cuh"
@@ -44,17 +53,18 @@ __device__ void block_softmax_stats(float *m, float *s, float *shared_m, float *
     *s = s_all;
 }
 
-/* Row `blockIdx.x` of logits: row_loss and (when dlogits) the gradient. grad_scale = dloss / N. */
+/* Row `blockIdx.x` of logits: row_loss and (when dlogits) the gradient. grad_scale = dloss / N.
+ * Rows of logits and dlogits are ld >= vocab elements apart; columns vocab .. ld are not touched. */
 template <typename T>
 __global__ void __launch_bounds__(CE_THREADS)
-cross_entropy_rows_kernel(int64_t vocab, const float *logits, const int32_t *targets,
+cross_entropy_rows_kernel(int64_t vocab, int64_t ld, const float *logits, const int32_t *targets,
                           int64_t first_row, float grad_scale, float *row_loss, T *dlogits,
                           unsigned long long *bad)
 {
     __shared__ float shared_m[32], shared_s[32];
     int64_t row = blockIdx.x;
-    const float *x = logits + row * vocab;
-    T *dx = dlogits ? dlogits + row * vocab : NULL;
+    const float *x = logits + row * ld;
+    T *dx = dlogits ? dlogits + row * ld : NULL;
     int32_t target = targets[row];
     int ignored = target == ZT_CUDA_IGNORE_INDEX;
     if (!ignored && (target < 0 || target >= vocab)) {
@@ -117,13 +127,13 @@ static zt_status check_loss_args(const char *what, int64_t rows, int64_t vocab, 
     return ZT_OK;
 }
 
-static zt_status launch_rows(cudaStream_t stream, int64_t rows, int64_t vocab, const float *logits,
-                             const int32_t *targets, int64_t first_row, float grad_scale,
-                             float *row_loss, uint16_t *dlogits, zt_cuda_ctx *ctx)
+static zt_status launch_rows(cudaStream_t stream, int64_t rows, int64_t vocab, int64_t ld,
+                             const float *logits, const int32_t *targets, int64_t first_row,
+                             float grad_scale, float *row_loss, uint16_t *dlogits, zt_cuda_ctx *ctx)
 {
     ZT_DISPATCH16(ctx->dtype, T,
                   cross_entropy_rows_kernel<T><<<(unsigned)rows, CE_THREADS, 0, stream>>>(
-                      vocab, logits, targets, first_row, grad_scale, row_loss, (T *)dlogits,
+                      vocab, ld, logits, targets, first_row, grad_scale, row_loss, (T *)dlogits,
                       ctx->index_errors + ZT_INDEX_CROSS_ENTROPY));
     return zt_cuda_check_launch("cross-entropy");
 }
@@ -142,18 +152,22 @@ zt_status zt_cuda_cross_entropy(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t r
     zt_status st = check_loss_args("cross-entropy", rows, vocab, normalizer);
     if (st != ZT_OK) return st;
     if (rows > 0) {
-        st = launch_rows(stream, rows, vocab, logits, targets, 0, (float)(dloss / normalizer),
+        st = launch_rows(stream, rows, vocab, vocab, logits, targets, 0, (float)(dloss / normalizer),
                          row_loss, dlogits, ctx);
         if (st != ZT_OK) return st;
     }
     return launch_total(stream, rows, row_loss, normalizer, loss);
 }
 
+/* The row stride of the chunk's logits and dlogits: the vocabulary rounded up to 8 elements. */
+static int64_t logits_ld(int64_t vocab) { return (vocab + 7) / 8 * 8; }
+
 /* fp32 logits then bf16 dlogits of one chunk, each 256-byte aligned. */
 static uint64_t chunk_bytes(int64_t chunk_rows, int64_t vocab)
 {
-    return zt_round_up((uint64_t)chunk_rows * vocab * 4, 256) +
-           zt_round_up((uint64_t)chunk_rows * vocab * 2, 256);
+    uint64_t ld = (uint64_t)logits_ld(vocab);
+    return zt_round_up((uint64_t)chunk_rows * ld * 4, 256) +
+           zt_round_up((uint64_t)chunk_rows * ld * 2, 256);
 }
 
 uint64_t zt_cuda_lm_head_loss_scratch_bytes(int64_t chunk_rows, int64_t vocab)
@@ -168,33 +182,49 @@ zt_status zt_cuda_lm_head_loss(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t ro
 {
     zt_status st = check_loss_args("LM head loss", rows, vocab, normalizer);
     if (st != ZT_OK) return st;
-    if (vocab % 8 != 0 || dim <= 0 || dim % 8 != 0)
+    if (dim <= 0 || dim % 8 != 0)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG,
-                            "LM head loss: vocab %lld and dim %lld must be multiples of 8 (tensor "
-                            "core GEMMs need 16-byte aligned rows); pad the vocabulary",
-                            (long long)vocab, (long long)dim);
+                            "LM head loss: dim %lld must be a positive multiple of 8 (tensor core "
+                            "GEMMs need 16-byte aligned rows of x and w)", (long long)dim);
     int64_t chunk = rows;
     while (chunk > 1 && chunk_bytes(chunk, vocab) > ctx->scratch_bytes) chunk = (chunk + 1) / 2;
     char *scratch = (char *)zt_cuda_scratch(ctx, chunk_bytes(rows > 0 ? chunk : 0, vocab),
                                             "LM head loss (one row of logits)");
     if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
+    /* body: the rows of w in 8-element steps; tail: the at most 7 after them (0 for most models) */
+    int64_t ld = logits_ld(vocab), body = vocab / 8 * 8, tail = vocab - body;
+    const uint16_t *w_tail = w + body * dim;
     float *logits = (float *)scratch;
-    uint16_t *dlogits = (uint16_t *)(scratch + zt_round_up((uint64_t)chunk * vocab * 4, 256));
+    uint16_t *dlogits = (uint16_t *)(scratch + zt_round_up((uint64_t)chunk * ld * 4, 256));
     int need_grad = dx || dw;
     float grad_scale = (float)(dloss / normalizer);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
         const uint16_t *xc = x + r0 * dim;
-        st = zt_cuda_gemm(ctx, stream, 0, 1, n, vocab, dim, xc, dim, w, dim, logits, ZT_F32, vocab, 0);
+        /* logits[:, :body] and logits[:, body:vocab]: separate columns */
+        st = zt_cuda_gemm(ctx, stream, 0, 1, n, body, dim, xc, dim, w, dim, logits, ZT_F32, ld, 0);
+        if (st == ZT_OK && tail)
+            st = zt_cuda_gemm(ctx, stream, 0, 1, n, tail, dim, xc, dim, w_tail, dim, logits + body,
+                              ZT_F32, ld, 0);
         if (st == ZT_OK)
-            st = launch_rows(stream, n, vocab, logits, targets + r0, r0, grad_scale, row_loss + r0,
-                             need_grad ? dlogits : NULL, ctx);
-        if (st == ZT_OK && dx)
-            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, vocab, dlogits, vocab, w, dim, dx + r0 * dim,
+            st = launch_rows(stream, n, vocab, ld, logits, targets + r0, r0, grad_scale,
+                             row_loss + r0, need_grad ? dlogits : NULL, ctx);
+        /* dx sums over the vocabulary: the tail's small share first (rounded to bf16 at its own
+         * magnitude), then the body added to it in fp32 and rounded once, as one GEMM rounds */
+        uint16_t *dxc = dx ? dx + r0 * dim : NULL;
+        if (st == ZT_OK && dx && tail)
+            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, tail, dlogits + body, ld, w_tail, dim, dxc,
                               ZT_BF16, dim, 0);
+        if (st == ZT_OK && dx)
+            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, body, dlogits, ld, w, dim, dxc, ZT_BF16, dim,
+                              tail ? 1 : 0);
+        /* dw[:body] and dw[body:vocab]: separate rows */
         if (st == ZT_OK && dw)
-            st = zt_cuda_gemm(ctx, stream, 1, 0, vocab, dim, n, dlogits, vocab, xc, dim, dw, ZT_F32,
-                              dim, 1);
+            st = zt_cuda_gemm(ctx, stream, 1, 0, body, dim, n, dlogits, ld, xc, dim, dw, ZT_F32, dim,
+                              1);
+        if (st == ZT_OK && dw && tail)
+            st = zt_cuda_gemm(ctx, stream, 1, 0, tail, dim, n, dlogits + body, ld, xc, dim,
+                              dw + body * dim, ZT_F32, dim, 1);
         if (st != ZT_OK) return st;
     }
     return launch_total(stream, rows, row_loss, normalizer, loss);

@@ -87,7 +87,8 @@ zt_status zt_cuda_add_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, con
 /* C[M,N] (+)= op(A)[M,K] * op(B)[K,N], row-major as in zt_cpu_gemm (lda, ldb, ldc are row strides).
  * A and B hold the context's 16-bit type; c_dtype is ZT_F32, or ZT_BF16 / ZT_F16, which both mean
  * the context's 16-bit type (so bf16-era callers work unchanged on an fp16 context). accumulate: 0 overwrites C, 1 adds to it (in fp32 before rounding).
- * Leading dimensions must be multiples of 8 elements and pointers 16-byte aligned. */
+ * Leading dimensions that are multiples of 8 elements, 16-byte aligned pointers and contiguous
+ * extents of 16 bytes take cuBLAS's fast tensor-core kernels; other leading dimensions work, slower. */
 zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
                        int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
                        int64_t ldb, void *C, int32_t c_dtype, int64_t ldc, int accumulate);
@@ -169,8 +170,10 @@ zt_status zt_cuda_cross_entropy(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t r
 /* The LM head and the loss fused: logits = x[rows,dim] w[vocab,dim]^T, then cross-entropy as
  * above, then dx[rows,dim] = dlogits w (bf16, overwrites) and dw[vocab,dim] += dlogits^T x (fp32,
  * accumulates). Rows go through in chunks: only one chunk's logits (fp32) and dlogits (bf16) exist
- * at a time, in the scratch area; chunk_rows = scratch / (6 vocab) bytes, so more scratch means
- * fewer, larger GEMMs. dx and dw may be NULL (evaluation: loss only). */
+ * at a time, in the scratch area; chunk_rows = scratch / (6 ld) bytes with ld = vocab rounded up to
+ * a multiple of 8, so more scratch means fewer, larger GEMMs. Any vocab; dim % 8 == 0. The columns
+ * of the padded rows past vocab are never computed: the loss and the gradients are those of the
+ * true vocabulary. dx and dw may be NULL (evaluation: loss only). */
 uint64_t zt_cuda_lm_head_loss_scratch_bytes(int64_t chunk_rows, int64_t vocab);
 zt_status zt_cuda_lm_head_loss(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t dim,
                                int64_t vocab, const uint16_t *x, const uint16_t *w,

@@ -627,7 +627,7 @@ static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_hea
     CUDA_STEP(zt_cuda_rmsnorm_forward(ctx, r->stream, N, H, (float)cfg->rms_norm_eps, x, param(r, HEAD_NORM), a->norm,
                                       a->rstd),
               "final norm forward");
-    if (logits_out)
+    if (logits_out) /* in the caller's layout: row stride V, which need not be a multiple of 8 */
         CUDA_STEP(zt_cuda_gemm(ctx, r->stream, 0, 1, N, V, H, a->norm, H, param(r, HEAD_LM), H, logits_out,
                                logits_dtype, V, 0),
                   "lm_head forward (logits)");
@@ -779,14 +779,17 @@ static zt_status head_backward(llama_state *s, const zt_unit_call *c)
 
 /* ---- lifecycle ------------------------------------------------------------------------------- */
 
-/* The shapes the bf16 kernels take: 16-byte rows everywhere (multiples of 8 elements). */
+/* The shapes the bf16 kernels take: 16-byte rows of every activation and weight (multiples of 8
+ * elements), which the vectorized kernels and the GEMMs' row strides need. Every released LLaMA has
+ * them. The vocabulary is free: it is never a row length of a weight or an activation, and the LM
+ * head pads only its own logits scratch (zt_cuda_lm_head_loss), so checkpoints and exports keep
+ * the true shape. */
 static zt_status check_shapes(const llama_state *s)
 {
     const llama_config *c = &s->cfg;
     const struct { const char *key; int64_t value; } dims[] = {
         {"model.hidden_size", c->hidden},
         {"model.intermediate_size", c->intermediate},
-        {"model.vocab_size", c->vocab},
         {"model.num_attention_heads x model.head_dim", c->heads * c->head_dim},
         {"model.num_key_value_heads x model.head_dim", c->kv_heads * c->head_dim},
     };
@@ -794,8 +797,8 @@ static zt_status check_shapes(const llama_state *s)
         if (dims[i].value % 8 == 0) continue;
         s->host->error(s->host->ctx, ZT_ERR_UNSUPPORTED,
                        "llama on CUDA: %s is %lld, but the bf16 kernels need a multiple of 8 (as do the fp16 ones: "
-                       "16-byte rows for the tensor cores); pad it (a vocabulary can be padded: model.vocab_size) or train on the "
-                       "CPU (device = cpu)",
+                       "16-byte rows for the tensor cores and the vector loads); use a model whose size is a multiple "
+                       "of 8 or train on the CPU (device = cpu)",
                        dims[i].key, (long long)dims[i].value);
         return ZT_ERR_UNSUPPORTED;
     }

@@ -108,6 +108,12 @@ static zt_status lm_head(const bench_args *a)
     return zt_cuda_lm_head_loss(a->ctx, 0, TOKENS, DIM, VOCAB, a->a, a->b, a->ids, TOKENS, 1.0f,
                                 a->d, a->e, a->c, a->f);
 }
+/* LLaMA's vocabulary with a pad token: the body of 32000 rows and a tail GEMM of one */
+static zt_status lm_head_odd(const bench_args *a)
+{
+    return zt_cuda_lm_head_loss(a->ctx, 0, TOKENS, DIM, VOCAB + 1, a->a, a->b, a->ids, TOKENS, 1.0f,
+                                a->d, a->e, a->c, a->f);
+}
 static zt_status linear_fwd(const bench_args *a)
 {
     return zt_cuda_linear_forward(a->ctx, 0, TOKENS, FFN, DIM, a->a, a->b, a->c);
@@ -140,8 +146,8 @@ int main(void)
     cuda_test_init("zt-bench-kernels");
     const int64_t T = TOKENS;
     bench_args a = {0};
-    /* scratch: the LM head's chunks (1024 rows of logits) dominate */
-    a.ctx = cuda_test_ctx(zt_cuda_lm_head_loss_scratch_bytes(1024, VOCAB));
+    /* scratch: the LM head's chunks (1024 rows of logits, also of vocab + 1) dominate */
+    a.ctx = cuda_test_ctx(zt_cuda_lm_head_loss_scratch_bytes(1024, VOCAB + 1));
     printf("| kernel (8192 tokens, dim 4096, ffn 11008, vocab 32000) | ms | achieved |\n|---|---|---|\n");
 
     float *x = random_bf16_values(T * FFN, 1.0f);
@@ -191,19 +197,21 @@ int main(void)
         device_free(a.b), device_free(a.c), device_free(a.d), device_free(a.e);
     }
 
-    float *table = random_bf16_values((int64_t)VOCAB * DIM, 1.0f);
+    float *table = random_bf16_values((int64_t)(VOCAB + 1) * DIM, 1.0f); /* a row more for vocab + 1 */
     a.a = device_bf16(table, (int64_t)VOCAB * DIM), a.b = device_bf16(x, T * DIM);
     a.c = device_alloc((int64_t)VOCAB * DIM * 4);
     report("embedding forward", median_ms(embedding_fwd, &a), 2.0 * T * DIM * 2, 0);
     /* rows of the fp32 table gradient are read and written once per distinct id */
     report("embedding backward", median_ms(embedding_bwd, &a), T * DIM * (2.0 + 8.0), 0);
-    a.d = device_alloc(T * 4), a.e = device_alloc(8), a.f = device_alloc((int64_t)VOCAB * DIM * 4);
+    a.d = device_alloc(T * 4), a.e = device_alloc(8), a.f = device_alloc((int64_t)(VOCAB + 1) * DIM * 4);
     void *dx = device_alloc(T * DIM * 2);
     void *keep_c = a.c;
     a.c = dx;
-    a.a = device_bf16(x, T * DIM), a.b = device_bf16(table, (int64_t)VOCAB * DIM);
+    a.a = device_bf16(x, T * DIM), a.b = device_bf16(table, (int64_t)(VOCAB + 1) * DIM);
     report("LM head + cross-entropy fwd+bwd (3 GEMMs)", median_ms(lm_head, &a), 0,
            3.0 * 2.0 * T * DIM * (double)VOCAB);
+    report("LM head, vocab 32001 (3 GEMMs + 3 one-row tail GEMMs)", median_ms(lm_head_odd, &a), 0,
+           3.0 * 2.0 * T * DIM * (double)(VOCAB + 1));
     device_free(a.a), device_free(a.b), device_free(keep_c), device_free(dx), device_free(a.d);
     device_free(a.e), device_free(a.f);
 

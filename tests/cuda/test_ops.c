@@ -64,6 +64,25 @@ static void test_gemm(zt_cuda_ctx *ctx)
                     device_free(dA), device_free(dB), device_free(dC);
                 }
 
+    /* The llama head's logits output (x_out) for a vocabulary that is not a multiple of 8: N = 777
+     * columns written at the caller's row stride ldc = N, so C's rows are not 16-byte aligned */
+    for (int c_bf16 = 0; c_bf16 < 2; c_bf16++) {
+        const int64_t m = 64, n = 777, k = 256;
+        float *A = random_bf16_values(m * k, 1.0f), *B = random_bf16_values(n * k, 1.0f);
+        float *ref = host_f32(m * n);
+        ZT_CHECK(zt_cpu_gemm(NULL, 0, 1, m, n, k, A, k, B, k, ref, n, 0) == ZT_OK);
+        uint16_t *dA = device_bf16(A, m * k), *dB = device_bf16(B, n * k);
+        void *dC = device_alloc((uint64_t)(m * n) * (c_bf16 ? 2 : 4));
+        snprintf(name, sizeof name, "gemm x w^T with N = ldc = %lld (rows not 16-byte aligned), out=%s", (long long)n,
+                 c_bf16 ? cuda_test_dtype16_name() : "fp32");
+        ZT_CHECK(check_ok(name, zt_cuda_gemm(ctx, 0, 0, 1, m, n, k, dA, k, dB, k, dC,
+                                             c_bf16 ? cuda_test_dtype16() : ZT_F32, n, 0)));
+        float *got = c_bf16 ? download_bf16(dC, m * n) : download_f32(dC, m * n);
+        ZT_CHECK(check_rel_l2(name, got, ref, m * n, c_bf16 ? TOL_BF16_OUT : TOL_F32));
+        free(A), free(B), free(ref), free(got);
+        device_free(dA), device_free(dB), device_free(dC);
+    }
+
     /* K = 0 overwrites C with zeros */
     float *zeros = host_f32(8 * 8);
     memset(zeros, 0, sizeof(float) * 64);
@@ -334,9 +353,12 @@ static int32_t *random_targets(int64_t rows, int64_t vocab, double *normalizer)
     return t;
 }
 
-static void test_cross_entropy(zt_cuda_ctx *ctx)
+/* vocab 32000, and 777: rows of a length that is not a multiple of 8 */
+static void test_cross_entropy_vocab(zt_cuda_ctx *ctx, int64_t vocab)
 {
-    const int64_t rows = 64, vocab = 32000;
+    const int64_t rows = 64;
+    char message[96];
+    printf("-- cross-entropy, vocab %lld\n", (long long)vocab);
     /* fp16: dlogits of ~1e-6 are subnormal in fp16, which is why fp16 training scales the loss: here
      * by 1024 (the CPU reference gets the same dloss) */
     const float dloss = cuda_test_dtype16() == ZT_F16 ? 1.7f * 1024.0f : 1.7f;
@@ -373,8 +395,8 @@ static void test_cross_entropy(zt_cuda_ctx *ctx)
     ZT_CHECK(check_ok("cross-entropy with a bad target",
                       zt_cuda_cross_entropy(ctx, 0, rows, vocab, d_logits, d_t, normalizer, dloss,
                                             d_row, d_loss, d_dl)));
-    ZT_CHECK(check_fails("bad target reported", zt_cuda_check_indices(ctx, 0), ZT_ERR_INVALID_ARG,
-                         "cross-entropy: target 32000 at row 7"));
+    snprintf(message, sizeof message, "cross-entropy: target %lld at row 7", (long long)vocab);
+    ZT_CHECK(check_fails("bad target reported", zt_cuda_check_indices(ctx, 0), ZT_ERR_INVALID_ARG, message));
     ZT_CHECK(check_fails("cross-entropy with normalizer 0",
                          zt_cuda_cross_entropy(ctx, 0, rows, vocab, d_logits, d_t, 0.0, dloss,
                                                d_row, d_loss, d_dl),
@@ -383,12 +405,43 @@ static void test_cross_entropy(zt_cuda_ctx *ctx)
     device_free(d_logits), device_free(d_row), device_free(d_t), device_free(d_dl), device_free(d_loss);
 }
 
-static void test_lm_head_loss(void)
+static void test_cross_entropy(zt_cuda_ctx *ctx)
 {
-    const int64_t rows = 300, dim = 256, vocab = 5008;
+    test_cross_entropy_vocab(ctx, 32000);
+    test_cross_entropy_vocab(ctx, 777);
+}
+
+/* Fills every column of the LM head's logits and dlogits scratch rows with NaN: one call over
+ * NaN inputs with the vocabulary padded to the row stride (a multiple of 8). A later call whose
+ * vocabulary is not a multiple of 8 then fails its checks if it reads a padding column. */
+static void poison_lm_head_scratch(zt_cuda_ctx *ctx, int64_t rows, int64_t dim, int64_t vocab,
+                                   const int32_t *d_targets, double normalizer)
+{
+    int64_t ld = round8(vocab);
+    uint16_t *d_x = device_alloc(rows * dim * 2), *d_w = device_alloc(ld * dim * 2); /* NaN */
+    uint16_t *d_dx = device_alloc(rows * dim * 2);
+    float *d_row = device_alloc(rows * 4);
+    double *d_loss = device_alloc(sizeof(double));
+    ZT_CHECK(check_ok("LM head loss over NaN inputs (poisons the scratch)",
+                      zt_cuda_lm_head_loss(ctx, 0, rows, dim, ld, d_x, d_w, d_targets, normalizer, 1.0f,
+                                           d_row, d_loss, d_dx, NULL)));
+    ZT_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    device_free(d_x), device_free(d_w), device_free(d_dx), device_free(d_row), device_free(d_loss);
+}
+
+/* The fused LM head against the CPU's linear + cross-entropy, for a vocabulary of 5008 (a multiple
+ * of 8) and for ones that are not: 777 and 4099 (a body of 8-row blocks and a tail of 1 and 3 rows,
+ * computed by separate GEMMs), 5 (no body, only a tail). Row losses must match the unpadded CPU loss
+ * to 1e-4, and the scratch is NaN past the vocabulary, so a padding column read anywhere shows. */
+static void test_lm_head_loss_vocab(int64_t vocab)
+{
+    const int64_t rows = 300, dim = 256;
     const float dloss = cuda_test_dtype16() == ZT_F16 ? 4096.0f : 1.0f; /* a loss scale in fp16 */
     double normalizer, loss, g_loss;
     int64_t bad;
+    char name[160];
+    printf("-- LM head, vocab %lld (%lld rows in 8-row blocks, a tail of %lld)\n", (long long)vocab,
+           (long long)(vocab / 8 * 8), (long long)(vocab % 8));
     /* scratch for 64 rows of logits: the 300 rows go through in several chunks */
     zt_cuda_ctx *ctx = cuda_test_ctx(zt_cuda_lm_head_loss_scratch_bytes(64, vocab));
     int32_t *targets = random_targets(rows, vocab, &normalizer);
@@ -408,37 +461,63 @@ static void test_lm_head_loss(void)
     int32_t *d_t = device_i32(targets, rows);
     float *d_row = device_alloc(rows * 4), *d_dw = device_f32(dw0, vocab * dim);
     double *d_loss = device_alloc(sizeof(double));
-    ZT_CHECK(check_ok("LM head loss", zt_cuda_lm_head_loss(ctx, 0, rows, dim, vocab, d_x, d_w, d_t,
-                                                           normalizer, dloss, d_row, d_loss, d_dx, d_dw)));
+    poison_lm_head_scratch(ctx, rows, dim, vocab, d_t, normalizer);
+    snprintf(name, sizeof name, "LM head loss (vocab %lld)", (long long)vocab);
+    ZT_CHECK(check_ok(name, zt_cuda_lm_head_loss(ctx, 0, rows, dim, vocab, d_x, d_w, d_t, normalizer, dloss,
+                                                 d_row, d_loss, d_dx, d_dw)));
     float *g_row = download_f32(d_row, rows), *g_dx = download_bf16(d_dx, rows * dim);
     float *g_dw = download_f32(d_dw, vocab * dim);
     ZT_CHECK(cudaMemcpy(&g_loss, d_loss, sizeof g_loss, cudaMemcpyDeviceToHost) == cudaSuccess);
     float g_loss_f = (float)g_loss, loss_f = (float)loss;
-    ZT_CHECK(check_rel_l2("LM head row losses", g_row, row_loss, rows, 1e-4));
-    ZT_CHECK(check_rel_l2("LM head mean loss", &g_loss_f, &loss_f, 1, 1e-4));
-    ZT_CHECK(check_rel_l2("LM head dx (bf16 dlogits)", g_dx, dx, rows * dim, TOL_BF16_CHAIN));
+    snprintf(name, sizeof name, "LM head row losses (vocab %lld)", (long long)vocab);
+    ZT_CHECK(check_rel_l2(name, g_row, row_loss, rows, 1e-4));
+    snprintf(name, sizeof name, "LM head mean loss (vocab %lld)", (long long)vocab);
+    ZT_CHECK(check_rel_l2(name, &g_loss_f, &loss_f, 1, 1e-4));
+    snprintf(name, sizeof name, "LM head dx (bf16 dlogits, vocab %lld)", (long long)vocab);
+    ZT_CHECK(check_rel_l2(name, g_dx, dx, rows * dim, TOL_BF16_CHAIN));
     float *g_inc = difference(g_dw, dw0, vocab * dim), *inc = difference(dw, dw0, vocab * dim);
-    ZT_CHECK(check_rel_l2("LM head dw increment (bf16 dlogits)", g_inc, inc, vocab * dim, TOL_BF16_CHAIN));
+    snprintf(name, sizeof name, "LM head dw increment (bf16 dlogits, vocab %lld)", (long long)vocab);
+    ZT_CHECK(check_rel_l2(name, g_inc, inc, vocab * dim, TOL_BF16_CHAIN));
+    if (vocab % 8) { /* the tail rows on their own: a tail GEMM that went missing fails here */
+        int64_t body = vocab / 8 * 8, tail = vocab - body;
+        snprintf(name, sizeof name, "LM head dw increment of the %lld tail rows (vocab %lld)", (long long)tail,
+                 (long long)vocab);
+        ZT_CHECK(check_rel_l2(name, g_inc + body * dim, inc + body * dim, tail * dim, TOL_BF16_CHAIN));
+    }
 
     device_poison(d_row, rows * 4);
-    ZT_CHECK(check_ok("LM head loss only", zt_cuda_lm_head_loss(ctx, 0, rows, dim, vocab, d_x, d_w, d_t,
-                                                                normalizer, dloss, d_row, d_loss,
-                                                                NULL, NULL)));
+    snprintf(name, sizeof name, "LM head loss only (vocab %lld)", (long long)vocab);
+    ZT_CHECK(check_ok(name, zt_cuda_lm_head_loss(ctx, 0, rows, dim, vocab, d_x, d_w, d_t, normalizer, dloss,
+                                                 d_row, d_loss, NULL, NULL)));
     free(g_row);
     g_row = download_f32(d_row, rows);
-    ZT_CHECK(check_rel_l2("LM head row losses, loss only", g_row, row_loss, rows, 1e-4));
+    snprintf(name, sizeof name, "LM head row losses, loss only (vocab %lld)", (long long)vocab);
+    ZT_CHECK(check_rel_l2(name, g_row, row_loss, rows, 1e-4));
     zt_cuda_ctx_destroy(ctx);
 
     zt_cuda_ctx *tiny = cuda_test_ctx(1024);
-    ZT_CHECK(check_fails("LM head loss with too little scratch",
-                         zt_cuda_lm_head_loss(tiny, 0, rows, dim, vocab, d_x, d_w, d_t, normalizer,
+    if (zt_cuda_lm_head_loss_scratch_bytes(1, vocab) > 1024) /* vocab 5: one row fits */
+        ZT_CHECK(check_fails("LM head loss with too little scratch",
+                             zt_cuda_lm_head_loss(tiny, 0, rows, dim, vocab, d_x, d_w, d_t, normalizer,
+                                                  dloss, d_row, d_loss, d_dx, d_dw),
+                             ZT_ERR_BUFFER_TOO_SMALL, "bytes of scratch"));
+    ZT_CHECK(check_fails("LM head loss with dim not a multiple of 8",
+                         zt_cuda_lm_head_loss(tiny, 0, rows, 250, vocab, d_x, d_w, d_t, normalizer,
                                               dloss, d_row, d_loss, d_dx, d_dw),
-                         ZT_ERR_BUFFER_TOO_SMALL, "bytes of scratch"));
+                         ZT_ERR_INVALID_ARG, "dim 250 must be a positive multiple of 8"));
     zt_cuda_ctx_destroy(tiny);
     free(targets), free(x), free(w), free(dw0), free(logits), free(row_loss), free(dx), free(dw);
     free(g_row), free(g_dx), free(g_dw), free(g_inc), free(inc);
     device_free(d_x), device_free(d_w), device_free(d_dx), device_free(d_t), device_free(d_row);
     device_free(d_dw), device_free(d_loss);
+}
+
+static void test_lm_head_loss(void)
+{
+    test_lm_head_loss_vocab(5008);
+    test_lm_head_loss_vocab(777);
+    test_lm_head_loss_vocab(4099);
+    test_lm_head_loss_vocab(5);
 }
 
 /* ---- optimizer ------------------------------------------------------------------------------- */

@@ -6,6 +6,8 @@ safetensors through tests/train/check.py's own readers (json + numpy), never thr
   check_gpu.py curves CPU_METRICS GPU_METRICS            the GPU loss curve follows the CPU one
   check_gpu.py memory METRICS                            device memory does not grow step over step
   check_gpu.py recompute FULL_METRICS RECOMPUTE_METRICS  same losses, fewer activation bytes
+  check_gpu.py shapes VOCAB HIDDEN TIED CKPT_DIR EXPORT_DIR  checkpoint and HF export hold the true shapes
+  check_gpu.py resumed CPU_METRICS RESUMED_METRICS STEP  a run resumed at STEP follows the straight one
 
 Tolerances: the GPU computes in bf16 (8 bits of mantissa), the CPU and torch in fp32.
   - loss: relative 2e-2 (one step); the curves drift apart slowly, so later steps get 5e-2;
@@ -124,6 +126,73 @@ def recompute(full_path, recompute_path):
           f"with recompute")
 
 
+def shapes(vocab, hidden, tied, ckpt_dir, export_dir):
+    """A vocabulary that is not a multiple of 8 is padded on the GPU only inside the LM head's scratch:
+    the checkpoint (every group: weights and optimizer state) and the HF export keep [vocab, hidden]."""
+    vocab, hidden, tied = int(vocab), int(hidden), tied == "true"
+    want = [vocab, hidden]
+    vocab_tensors = ["model.embed_tokens.weight"] + ([] if tied else ["lm_head.weight"])
+    with open(f"{ckpt_dir}/checkpoint.json") as f:
+        index = json.load(f)
+    model = index["model"]
+    if model["vocab_size"] != vocab or model["hidden_size"] != hidden:
+        fail(f"{ckpt_dir}/checkpoint.json: model vocab_size {model['vocab_size']}, hidden_size {model['hidden_size']}; "
+             f"the run's are {vocab}, {hidden}")
+    seen = {}
+    for t in index["tensors"]:
+        count = sum(s["count"] for s in t["shards"])
+        if count != math.prod(t["shape"]):
+            fail(f"checkpoint tensor {t['name']} ({t['group']}): shards hold {count} elements, its shape {t['shape']} "
+                 f"has {math.prod(t['shape'])}")
+        if t["name"] in vocab_tensors or t["name"] == "lm_head.weight":
+            if t["shape"] != want:
+                fail(f"checkpoint tensor {t['name']} ({t['group']}) has shape {t['shape']}, expected the true {want}")
+            seen.setdefault(t["name"], []).append(t["group"])
+    for name in vocab_tensors:
+        if "param" not in seen.get(name, []):
+            fail(f"the checkpoint lacks {name} (group param); it has {seen}")
+    if tied and "lm_head.weight" in seen:
+        fail("the checkpoint of a tied model stores lm_head.weight")
+    with open(f"{export_dir}/config.json") as f:
+        config = json.load(f)
+    if config["vocab_size"] != vocab or bool(config.get("tie_word_embeddings")) != tied:
+        fail(f"{export_dir}/config.json: vocab_size {config['vocab_size']}, tie_word_embeddings "
+             f"{config.get('tie_word_embeddings')}; expected {vocab}, {tied}")
+    exported = read_safetensors(f"{export_dir}/model.safetensors")
+    for name in vocab_tensors:
+        if name not in exported:
+            fail(f"the exported model lacks {name}")
+        if list(exported[name].shape) != want:
+            fail(f"exported {name} has shape {list(exported[name].shape)}, expected the true {want}")
+        if not np.all(np.isfinite(exported[name])):
+            fail(f"exported {name} holds values that are not finite")
+    if tied and "lm_head.weight" in exported:
+        fail("the export of a tied model holds lm_head.weight")
+    print(f"checkpoint ({', '.join(sorted(set(g for gs in seen.values() for g in gs)))}) and HF export: "
+          f"{', '.join(vocab_tensors)} are {want}; config.json vocab_size {vocab}")
+
+
+def resumed(cpu_path, resumed_path, step):
+    """The run resumed from a checkpoint of step STEP (the GPU run's, resumed on the CPU) holds the records
+    of the straight CPU run after STEP, within loss_curve's later-step tolerance (5e-2)."""
+    step = int(step)
+    cpu = [r for r in records(cpu_path) if r["step"] > step]
+    again = records(resumed_path)
+    if [(r["step"], r["type"]) for r in cpu] != [(r["step"], r["type"]) for r in again]:
+        fail(f"{resumed_path} holds {[(r['step'], r['type']) for r in again]}, the straight run after step {step} "
+             f"{[(r['step'], r['type']) for r in cpu]}")
+    worst = 0.0
+    for c, g in zip(cpu, again):
+        key = "loss" if c["type"] == "train" else "eval_loss"
+        r = rel(c[key], g[key])
+        worst = max(worst, r)
+        if r > 5e-2:
+            fail(f"step {c['step']} {key}: straight cpu run {c[key]!r}, resumed from the GPU checkpoint {g[key]!r} "
+                 f"(relative {r:.2e} > 5e-2)")
+    print(f"resumed at step {step}: {len(again)} records follow the straight run (largest relative difference "
+          f"{worst:.2e})")
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "fixture":
@@ -134,6 +203,10 @@ def main():
         memory(*args)
     elif cmd == "recompute":
         recompute(*args)
+    elif cmd == "shapes":
+        shapes(*args)
+    elif cmd == "resumed":
+        resumed(*args)
     else:
         fail(f"unknown command {cmd}")
 

@@ -13,9 +13,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$src/tests/lib.sh"
 python3 -c "import numpy" 2>/dev/null || skip "python3 with numpy is needed to read the results"
 
-# One folder per test; the fixture tests, which ctest runs in parallel, get one per fixture.
+# One folder per test; the fixture and odd_vocab tests, which ctest runs in parallel, get one per
+# fixture and vocabulary.
 out=$work/$test
 [ "$test" = fixture ] && out=$work/fixture-$(basename "$2")
+[ "$test" = odd_vocab ] && out=$work/odd_vocab-$2
 gpu=(--set device=cuda --plugins flash)
 # Heads of 64 so attention runs on the flash kernels, packed rows so their document masks are used.
 model=(--set model.hidden_size=256 --set model.intermediate_size=512 --set model.num_hidden_layers=2
@@ -104,6 +106,42 @@ resume() {
         2e-2; then
         zt_failures=$((zt_failures + 1))
     fi
+}
+
+# A vocabulary that is not a multiple of 8 on the GPU: odd_vocab DATA_TOOL VOCAB HIDDEN TIED STEPS, for
+# 777 and for 32001 (LLaMA's 32000 and a pad token, as Alpaca fine-tunes have). On data whose targets
+# are a quarter the last id (vocab_data.c), which only the LM head's tail GEMMs compute on the GPU:
+#   - the same steps on the CPU and the GPU follow each other as loss_curve's do, eval included;
+#   - the GPU run's checkpoint and HF export hold the true [vocab, hidden] shapes (padding lives only
+#     in the LM head's scratch);
+#   - the CPU resumes from the GPU checkpoint and follows the straight CPU run from there.
+odd_vocab() {
+    local data_tool=$1 vocab=$2 hidden=$3 tied=$4 n=$5
+    local half=$((n / 2))
+    need_gpu
+    expect_ok -- "$data_tool" "$out/data" "$vocab" 128 $((n * 8))
+    [ "$ZT_RC" -eq 0 ] || return
+    # heads of 64 (flash kernels), GQA, MLP twice the hidden size
+    local steps=(--data "$out/data" --set model.vocab_size="$vocab" --set model.hidden_size="$hidden"
+                 --set model.intermediate_size=$((2 * hidden)) --set model.num_hidden_layers=2
+                 --set model.num_attention_heads=$((hidden / 64)) --set model.num_key_value_heads=$((hidden / 128))
+                 --set model.tie_word_embeddings="$tied" --set data.seq_len=128 --set train_micro_batch_size_per_gpu=8
+                 --set threads=8 --set log.every=1000 --set optimizer.params.lr=3e-3
+                 --set scheduler.params.warmup_num_steps=$((n / 6)) --set steps="$n" --set eval.every="$n"
+                 --set eval.batches=4 --set checkpoint.final=false)
+    expect_ok "vocab $vocab" -- "$zt_run" "${steps[@]}" --set device=cpu --output-dir "$out/cpu"
+    [ "$ZT_RC" -eq 0 ] || return
+    expect_ok "vocab $vocab" "checkpoint of step $half saved" -- "$zt_run" "${steps[@]}" "${gpu[@]}" \
+        --set checkpoint.every="$half" --output-dir "$out/gpu" --export "$out/gpu/hf"
+    [ "$ZT_RC" -eq 0 ] || return
+    check curves "$out/cpu/metrics.jsonl" "$out/gpu/metrics.jsonl"
+    local ckpt
+    ckpt=$out/gpu/checkpoints/$(printf 'step-%06d' "$half")
+    check shapes "$vocab" "$hidden" "$tied" "$ckpt" "$out/gpu/hf"
+    expect_ok "resumed from $ckpt at step $half" -- "$zt_run" "${steps[@]}" --set device=cpu --resume "$ckpt" \
+        --output-dir "$out/resumed"
+    [ "$ZT_RC" -eq 0 ] || return
+    check resumed "$out/cpu/metrics.jsonl" "$out/resumed/metrics.jsonl" "$half"
 }
 
 # What a GPU run refuses, and how it says so.

@@ -49,14 +49,17 @@ def activations(tokens, recompute):
     return tokens * ((L + 3) * 2.0 * H + max(per_layer - 2.0 * H, head))
 
 
-def workspace(tokens):
+def workspace(tokens, vocab=V):
+    """The LM head's logits chunk has rows of the vocabulary rounded up to a multiple of 8
+    (kernels/cuda/cross_entropy.cu), so 32001 costs what 32008 would."""
     def r256(x):
         return math.ceil(x / 256) * 256
+    row = math.ceil(vocab / 8) * 8
     chunk = tokens
-    while chunk > 1 and r256(chunk * V * 4) + r256(chunk * V * 2) > 512 * 2 ** 20:
+    while chunk > 1 and r256(chunk * row * 4) + r256(chunk * row * 2) > 512 * 2 ** 20:
         chunk = (chunk + 1) // 2
-    return (tokens * 2.0 * (F + 2 * H + 3 * Q + 4 * KV) + tokens * HEADS * 4.0 + r256(chunk * V * 4)
-            + r256(chunk * V * 2) + 32 * 2 ** 20)
+    return (tokens * 2.0 * (F + 2 * H + 3 * Q + 4 * KV) + tokens * HEADS * 4.0 + r256(chunk * row * 4)
+            + r256(chunk * row * 2) + 32 * 2 ** 20)
 
 
 def expected(stage, off_opt, off_param, d, sib=False):
@@ -155,6 +158,19 @@ def main():
     out = os.path.join(work, "est-sib")
     dry_run(zt_run, out, 0, 1, ["--set", "recompute=true", "--set", "gradient_clipping=0"])
     check_rows(os.path.join(out, "memory-estimate.json"), 1, tokens, True, sib=True, only_stage=0)
+
+    # A vocabulary that is not a multiple of 8 (32001: LLaMA's 32000 and a pad token): the workspace counts
+    # the LM head's padded logits rows.
+    out = os.path.join(work, "est-vocab32001")
+    dry_run(zt_run, out, 0, 1, ["--set", "recompute=true", "--set", "model.vocab_size=32001"])
+    with open(os.path.join(out, "memory-estimate.json")) as f:
+        rows = json.load(f)["rows"]
+    want = workspace(tokens, 32001)
+    for row in rows:
+        got = row.get("device", {}).get("workspace")
+        if got is None or abs(got - want) > 2.0:
+            fail(f"{out}: vocab 32001, stage {row['stage']}: device workspace {got} bytes, expected {want:.0f} (the "
+                 "logits chunk's rows padded to 32008)")
 
     # The classic scenario: refused up front, with the pool, the estimate and a configuration that fits.
     out = os.path.join(work, "est-24g")
