@@ -174,6 +174,28 @@ errors() {
         --set train_micro_batch_size_per_gpu=1 --set model.hidden_size=32 --resume latest
 }
 
+# A torn last line of metrics.jsonl (the previous session stopped while writing it, e.g. on a full
+# disk) is zt's own: --resume removes it, says so, keeps the records up to the checkpoint byte for byte
+# and redoes the rest. A bad line anywhere else is someone else's: refused, the file left as it was.
+resume_torn() {
+    local run=(--set train_micro_batch_size_per_gpu=2 --set checkpoint.every=3 --set checkpoint.final=false)
+    expect_ok "checkpoint of step 3 saved" -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=5
+    head -n 3 "$out/metrics.jsonl" >"$out/kept.jsonl"
+    printf '{"step":6,"type":"train","total_steps":6,"loss":3.14' >>"$out/metrics.jsonl"
+    expect_ok "metrics.jsonl:6: removed a torn last line" "resumed from $out/checkpoints/step-000003 at step 3" -- \
+        "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=6 --resume latest
+    check train-steps "$out/metrics.jsonl" 1,2,3,4,5,6
+    if ! head -n 3 "$out/metrics.jsonl" | cmp -s - "$out/kept.jsonl"; then
+        echo "FAIL: the records up to the checkpoint changed on resume"
+        zt_failures=$((zt_failures + 1))
+    fi
+    sed -i '2i edited by hand' "$out/metrics.jsonl"
+    cp "$out/metrics.jsonl" "$out/edited.jsonl"
+    expect_fail "metrics.jsonl:2 is not a metrics record" "the file was changed by something else" -- \
+        "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=7 --resume latest
+    cmp -s "$out/metrics.jsonl" "$out/edited.jsonl" || { echo "FAIL: a refused metrics.jsonl was changed"; zt_failures=$((zt_failures + 1)); }
+}
+
 case $test in
     prepare_data | fixture) ;;
     *) rm -rf "$out" && mkdir -p "$out" ;; # every run starts from nothing
