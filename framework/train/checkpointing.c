@@ -409,6 +409,17 @@ static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
     return ZT_OK;
 }
 
+/* Staging directories of saves killed part way (a checkpoint's size each) would pile up: rank 0
+ * removes those whose writer is gone before this run writes into the root. A failure here costs
+ * only the space, so it is a warning. */
+void tr_remove_stale_staging(trainer *t)
+{
+    if (t->dp.rank != 0) return;
+    zt_error err;
+    if (zt_ckpt_remove_stale_staging(t->set->checkpoint_dir, NULL, NULL, &err) != ZT_OK)
+        zt_log(ZT_LOG_WARN, "could not look for stale checkpoint staging directories: %s", err.msg);
+}
+
 static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
 {
     const char *want = t->req->resume;

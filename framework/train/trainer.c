@@ -910,6 +910,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (st == ZT_OK) st = alloc_buffers(t, err);
     if (st != ZT_OK) return st;
 
+    tr_remove_stale_staging(t);
     if (t->req->resume) st = tr_resume(t, err);
     else if (t->req->model_dir) st = tr_load_hf(t, t->req->model_dir, err);
     else st = tr_load_master(t, tr_random_source, NULL, err);

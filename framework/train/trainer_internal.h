@@ -114,5 +114,8 @@ zt_status tr_export_hf(trainer *t, zt_error *err);
 zt_status tr_save_checkpoint(trainer *t, int64_t step, const zt_loader_position *pos, char **final_dir,
                              zt_error *err);
 zt_status tr_resume(trainer *t, zt_error *err);
+/* Rank 0, before anything is saved or resumed: remove the checkpoint root's staging directories left
+ * by saves whose writer is gone (zt_ckpt_remove_stale_staging). */
+void tr_remove_stale_staging(trainer *t);
 
 #endif

@@ -196,6 +196,30 @@ resume_torn() {
     cmp -s "$out/metrics.jsonl" "$out/edited.jsonl" || { echo "FAIL: a refused metrics.jsonl was changed"; zt_failures=$((zt_failures + 1)); }
 }
 
+# A save killed part way leaves a step-N.tmp-* staging directory with writer.json (docs/checkpoint-format.md);
+# the next run on this host removes it once that process is gone, and says how many bytes it freed.
+# One whose writer is another machine's is left alone.
+stale_staging() {
+    [ -r /proc/sys/kernel/random/boot_id ] && [ -e /proc/self/ns/pid ] || skip "no /proc: nothing is ever removed"
+    local root=$out/checkpoints
+    sleep 0 &
+    local gone=$!
+    wait "$gone"
+    mkdir -p "$root/step-000007.tmp-$gone-aaaaaa" "$root/step-000008.tmp-$gone-bbbbbb"
+    printf '{"host": "%s", "boot_id": "%s", "pid_ns": "%s", "pid": %d}\n' "$(hostname)" \
+        "$(cat /proc/sys/kernel/random/boot_id)" "$(readlink /proc/self/ns/pid)" "$gone" \
+        >"$root/step-000007.tmp-$gone-aaaaaa/writer.json"
+    head -c 4096 /dev/zero >"$root/step-000007.tmp-$gone-aaaaaa/rank-00000.bin"
+    printf '{"host": "elsewhere", "boot_id": "another-boot", "pid_ns": "%s", "pid": %d}\n' \
+        "$(readlink /proc/self/ns/pid)" "$gone" >"$root/step-000008.tmp-$gone-bbbbbb/writer.json"
+    local bytes=$(( 4096 + $(stat -c %s "$root/step-000007.tmp-$gone-aaaaaa/writer.json") ))
+    expect_ok "removed stale checkpoint staging directory $root/step-000007.tmp-$gone-aaaaaa ($bytes bytes)" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out" --set steps=1 --set train_micro_batch_size_per_gpu=1
+    [ ! -e "$root/step-000007.tmp-$gone-aaaaaa" ] || { echo "FAIL: the stale staging directory is still there"; zt_failures=$((zt_failures + 1)); }
+    [ -d "$root/step-000008.tmp-$gone-bbbbbb" ] || { echo "FAIL: another machine's staging directory was removed"; zt_failures=$((zt_failures + 1)); }
+    [ ! -e "$root/step-000001/writer.json" ] || { echo "FAIL: a published checkpoint kept writer.json"; zt_failures=$((zt_failures + 1)); }
+}
+
 case $test in
     prepare_data | fixture) ;;
     *) rm -rf "$out" && mkdir -p "$out" ;; # every run starts from nothing
