@@ -24,6 +24,13 @@ check() {
     fi
 }
 
+# The output of the last expect_ok / expect_fail must not contain this (advice that does not fit).
+not_in_output() {
+    if grep -qF -- "$1" <<<"$ZT_OUT"; then
+        echo "FAIL: '$1' in the output:"; echo "$ZT_OUT"; zt_failures=$((zt_failures + 1))
+    fi
+}
+
 # Runs zt-run in the background and sends it `signal` once it has logged `after` steps; sets RC.
 interrupt_after() {
     local signal=$1 after=$2 metrics=$3
@@ -218,6 +225,26 @@ stale_staging() {
     [ ! -e "$root/step-000007.tmp-$gone-aaaaaa" ] || { echo "FAIL: the stale staging directory is still there"; zt_failures=$((zt_failures + 1)); }
     [ -d "$root/step-000008.tmp-$gone-bbbbbb" ] || { echo "FAIL: another machine's staging directory was removed"; zt_failures=$((zt_failures + 1)); }
     [ ! -e "$root/step-000001/writer.json" ] || { echo "FAIL: a published checkpoint kept writer.json"; zt_failures=$((zt_failures + 1)); }
+}
+
+# A checkpoint whose checkpoint.json was deleted is incomplete or damaged: the message says so, names
+# it and the complete ones left, and does not send the user to train without --resume "first".
+resume_damaged() {
+    local root=$out/checkpoints run=(--set train_micro_batch_size_per_gpu=1 --set checkpoint.every=2)
+    expect_ok "checkpoint of step 5 saved" -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=5
+    rm "$root/step-000005/checkpoint.json"
+    expect_fail "$root/latest names 'step-000005', but $root/step-000005 has no checkpoint.json" \
+        "that checkpoint directory is incomplete or damaged" \
+        "Complete checkpoints there: $root/step-000002, $root/step-000004" \
+        "Resume from an older one (e.g. --resume $root/step-000004, the newest complete one), or train without --resume to start over" \
+        -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=6 --resume latest
+    not_in_output "train without --resume first"
+    expect_fail "--resume $root/step-000005/: this checkpoint directory has no checkpoint.json, so it is incomplete or damaged" \
+        "Complete checkpoints in the same root: $root/step-000002, $root/step-000004" -- \
+        "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=6 --resume "$root/step-000005/"
+    not_in_output "train without --resume first"
+    expect_ok "resumed from $root/step-000004 at step 4" -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" \
+        --set steps=4 --resume "$root/step-000004"
 }
 
 case $test in
