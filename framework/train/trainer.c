@@ -292,13 +292,20 @@ static zt_status open_data(trainer *t, zt_error *err)
         zt_log(ZT_LOG_WARN, "data.seq_len %lld is longer than the model's max_position_embeddings %d",
                (long long)t->set->seq_len, (int)t->info->max_seq_len);
     if (t->set->eval_every > 0) {
+        if (t->data_info->n_other_split_shards == 0)
+            return zt_error_set(err, ZT_ERR_CONFIG,
+                                "eval.every is %lld, which needs the data set's validation split, but %s has none "
+                                "(zt-prep wrote it with --val-fraction 0): re-run zt-prep with --val-fraction, or set "
+                                "eval.every to 0",
+                                (long long)t->set->eval_every, t->set->data_path);
         o.split = "val";
         o.single_pass = 1;
         o.shuffle = 0;
         st = zt_loader_open(&o, &t->val_loader, err);
+        /* The split is there, so the loader's own advice fits (a corrupt shard: re-run zt-prep). */
         if (st != ZT_OK) {
-            zt_error_append(err, "\neval.every is %lld, which needs the data set's validation split: re-run zt-prep "
-                            "with --val-fraction, or set eval.every to 0", (long long)t->set->eval_every);
+            zt_error_append(err, "\n(in the validation split, which eval.every = %lld evaluates on)",
+                            (long long)t->set->eval_every);
             return st;
         }
     }

@@ -247,6 +247,17 @@ resume_damaged() {
         --set steps=4 --resume "$root/step-000004"
 }
 
+# A corrupt validation shard: the checksum error says to rewrite the data set with zt-prep, and no
+# advice about a missing split (--val-fraction) follows, since the split is there.
+val_corrupt() {
+    cp -r "$data" "$out/data"
+    printf '\x5a' | dd of="$out/data/val-00000.ztshard" bs=1 seek=1000 conv=notrunc status=none
+    expect_fail "$out/data/val-00000.ztshard" "is corrupt" "re-run zt-prep to regenerate the data set" \
+        "(in the validation split, which eval.every = 5 evaluates on)" -- \
+        "$zt_run" --data "$out/data" "${model[@]}" --output-dir "$out/x" --set eval.every=5
+    not_in_output "--val-fraction"
+}
+
 case $test in
     prepare_data | fixture) ;;
     *) rm -rf "$out" && mkdir -p "$out" ;; # every run starts from nothing
