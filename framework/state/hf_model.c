@@ -735,7 +735,17 @@ zt_status zt_hf_model_read(const zt_hf_model *m, const char *name, int ndim, con
                             "config does not match this checkpoint's config.json",
                             zt_st_path(file), name, have, want);
     }
-    return zt_st_read_f32(file, t, elem_offset, count, dst, err);
+    zt_status st = zt_st_read_f32(file, t, elem_offset, count, dst, err);
+    int64_t bad = st == ZT_OK ? zt_st_find_nonfinite(dst, count) : -1;
+    if (bad < 0) return st;
+    uint64_t e = elem_offset + (uint64_t)bad;
+    char at[64] = "";
+    if (ndim == 2) snprintf(at, sizeof at, " (row %" PRIu64 ", column %" PRIu64 ")", e / (uint64_t)shape[1], e % (uint64_t)shape[1]);
+    return zt_error_set(err, ZT_ERR_FORMAT,
+                        "%s: tensor '%s' holds %s at element %" PRIu64 "%s: the model's weights are not all finite "
+                        "numbers, so every loss and gradient would be too (training would skip every step); the "
+                        "file is damaged, or the model was saved after its training diverged: use an intact copy",
+                        zt_st_path(file), name, zt_st_nonfinite_name(dst[bad]), e, at);
 }
 
 /* ---- export ---------------------------------------------------------------------------------- */
