@@ -86,15 +86,21 @@ static zt_status manifest_vocab(const char *data_dir, int64_t *vocab, zt_error *
 }
 
 /* The model.* keys of an HF config.json (the llama plugin uses transformers' names under "model."),
- * added to cfg as if from a config file named after it. */
+ * added to cfg as if from a config file named after it. The weights' headers are checked against
+ * config.json first (zt_hf_model_open: every tensor with the shape config.json implies), so a
+ * config.json that does not belong to the weights is reported as such before any plugin sizes,
+ * estimates or allocates the model it describes. */
 static zt_status apply_hf_config(zt_config *cfg, const char *model_dir, zt_error *err)
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/config.json", model_dir) >= (int)sizeof path)
         return zt_error_set(err, ZT_ERR_CONFIG, "--model %s: the path is too long", model_dir);
-    zt_hf_config hf;
-    zt_status st = zt_hf_config_load(path, &hf, err);
-    return st == ZT_OK ? zt_model_config_apply(cfg, &hf, model_dir, path, err) : st;
+    zt_hf_model *m;
+    zt_status st = zt_hf_model_open(model_dir, &m, err);
+    if (st != ZT_OK) return st;
+    zt_hf_config hf = *zt_hf_model_config(m);
+    zt_hf_model_close(m);
+    return zt_model_config_apply(cfg, &hf, model_dir, path, err);
 }
 
 zt_status zt_train_configure(zt_config *cfg, const char *model_dir, int require_data, zt_error *err)
