@@ -258,6 +258,57 @@ val_corrupt() {
     not_in_output "--val-fraction"
 }
 
+# A run of skipped steps longer than fp16's start-up stops training with its cause and fix (it used to
+# skip to the end and exit 0): a learning rate of 1e30 makes the weights overflow after step 1, so
+# every later gradient norm is NaN; data.seq_len 16 cuts every answer off, so no batch has a loss
+# token. The limit is 34 steps in a row (docs/training.md, "Skipped steps").
+skipped_steps() {
+    expect_fail "steps 2 to 35: 34 optimizer steps in a row were skipped (zt stops after 34" \
+        "The gradient norm was not finite (last: NaN)" "Likely the learning rate is too high" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/lr" --set steps=100 --set train_micro_batch_size_per_gpu=1 \
+        --set optimizer.params.lr=1e30
+    check train-steps "$out/lr/metrics.jsonl" "$(seq -s, 1 35)"
+    expect_fail "steps 1 to 34: 34 optimizer steps in a row were skipped" \
+        "The last global batch had no loss token (every target is -100): the answers are cut off by data.seq_len (16)" -- \
+        "$zt_run" --data "$data" "${model[@]}" --set data.seq_len=16 --set data.mode=padded --set threads=2 \
+        --output-dir "$out/short" --set steps=100 --set train_micro_batch_size_per_gpu=1
+}
+
+# Values far out of range are validation errors naming the key, never an out-of-memory report.
+bad_values() {
+    expect_fail "config key 'gradient_accumulation_steps' is 4294967297, out of range: must be <= 65536" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/x" --set gradient_accumulation_steps=4294967297
+    not_in_output "out of memory"
+}
+
+# Damaged variants of the real stories260K model (../shared/data/weights/stories260K_hf, vocabulary
+# 512, hidden 64, MLP 172; the data set's tokenizer has 512 pieces too), each refused at import with a
+# message that names the file, the key or tensor, and the problem.
+bad_model() {
+    local hf=${ZT_SHARED_DATA:-}/weights/stories260K_hf
+    [ -f "$hf/model.safetensors" ] || skip "$hf is not there (../shared/data)"
+    local make=(python3 "$here/make_variant.py" "$hf") run=(--data "$data" --output-dir "$out/x" --set steps=2
+        --set threads=2 --set data.seq_len=128 --set train_micro_batch_size_per_gpu=1)
+    # up_proj is [172, 64]: element 100 is row 1, column 36
+    "${make[@]}" "$out/nan" --nan model.layers.2.mlp.up_proj.weight:100
+    expect_fail "$out/nan/model.safetensors: tensor 'model.layers.2.mlp.up_proj.weight' holds NaN at element 100 (row 1, column 36)" \
+        "use an intact copy" -- "$zt_run" --model "$out/nan" "${run[@]}"
+    "${make[@]}" "$out/bos" --set bos_token_id=1000000
+    expect_fail "$out/bos/config.json:" "\"bos_token_id\" is 1000000, but vocab_size is 512 (ids 0 to 511)" -- \
+        "$zt_run" --model "$out/bos" "${run[@]}"
+    "${make[@]}" "$out/eos" --set 'eos_token_id=[2, 600]'
+    expect_fail "\"eos_token_id\" is 600, but vocab_size is 512" -- "$zt_run" --model "$out/eos" "${run[@]}"
+    "${make[@]}" "$out/string" --set 'hidden_size="64"'
+    expect_fail "$out/string/config.json:" "\"hidden_size\" must be an integer >= 1, found 64, a string (write it without the quotes)" -- \
+        "$zt_run" --model "$out/string" "${run[@]}"
+    "${make[@]}" "$out/wide" --set hidden_size=1000000000
+    local mismatch="$out/wide/model.safetensors: tensor 'model.embed_tokens.weight' has shape [512, 64], but $out/wide/config.json implies [512, 1000000000]"
+    expect_fail "$mismatch" -- "$zt_run" --model "$out/wide" "${run[@]}"
+    not_in_output "out of memory"
+    expect_fail "$mismatch" -- "$zt_run" --model "$out/wide" "${run[@]}" --dry-run
+    not_in_output "out of memory"
+}
+
 case $test in
     prepare_data | fixture) ;;
     *) rm -rf "$out" && mkdir -p "$out" ;; # every run starts from nothing
