@@ -13,6 +13,10 @@
 #include "base/json.h"
 #include "config/config.h"
 
+/* host_options.c: opt is a host key whose maximum is a cap that only catches typos (not part of the
+ * key's meaning, as data.seq_len's is). */
+int cfg_host_option_capped(const zt_option *opt);
+
 typedef struct config_doc {
     char *text;   /* owned; the tokens point into it */
     char *origin; /* the file path, "--set KEY=VALUE", or where a value the host put came from */

@@ -3,10 +3,26 @@
  * parallel_config, auto_trans_ckpt), zt's own otherwise. docs/config.md documents every key; keep the
  * two in step. Plugins declare their own keys (optimizer.params.*, zero_optimization.offload_*, ...).
  */
-#include "config/config.h"
+#include "config/config_internal.h"
 
 #define MIN_ONLY ZT_OPT_HAS_MIN
 #define MIN_MAX (ZT_OPT_HAS_MIN | ZT_OPT_HAS_MAX)
+
+/* Integer keys have sane maxima, far above any real run, so that a typo (an extra digit, a value
+ * past 2^32) is a validation error naming the key instead of an out-of-memory report or a wrapped
+ * product further on. docs/config.md lists them. These caps are told apart from the maxima that are
+ * part of a key's meaning (data.seq_len's 1048576, zero_optimization.stage's 3, ...) by value
+ * (cfg_host_option_capped), so they must differ from every such maximum of the table. */
+#define MAX_BATCH 65536               /* sequences per micro-batch; micro-batches per step (the trainer
+                                         holds them all) or in flight through a pipeline */
+#define MAX_GLOBAL_BATCH 1073741824   /* 2^30 sequences per optimizer step */
+#define MAX_STEPS 1000000000000.0     /* steps, every "every N steps" and every count of steps */
+#define MAX_EPOCHS 1000000
+#define MAX_HYSTERESIS 1000
+#define MAX_EVAL_BATCHES 1000000
+#define MAX_KEEP 1000000
+#define MAX_THREADS 1024              /* the thread pool's own limit (base/threadpool.c) */
+#define MAX_RANKS 65536               /* as zt-run --nproc */
 
 static const char *const k_scheduler_types[] = {"constant", "WarmupLR", "WarmupDecayLR",
                                                 "WarmupCosineLR", NULL};
@@ -15,16 +31,16 @@ static const char *const k_devices[] = {"auto", "cpu", "cuda", NULL};
 
 static const zt_option k_host_options[] = {
     /* ---- batch and steps (DeepSpeed names) ---- */
-    {"train_micro_batch_size_per_gpu", ZT_OPT_INT, MIN_ONLY, "4", 1, 0, NULL,
+    {"train_micro_batch_size_per_gpu", ZT_OPT_INT, MIN_MAX, "4", 1, MAX_BATCH, NULL,
      "Sequences per micro-batch on each data-parallel rank (DeepSpeed's name)."},
-    {"gradient_accumulation_steps", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+    {"gradient_accumulation_steps", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_BATCH, NULL,
      "Micro-batches whose gradients are summed before each optimizer step."},
-    {"train_batch_size", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 1, 0, NULL,
+    {"train_batch_size", ZT_OPT_INT, MIN_MAX | ZT_OPT_NO_DEFAULT, NULL, 1, MAX_GLOBAL_BATCH, NULL,
      "Global batch per optimizer step; when given it must equal train_micro_batch_size_per_gpu x "
      "gradient_accumulation_steps x parallel_config.data_parallel (as in DeepSpeed)."},
-    {"steps", ZT_OPT_INT, MIN_ONLY, "1000", 1, 0, NULL,
+    {"steps", ZT_OPT_INT, MIN_MAX, "1000", 1, MAX_STEPS, NULL,
      "Optimizer steps to train (one step = gradient_accumulation_steps micro-batches)."},
-    {"epochs", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 1, 0, NULL,
+    {"epochs", ZT_OPT_INT, MIN_MAX | ZT_OPT_NO_DEFAULT, NULL, 1, MAX_EPOCHS, NULL,
      "Passes over the data; when given, training stops after this many epochs or `steps`, whichever "
      "comes first."},
     {"gradient_clipping", ZT_OPT_FLOAT, MIN_ONLY, "1.0", 0, 0, NULL,
@@ -41,9 +57,9 @@ static const zt_option k_host_options[] = {
      "CPU trains in fp32 and ignores it. Not with bf16.enabled set true. docs/cuda.md, \"fp16\"."},
     {"fp16.initial_scale_power", ZT_OPT_INT, MIN_MAX, "16", 0, 32, NULL,
      "fp16: the loss scale starts at 2^initial_scale_power."},
-    {"fp16.loss_scale_window", ZT_OPT_INT, MIN_ONLY, "1000", 1, 0, NULL,
+    {"fp16.loss_scale_window", ZT_OPT_INT, MIN_MAX, "1000", 1, MAX_STEPS, NULL,
      "fp16: consecutive steps without overflow after which the loss scale is doubled."},
-    {"fp16.hysteresis", ZT_OPT_INT, MIN_ONLY, "2", 1, 0, NULL,
+    {"fp16.hysteresis", ZT_OPT_INT, MIN_MAX, "2", 1, MAX_HYSTERESIS, NULL,
      "fp16: consecutive overflowing steps (skipped) before the loss scale is halved; once halved, "
      "each further overflow halves it until a step succeeds."},
     {"fp16.min_loss_scale", ZT_OPT_FLOAT, MIN_ONLY | ZT_OPT_MIN_OPEN, "1", 0, 0, NULL,
@@ -63,13 +79,13 @@ static const zt_option k_host_options[] = {
     {"scheduler.type", ZT_OPT_ENUM, 0, "WarmupCosineLR", 0, 0, k_scheduler_types,
      "Learning-rate schedule: constant, WarmupLR (warm up, then constant), WarmupDecayLR (warm up, "
      "then linear decay to 0), WarmupCosineLR (warm up, then cosine decay to cos_min_ratio x peak)."},
-    {"scheduler.params.warmup_num_steps", ZT_OPT_INT, MIN_ONLY, "0", 0, 0, NULL,
+    {"scheduler.params.warmup_num_steps", ZT_OPT_INT, MIN_MAX, "0", 0, MAX_STEPS, NULL,
      "Optimizer steps of linear warm-up."},
     {"scheduler.params.warmup_min_lr", ZT_OPT_FLOAT, MIN_ONLY, "0", 0, 0, NULL,
      "Learning rate at the start of warm-up."},
     {"scheduler.params.warmup_max_lr", ZT_OPT_FLOAT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
      "Peak learning rate reached after warm-up; unset: the optimizer's lr (optimizer.params.lr)."},
-    {"scheduler.params.total_num_steps", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 1, 0, NULL,
+    {"scheduler.params.total_num_steps", ZT_OPT_INT, MIN_MAX | ZT_OPT_NO_DEFAULT, NULL, 1, MAX_STEPS, NULL,
      "Steps over which the schedule decays; unset: `steps`."},
     {"scheduler.params.cos_min_ratio", ZT_OPT_FLOAT, MIN_MAX, "0.1", 0, 1, NULL,
      "WarmupCosineLR: the final learning rate as a fraction of the peak."},
@@ -94,24 +110,24 @@ static const zt_option k_host_options[] = {
      "Shuffle the sample order every epoch (seeded by `seed`)."},
 
     /* ---- evaluation, checkpoints, logging, output ---- */
-    {"eval.every", ZT_OPT_INT, MIN_ONLY, "0", 0, 0, NULL,
+    {"eval.every", ZT_OPT_INT, MIN_MAX, "0", 0, MAX_STEPS, NULL,
      "Evaluate on the held-out split every N optimizer steps; 0: never."},
-    {"eval.batches", ZT_OPT_INT, MIN_ONLY, "16", 1, 0, NULL,
+    {"eval.batches", ZT_OPT_INT, MIN_MAX, "16", 1, MAX_EVAL_BATCHES, NULL,
      "Micro-batches per evaluation."},
-    {"checkpoint.every", ZT_OPT_INT, MIN_ONLY, "0", 0, 0, NULL,
+    {"checkpoint.every", ZT_OPT_INT, MIN_MAX, "0", 0, MAX_STEPS, NULL,
      "Save a checkpoint every N optimizer steps; 0: only at the end."},
     {"checkpoint.dir", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
      "Where checkpoints go; unset: <output_dir>/checkpoints."},
-    {"checkpoint.keep", ZT_OPT_INT, MIN_ONLY, "3", 1, 0, NULL,
+    {"checkpoint.keep", ZT_OPT_INT, MIN_MAX, "3", 1, MAX_KEEP, NULL,
      "Keep the newest N checkpoints and delete older ones."},
     {"checkpoint.final", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
      "Save a checkpoint when training ends; false skips it (benchmarks, throwaway runs). An "
      "interrupted run (Ctrl-C) saves one either way."},
-    {"log.every", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+    {"log.every", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_STEPS, NULL,
      "Log loss, learning rate and throughput every N optimizer steps."},
     {"output_dir", ZT_OPT_STRING, 0, "out", 0, 0, NULL,
      "Directory for the run's outputs (config.resolved.json, final weights, logs)."},
-    {"threads", ZT_OPT_INT, MIN_ONLY, "0", 0, 0, NULL,
+    {"threads", ZT_OPT_INT, MIN_MAX, "0", 0, MAX_THREADS, NULL,
      "CPU worker threads; 0: one per online core."},
     {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
      "Cap on GPU memory zt allocates per device, e.g. \"20GiB\"; unset: no cap."},
@@ -120,13 +136,13 @@ static const zt_option k_host_options[] = {
      "when a GPU is present and every plugin of the run can run on it, else cpu (docs/gpu.md)."},
 
     /* ---- parallelism (MindFormers names) ---- */
-    {"parallel_config.data_parallel", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+    {"parallel_config.data_parallel", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_RANKS, NULL,
      "Data-parallel ranks (model replicas); when not given, the number of launched ranks."},
-    {"parallel_config.model_parallel", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+    {"parallel_config.model_parallel", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_RANKS, NULL,
      "Tensor-parallel ranks each layer is split across."},
-    {"parallel_config.pipeline_stage", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+    {"parallel_config.pipeline_stage", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_RANKS, NULL,
      "Pipeline stages the layers are split into."},
-    {"parallel_config.micro_batch_num", ZT_OPT_INT, MIN_ONLY, "1", 1, 0, NULL,
+    {"parallel_config.micro_batch_num", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_BATCH, NULL,
      "Micro-batches in flight through the pipeline per step."},
     {"auto_trans_ckpt", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
      "Convert a checkpoint saved under another parallel layout when loading it (MindFormers' name)."},
@@ -134,6 +150,18 @@ static const zt_option k_host_options[] = {
      "Multi-rank runs: a collective not completed after this many seconds ends every rank with a "
      "message naming it, instead of hanging; 0 waits forever (docs/distributed.md)."},
 };
+
+int cfg_host_option_capped(const zt_option *opt)
+{
+    static const double caps[] = {MAX_BATCH, MAX_GLOBAL_BATCH, MAX_STEPS, MAX_EPOCHS, MAX_HYSTERESIS,
+                                  MAX_EVAL_BATCHES, MAX_KEEP, MAX_THREADS, MAX_RANKS};
+    size_t n = sizeof k_host_options / sizeof k_host_options[0];
+    if (opt < k_host_options || opt >= k_host_options + n || opt->type != ZT_OPT_INT || !(opt->flags & ZT_OPT_HAS_MAX))
+        return 0;
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+        if (opt->max == caps[i]) return 1;
+    return 0;
+}
 
 const zt_option *zt_host_options(uint32_t *n)
 {

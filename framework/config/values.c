@@ -74,6 +74,9 @@ static void describe_range(const zt_option *opt, char *buf, size_t cap)
     char lo[32], hi[32];
     cfg_format_double(opt->min, lo, sizeof lo);
     cfg_format_double(opt->max, hi, sizeof hi);
+    /* an integer key's bounds in full: 1000000000000, not 1e+12 */
+    if (opt->type == ZT_OPT_INT && fabs(opt->min) < 1e15) snprintf(lo, sizeof lo, "%.0f", opt->min);
+    if (opt->type == ZT_OPT_INT && fabs(opt->max) < 1e15) snprintf(hi, sizeof hi, "%.0f", opt->max);
     int open = (opt->flags & ZT_OPT_MIN_OPEN) != 0;
     if ((opt->flags & ZT_OPT_HAS_MIN) && (opt->flags & ZT_OPT_HAS_MAX))
         snprintf(buf, cap, "in %c%s, %s]", open ? '(' : '[', lo, hi);
@@ -136,10 +139,22 @@ static int fail_type(value_problem *vp, const zt_option *opt, const zt_json *j, 
     return 0;
 }
 
-static int fail_range(value_problem *vp, const zt_option *opt, const char *what, const char *shown, int tok)
+static int fail_range(value_problem *vp, const zt_option *opt, const char *what, const char *shown, double v,
+                      int tok)
 {
     char range[96];
     describe_range(opt, range, sizeof range);
+    if (cfg_host_option_capped(opt)) {
+        /* The maximum only catches typos: a value too small is told the minimum alone. */
+        zt_option bound = *opt;
+        bound.flags &= v > opt->max ? ~(uint32_t)ZT_OPT_HAS_MIN : ~(uint32_t)ZT_OPT_HAS_MAX;
+        describe_range(&bound, range, sizeof range);
+        if (v > opt->max)
+            snprintf(vp->hint, sizeof vp->hint,
+                     "zt caps this key at %.0f to catch typos (an extra digit, a value past 2^32): no real run "
+                     "needs more",
+                     opt->max);
+    }
     snprintf(vp->problem, sizeof vp->problem, "%sis %s, out of range: must be %s", what, shown, range);
     vp->tok = tok;
     return 0;
@@ -274,7 +289,7 @@ int cfg_parse_value(zt_config *cfg, const zt_option *opt, const zt_json *j, int 
                 return 0;
             }
         }
-        if (!in_range(opt, as_double)) return fail_range(vp, opt, "", shown, tok);
+        if (!in_range(opt, as_double)) return fail_range(vp, opt, "", shown, as_double, tok);
         return 1;
     }
 
@@ -340,7 +355,7 @@ int cfg_parse_value(zt_config *cfg, const zt_option *opt, const zt_json *j, int 
                 vp->tok = item;
                 return 0;
             }
-            if (!in_range(opt, items[k])) return fail_range(vp, opt, what, shown, item);
+            if (!in_range(opt, items[k])) return fail_range(vp, opt, what, shown, items[k], item);
         }
         out->floats = items;
         out->n_floats = t->size;
@@ -373,7 +388,7 @@ int cfg_parse_value(zt_config *cfg, const zt_option *opt, const zt_json *j, int 
         } else {
             return fail_type(vp, opt, j, tok);
         }
-        if (!in_range(opt, (double)out->i)) return fail_range(vp, opt, "", shown, tok);
+        if (!in_range(opt, (double)out->i)) return fail_range(vp, opt, "", shown, (double)out->i, tok);
         return 1;
     }
     }

@@ -318,6 +318,7 @@ zt_status zt_loader_open(const zt_loader_options *opt, zt_loader **out, zt_error
 
     zt_loader_info *in = &l->info;
     in->vocab_size = m.vocab_size;
+    in->n_other_split_shards = m.n_other_split;
     in->tokenizer_hash = m.tokenizer_hash;
     in->bos_id = m.bos_id;
     in->eos_id = m.eos_id;

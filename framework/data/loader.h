@@ -115,6 +115,7 @@ void zt_loader_close(zt_loader *l);
 /* What the open split holds. Valid until zt_loader_close. */
 typedef struct zt_loader_info {
     int64_t n_shards;
+    int64_t n_other_split_shards; /* shards the manifest lists for the other split (0: it has none) */
     int64_t n_samples;          /* N: samples in the split */
     int64_t n_tokens;           /* tokens in the split */
     int64_t n_loss_tokens;      /* mask bytes equal to 1 in the split */

@@ -17,7 +17,8 @@
  *      writes checkpoint.json, syncs, renames the directory to ROOT/step-000100/, points ROOT/latest
  *      at it and prunes old checkpoints.
  * A crash at any point leaves either the previous complete checkpoint or the new one; a leftover
- * *.tmp-* directory is ignored (and reported) by readers.
+ * *.tmp-* directory is ignored (and reported) by readers, and removed by the next run on the same
+ * host once its writer is gone (zt_ckpt_remove_stale_staging).
  *
  * Not thread-safe: one thread uses a given writer or reader at a time.
  */
@@ -97,10 +98,18 @@ typedef struct zt_ckpt_rank_result {
 void zt_ckpt_rank_result_free(zt_ckpt_rank_result *r);
 
 /* Step 1 (rank 0): create the staging directory for `step` under root (root is created if
- * missing). *staging_dir is malloc'd. */
+ * missing), with a writer.json naming this process (host, boot id, pid namespace, pid) until the
+ * commit removes it. *staging_dir is malloc'd. */
 zt_status zt_ckpt_stage(const char *root, int64_t step, char **staging_dir, zt_error *err);
 /* Remove a staging directory after a failed save: the regular files in it, then the directory. */
 void zt_ckpt_discard_stage(const char *staging_dir);
+/* Remove root's staging directories (step-N.tmp-*) whose writer is gone: its writer.json names this
+ * boot of this host and this pid namespace, and no process has its pid (killed while saving). Each
+ * removal is logged with its size; *n_removed and *bytes_removed (either may be NULL) give the totals.
+ * A live pid (even a reused one), another host or container, or no writer.json (a zt before this
+ * one) keeps the directory: zt_ckpt_latest reports it. Fails only when root cannot be listed. */
+zt_status zt_ckpt_remove_stale_staging(const char *root, int64_t *n_removed, uint64_t *bytes_removed,
+                                       zt_error *err);
 
 /* Step 2 (each rank). */
 typedef struct zt_ckpt_rank_writer zt_ckpt_rank_writer;

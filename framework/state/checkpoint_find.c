@@ -141,14 +141,18 @@ zt_status zt_ckpt_latest(const char *root, char **step_dir, zt_error *err)
                               "'%.80s'; fix or delete the file",
                               latest_path, text);
         } else if (!index || stat(index, &sb) != 0) {
+            int dir_left = path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
             st = zt_error_set(err, ZT_ERR_NOT_FOUND,
-                              "%s names '%s', but %s/%s has no %s: it was deleted or moved; fix "
-                              "'latest' or resume from an explicit checkpoint directory",
-                              latest_path, text, root, text, CKPT_INDEX);
+                              "%s names '%s', but %s/%s has no %s: it was deleted or moved, so %s; "
+                              "restore it, or resume from an older complete checkpoint",
+                              latest_path, text, root, text, CKPT_INDEX,
+                              dir_left ? "that checkpoint directory is incomplete or damaged"
+                                       : "that checkpoint is gone (its directory too)");
             for (size_t i = 0; i < list.n_complete; i++) {
                 zt_error_append(err, "%s%s", i ? ", " : "\nComplete checkpoints there: ",
                                 list.complete[i].path);
             }
+            if (!list.n_complete) zt_error_append(err, "\nThere is no complete checkpoint in %s", root);
         } else {
             *step_dir = path;
             path = NULL;

@@ -17,6 +17,9 @@
 #define CKPT_INDEX "checkpoint.json"
 #define CKPT_LATEST "latest"
 #define CKPT_TMP_MARK ".tmp-"
+/* In a staging directory until it is published: who writes it (host, boot_id, pid_ns, pid), so a
+ * later run on this host can tell that the writer is gone and remove what it left. */
+#define CKPT_WRITER "writer.json"
 /* Each piece starts at a multiple of this in its data file, so a reader can map fp32 in place. */
 #define CKPT_ALIGN 64u
 

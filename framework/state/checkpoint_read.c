@@ -20,6 +20,7 @@
 #include "base/checksum.h"
 #include "base/fileio.h"
 #include "base/json.h"
+#include "state/safetensors.h"
 
 /* ---- reading --------------------------------------------------------------------------------- */
 
@@ -542,6 +543,19 @@ static zt_status verify_shard(zt_ckpt *c, const ckpt_tensor *t, ckpt_shard *s, z
                             c->dir, f->name, t->name, t->group, s->elem_offset,
                             s->elem_offset + s->count, s->rank, s->byte_offset,
                             s->byte_offset + bytes);
+    }
+    /* A checkpoint saved by a diverged run holds its NaN or infinities faithfully (the checksum
+     * matches): refused here too, for every group, since a resume from it could only skip steps. */
+    int64_t bad = zt_st_find_nonfinite((const float *)(f->map + s->byte_offset), (uint64_t)s->count);
+    if (bad >= 0) {
+        float v;
+        memcpy(&v, f->map + s->byte_offset + (uint64_t)bad * sizeof(float), sizeof v);
+        return zt_error_set(err, ZT_ERR_FORMAT,
+                            "checkpoint %s: tensor '%s' (group %s) holds %s at element %" PRId64 " (in %s, "
+                            "written by rank %d): the run had diverged when it saved this checkpoint, so a resume "
+                            "from it could only skip steps; resume from an earlier checkpoint",
+                            c->dir, t->name, t->group, zt_st_nonfinite_name(v), s->elem_offset + bad, f->name,
+                            s->rank);
     }
     s->verified = 1;
     return ZT_OK;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,104 @@
 #include "base/json.h"
 #include "base/log.h"
 
-/* ---- staging --------------------------------------------------------------------------------- */
+/* ---- staging and its writer ------------------------------------------------------------------ */
+
+/* Who writes a staging directory: enough to tell later, on this host, whether that process is gone.
+ * A pid means something only within one boot of one kernel and one pid namespace (a container has
+ * its own): boot_id (random per boot, so it also tells machines apart) and pid_ns say which. */
+typedef struct ckpt_writer {
+    char host[256];
+    char boot_id[64];
+    char pid_ns[64];
+    int64_t pid;
+} ckpt_writer;
+
+static void read_line_file(const char *path, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    if (!fgets(buf, (int)cap, f)) buf[0] = '\0';
+    fclose(f);
+    buf[strcspn(buf, "\r\n")] = '\0';
+}
+
+static void writer_self(ckpt_writer *w)
+{
+    memset(w, 0, sizeof *w);
+    if (gethostname(w->host, sizeof w->host - 1) != 0) w->host[0] = '\0';
+    read_line_file("/proc/sys/kernel/random/boot_id", w->boot_id, sizeof w->boot_id);
+    ssize_t n = readlink("/proc/self/ns/pid", w->pid_ns, sizeof w->pid_ns - 1);
+    w->pid_ns[n > 0 ? n : 0] = '\0';
+    w->pid = (int64_t)getpid();
+}
+
+static zt_status write_writer_file(const char *staging, zt_error *err)
+{
+    ckpt_writer w;
+    writer_self(&w);
+    char *text = NULL, *path = ckpt_join(staging, CKPT_WRITER);
+    size_t len = 0;
+    FILE *m = path ? open_memstream(&text, &len) : NULL;
+    if (m) {
+        fputs("{\"host\": ", m);
+        zt_json_write_string(m, w.host, strlen(w.host));
+        fputs(", \"boot_id\": ", m);
+        zt_json_write_string(m, w.boot_id, strlen(w.boot_id));
+        fputs(", \"pid_ns\": ", m);
+        zt_json_write_string(m, w.pid_ns, strlen(w.pid_ns));
+        fprintf(m, ", \"pid\": %" PRId64 "}\n", w.pid);
+    }
+    zt_status st = m && fclose(m) == 0 && text ? zt_atomic_write(path, text, len, err)
+                                               : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory staging a checkpoint");
+    free(text);
+    free(path);
+    return st;
+}
+
+/* The writer recorded in staging/writer.json; 0 when there is none or it cannot be read. */
+static int read_writer_file(const char *staging, ckpt_writer *w)
+{
+    memset(w, 0, sizeof *w);
+    char *path = ckpt_join(staging, CKPT_WRITER), *text = NULL;
+    size_t len = 0;
+    zt_error err;
+    int ok = path && zt_read_file(path, &text, &len, &err) == ZT_OK;
+    zt_json j;
+    ok = ok && zt_json_parse(text, len, path, &j, &err) == ZT_OK;
+    if (ok) {
+        int pid = j.tok[0].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, 0, "pid") : -1;
+        ok = pid >= 0 && zt_json_is_number(&j, pid) && zt_json_get_number(&j, pid) >= 1;
+        if (ok) w->pid = (int64_t)zt_json_get_number(&j, pid);
+        const char *keys[] = {"host", "boot_id", "pid_ns"};
+        char *dst[] = {w->host, w->boot_id, w->pid_ns};
+        size_t caps[] = {sizeof w->host, sizeof w->boot_id, sizeof w->pid_ns};
+        for (int k = 0; k < 3 && ok; k++) {
+            int tok = zt_json_object_get(&j, 0, keys[k]);
+            char *value = NULL;
+            size_t n = 0;
+            ok = tok >= 0 && j.tok[tok].type == ZT_JSON_STRING && zt_json_string(&j, tok, &value, &n, &err) == ZT_OK &&
+                 n < caps[k];
+            if (ok) memcpy(dst[k], value, n + 1);
+            free(value);
+        }
+        zt_json_free(&j);
+    }
+    free(text);
+    free(path);
+    return ok;
+}
+
+/* The writer is known to be gone: same boot and pid namespace as this process, and no process has
+ * its pid. A live process with that pid (even an unrelated one that reused it), another host, another
+ * container, or a boot of another machine: not provably gone, so the directory stays. */
+static int writer_gone(const ckpt_writer *self, const ckpt_writer *w)
+{
+    if (!self->boot_id[0] || strcmp(self->boot_id, w->boot_id) != 0) return 0;
+    if (!self->pid_ns[0] || strcmp(self->pid_ns, w->pid_ns) != 0) return 0;
+    if (w->pid == self->pid || w->pid > INT32_MAX) return 0;
+    return kill((pid_t)w->pid, 0) != 0 && errno == ESRCH;
+}
 
 zt_status zt_ckpt_stage(const char *root, int64_t step, char **staging_dir, zt_error *err)
 {
@@ -43,6 +141,13 @@ zt_status zt_ckpt_stage(const char *root, int64_t step, char **staging_dir, zt_e
     mode_t mask = umask(0);
     umask(mask);
     chmod(path, 0777 & ~mask);
+    /* So that a later run can remove it if this process dies before publishing it. */
+    st = write_writer_file(path, err);
+    if (st != ZT_OK) {
+        rmdir(path);
+        free(path);
+        return st;
+    }
     *staging_dir = path;
     return ZT_OK;
 }
@@ -71,6 +176,65 @@ static int remove_checkpoint_dir(const char *dir)
 void zt_ckpt_discard_stage(const char *staging_dir)
 {
     if (staging_dir) remove_checkpoint_dir(staging_dir);
+}
+
+/* ---- stale staging directories ---------------------------------------------------------------- */
+
+/* Bytes of the regular files directly in dir (a checkpoint directory has no subdirectories). */
+static uint64_t dir_bytes(const char *dir)
+{
+    uint64_t total = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *p = ckpt_join(dir, e->d_name);
+        struct stat sb;
+        if (p && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) total += (uint64_t)sb.st_size;
+        free(p);
+    }
+    closedir(d);
+    return total;
+}
+
+zt_status zt_ckpt_remove_stale_staging(const char *root, int64_t *n_removed, uint64_t *bytes_removed,
+                                       zt_error *err)
+{
+    if (n_removed) *n_removed = 0;
+    if (bytes_removed) *bytes_removed = 0;
+    zt_ckpt_list list;
+    zt_status st = zt_ckpt_list_dir(root, &list, err);
+    if (st != ZT_OK) return st;
+    ckpt_writer self;
+    writer_self(&self);
+    int64_t n = 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < list.n_incomplete; i++) {
+        const char *dir = list.incomplete[i];
+        const char *slash = strrchr(dir, '/');
+        ckpt_writer w;
+        if (!strstr(slash ? slash + 1 : dir, CKPT_TMP_MARK) || !read_writer_file(dir, &w) || !writer_gone(&self, &w))
+            continue;
+        uint64_t bytes = dir_bytes(dir);
+        if (remove_checkpoint_dir(dir) != 0) {
+            zt_log(ZT_LOG_WARN, "could not remove stale checkpoint staging directory %s: %s; delete it by hand", dir,
+                   strerror(errno));
+            continue;
+        }
+        zt_log(ZT_LOG_INFO,
+               "removed stale checkpoint staging directory %s (%" PRIu64 " bytes): its writer, process %" PRId64
+               " on this host (%s), is gone, so the save it began never finished",
+               dir, bytes, w.pid, w.host);
+        n++;
+        total += bytes;
+    }
+    zt_ckpt_list_free(&list);
+    if (n > 1)
+        zt_log(ZT_LOG_INFO, "removed %" PRId64 " stale checkpoint staging directories in %s, %" PRIu64 " bytes (%.1f MiB) "
+               "in all", n, root, total, (double)total / (1024.0 * 1024.0));
+    if (n_removed) *n_removed = n;
+    if (bytes_removed) *bytes_removed = total;
+    return ZT_OK;
 }
 
 /* ---- rank writer ----------------------------------------------------------------------------- */
@@ -577,6 +741,14 @@ zt_status zt_ckpt_commit(const zt_ckpt_commit_args *a, char **final_dir, zt_erro
     if (asprintf(&latest_text, "step-%06" PRId64 "\n", a->step) < 0) latest_text = NULL;
     if (!final || !latest || !latest_text) {
         st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving a checkpoint");
+    }
+    if (st == ZT_OK) {
+        /* The writer's note is for staging only: a published checkpoint does not carry it. */
+        char *writer = ckpt_join(a->staging_dir, CKPT_WRITER);
+        if (!writer) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving a checkpoint");
+        else if (unlink(writer) != 0 && errno != ENOENT)
+            st = zt_error_set(err, ZT_ERR_IO, "cannot remove %s: %s", writer, strerror(errno));
+        free(writer);
     }
     if (st == ZT_OK) st = zt_fsync_dir(a->staging_dir, err);
     if (st == ZT_OK) st = publish(a->staging_dir, final, err);

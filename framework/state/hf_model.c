@@ -96,10 +96,23 @@ static zt_status bad_value(const cfg_reader *r, int tok, const char *key, const 
 {
     char at[1200];
     const zt_json_tok *t = &r->j->tok[tok];
-    return zt_error_set(r->err, ZT_ERR_CONFIG, "%s: \"%s\" must be %s, found %.*s%s",
+    /* "288" is not 288: a quoted value is said to be the string it is */
+    const char *kind = "";
+    if (t->type == ZT_JSON_STRING) {
+        zt_json value;
+        zt_error ignored;
+        int primitive = zt_json_parse(r->j->text + t->start, (size_t)(t->end - t->start), "value", &value,
+                                      &ignored) == ZT_OK;
+        if (primitive) {
+            primitive = value.tok[0].type == ZT_JSON_PRIMITIVE;
+            zt_json_free(&value);
+        }
+        kind = primitive ? ", a string (write it without the quotes)" : ", a string";
+    }
+    return zt_error_set(r->err, ZT_ERR_CONFIG, "%s: \"%s\" must be %s, found %.*s%s%s",
                         where(r, tok, at, sizeof at), key, expected,
                         t->end - t->start > 60 ? 60 : t->end - t->start, r->j->text + t->start,
-                        t->end - t->start > 60 ? "..." : "");
+                        t->end - t->start > 60 ? "..." : "", kind);
 }
 
 /* Value token of key in obj; -1 when absent or null. */
@@ -223,19 +236,30 @@ static zt_status read_rope(const cfg_reader *r, int obj, const char *key, zt_hf_
     return ZT_OK;
 }
 
-/* bos/pad: an id >= 0 or null; eos also a list of ids. */
+/* A special token id the vocabulary does not have: an embedding row that does not exist. */
+static zt_status id_outside_vocab(const cfg_reader *r, int tok, const char *key, int64_t id, int64_t vocab)
+{
+    char at[1200];
+    return zt_error_set(r->err, ZT_ERR_CONFIG,
+                        "%s: \"%s\" is %" PRId64 ", but vocab_size is %" PRId64 " (ids 0 to %" PRId64 "): the "
+                        "model has no such token; fix the id in %s (the tokenizer's own files name its special "
+                        "tokens) or use the config.json that belongs to these weights",
+                        where(r, tok, at, sizeof at), key, id, vocab, vocab - 1, r->origin);
+}
+
+/* bos/pad: an id >= 0 or null; eos also a list of ids. Every id below vocab_size. */
 static zt_status read_token_ids(const cfg_reader *r, zt_hf_config *c)
 {
     zt_status st = ZT_OK;
-    if (zt_json_object_get(r->j, 0, "bos_token_id") >= 0) {
-        c->bos_token_id = -1;
-        st = read_int(r, 0, "bos_token_id", 0, &c->bos_token_id);
+    const char *single[] = {"bos_token_id", "pad_token_id"};
+    int64_t *dst[] = {&c->bos_token_id, &c->pad_token_id};
+    for (int i = 0; i < 2; i++) {
+        int tok = zt_json_object_get(r->j, 0, single[i]);
+        if (tok < 0) continue;
+        *dst[i] = -1;
+        st = read_int(r, 0, single[i], 0, dst[i]);
         if (!is_ok_or_absent(st)) return st;
-    }
-    if (zt_json_object_get(r->j, 0, "pad_token_id") >= 0) {
-        c->pad_token_id = -1;
-        st = read_int(r, 0, "pad_token_id", 0, &c->pad_token_id);
-        if (!is_ok_or_absent(st)) return st;
+        if (*dst[i] >= c->vocab_size) return id_outside_vocab(r, tok, single[i], *dst[i], c->vocab_size);
     }
     int eos = zt_json_object_get(r->j, 0, "eos_token_id");
     if (eos < 0) return ZT_OK;
@@ -254,6 +278,7 @@ static zt_status read_token_ids(const cfg_reader *r, zt_hf_config *c)
         if (!zt_json_is_number(r->j, tok) || v != floor(v) || v < 0 || v > 9.0e15) {
             return bad_value(r, tok, "eos_token_id", "a token id >= 0 or a list of them");
         }
+        if ((int64_t)v >= c->vocab_size) return id_outside_vocab(r, tok, "eos_token_id", (int64_t)v, c->vocab_size);
         c->eos_token_ids[c->n_eos++] = (int64_t)v;
     }
     return ZT_OK;
@@ -439,6 +464,20 @@ static void write_double(FILE *m, double v)
 
 zt_status zt_hf_config_write(const char *path, const zt_hf_config *c, zt_error *err)
 {
+    /* Never export what import refuses: a special token id past the vocabulary. */
+    int64_t ids[2 + ZT_HF_MAX_EOS] = {c->bos_token_id, c->pad_token_id};
+    const char *names[2 + ZT_HF_MAX_EOS] = {"bos_token_id", "pad_token_id"};
+    int n_ids = 2;
+    for (int i = 0; i < c->n_eos && i < ZT_HF_MAX_EOS; i++, n_ids++) {
+        ids[n_ids] = c->eos_token_ids[i];
+        names[n_ids] = "eos_token_id";
+    }
+    for (int i = 0; i < n_ids; i++)
+        if (ids[i] >= c->vocab_size)
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "%s: %s %" PRId64 " is not below vocab_size %" PRId64 ": the model would name a "
+                                "token it does not have",
+                                path, names[i], ids[i], c->vocab_size);
     const char *dtype = zt_st_dtype_torch_name(c->dtype < 0 ? ZT_ST_F32 : c->dtype);
     if (!dtype) {
         return zt_error_set(err, ZT_ERR_INVALID_ARG, "%s: dtype %s cannot be a model's torch_dtype",
@@ -735,7 +774,17 @@ zt_status zt_hf_model_read(const zt_hf_model *m, const char *name, int ndim, con
                             "config does not match this checkpoint's config.json",
                             zt_st_path(file), name, have, want);
     }
-    return zt_st_read_f32(file, t, elem_offset, count, dst, err);
+    zt_status st = zt_st_read_f32(file, t, elem_offset, count, dst, err);
+    int64_t bad = st == ZT_OK ? zt_st_find_nonfinite(dst, count) : -1;
+    if (bad < 0) return st;
+    uint64_t e = elem_offset + (uint64_t)bad;
+    char at[64] = "";
+    if (ndim == 2) snprintf(at, sizeof at, " (row %" PRIu64 ", column %" PRIu64 ")", e / (uint64_t)shape[1], e % (uint64_t)shape[1]);
+    return zt_error_set(err, ZT_ERR_FORMAT,
+                        "%s: tensor '%s' holds %s at element %" PRIu64 "%s: the model's weights are not all finite "
+                        "numbers, so every loss and gradient would be too (training would skip every step); the "
+                        "file is damaged, or the model was saved after its training diverged: use an intact copy",
+                        zt_st_path(file), name, zt_st_nonfinite_name(dst[bad]), e, at);
 }
 
 /* ---- export ---------------------------------------------------------------------------------- */

@@ -463,6 +463,15 @@ zt_status zt_l2c_model_read(const zt_l2c_model *m, const char *name, int ndim, c
         if (got != (ssize_t)bytes)
             return zt_error_set(err, ZT_ERR_IO, "%s: cannot read tensor '%s' at byte %lld: %s", m->path, name,
                                 (long long)at, got < 0 ? strerror(errno) : "short read");
+        int64_t bad = zt_st_find_nonfinite(dst + done, (uint64_t)n);
+        if (bad >= 0)
+            return zt_error_set(err, ZT_ERR_FORMAT,
+                                "%s: tensor '%s' holds %s at row %lld, column %lld (byte %lld of the file): the "
+                                "model's weights are not all finite numbers, so everything computed from them would "
+                                "be NaN; the file is damaged, or it was saved after its training diverged: use an "
+                                "intact copy",
+                                m->path, name, zt_st_nonfinite_name(dst[done + (uint64_t)bad]), (long long)row,
+                                (long long)(col + bad), (long long)(at + bad * 4));
         done += (uint64_t)n;
     }
     return ZT_OK;

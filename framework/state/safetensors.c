@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -574,6 +575,29 @@ zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, uint64_t el
     convert_to_f32(t->dtype, f->data + t->begin + elem_offset * esize, count, dst);
     return ZT_OK;
 }
+
+static int is_nonfinite_bits(const float *x)
+{
+    uint32_t bits;
+    memcpy(&bits, x, sizeof bits); /* NaN and infinity: the exponent all ones */
+    return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+int64_t zt_st_find_nonfinite(const float *x, uint64_t n)
+{
+    /* 64 at a time without a branch per element: the common case (none) stays a tight loop */
+    for (uint64_t i = 0; i < n; i += 64) {
+        uint64_t end = n - i < 64 ? n : i + 64;
+        int any = 0;
+        for (uint64_t k = i; k < end; k++) any |= is_nonfinite_bits(x + k);
+        if (!any) continue;
+        for (uint64_t k = i; k < end; k++)
+            if (is_nonfinite_bits(x + k)) return (int64_t)k;
+    }
+    return -1;
+}
+
+const char *zt_st_nonfinite_name(float v) { return isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf"; }
 
 /* ---- writing --------------------------------------------------------------------------------- */
 

@@ -88,6 +88,13 @@ const void *zt_st_data(const zt_st_file *f, const zt_st_tensor *t);
 zt_status zt_st_read_f32(const zt_st_file *f, const zt_st_tensor *t, uint64_t elem_offset,
                          uint64_t count, float *dst, zt_error *err);
 
+/* Index of the first NaN or infinity of x[0, n), or -1. The model readers (hf_model.c, llama2c.c,
+ * checkpoint_read.c) refuse weights with one: a single non-finite weight makes every loss and
+ * gradient non-finite, so training would skip every step and generation emit garbage. */
+int64_t zt_st_find_nonfinite(const float *x, uint64_t n);
+/* "NaN", "+inf" or "-inf": what a non-finite value is, for messages. */
+const char *zt_st_nonfinite_name(float v);
+
 /* ---- writing --------------------------------------------------------------------------------- */
 
 /* One tensor to write: stored as `dtype` (ZT_ST_F32, ZT_ST_BF16 or ZT_ST_F16), converted from the

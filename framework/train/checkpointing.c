@@ -409,10 +409,48 @@ static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
     return ZT_OK;
 }
 
+/* Staging directories of saves killed part way (a checkpoint's size each) would pile up: rank 0
+ * removes those whose writer is gone before this run writes into the root. A failure here costs
+ * only the space, so it is a warning. */
+void tr_remove_stale_staging(trainer *t)
+{
+    if (t->dp.rank != 0) return;
+    zt_error err;
+    if (zt_ckpt_remove_stale_staging(t->set->checkpoint_dir, NULL, NULL, &err) != ZT_OK)
+        zt_log(ZT_LOG_WARN, "could not look for stale checkpoint staging directories: %s", err.msg);
+}
+
+/* After the checkpoint to resume could not be found: what to do, by what `root` holds. list: name
+ * the complete checkpoints (the message does not yet). */
+static void resume_advice(const char *root, int list, zt_error *err)
+{
+    zt_ckpt_list l;
+    zt_error ignored;
+    if (zt_ckpt_list_dir(root, &l, &ignored) != ZT_OK) return;
+    if (l.n_complete == 0 && l.n_incomplete == 0) {
+        zt_error_append(err, "\nnothing to resume from: train without --resume first, or point --resume at "
+                        "a checkpoint directory");
+    } else if (l.n_complete == 0) {
+        zt_error_append(err, "\nNo complete checkpoint is left in %s: restore what is missing, or train without "
+                        "--resume to start over (into another --output-dir, to keep this run's files)", root);
+    } else {
+        for (size_t i = 0; list && i < l.n_complete; i++)
+            zt_error_append(err, "%s%s", i ? ", " : "\nComplete checkpoints in the same root: ", l.complete[i].path);
+        zt_error_append(err, "\nResume from an older one (e.g. --resume %s, the newest complete one), or train "
+                        "without --resume to start over (into another --output-dir, to keep this run's files)",
+                        l.complete[l.n_complete - 1].path);
+    }
+    zt_ckpt_list_free(&l);
+}
+
 static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
 {
     const char *want = t->req->resume;
-    if (!strcmp(want, "latest")) return zt_ckpt_latest(t->set->checkpoint_dir, step_dir, err);
+    if (!strcmp(want, "latest")) {
+        zt_status st = zt_ckpt_latest(t->set->checkpoint_dir, step_dir, err);
+        if (st == ZT_ERR_NOT_FOUND) resume_advice(t->set->checkpoint_dir, 0, err);
+        return st;
+    }
     char probe[4096];
     struct stat sb;
     snprintf(probe, sizeof probe, "%s/checkpoint.json", want);
@@ -422,19 +460,32 @@ static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
                             "--resume %s: no such directory; give a checkpoint (a step-NNNNNN directory), a "
                             "checkpoint root, or latest (the newest under %s)",
                             want, t->set->checkpoint_dir);
-    return zt_ckpt_latest(want, step_dir, err); /* a root: its newest complete checkpoint */
+    /* A checkpoint directory by its name, not a root: it lacks its index. */
+    char root[4096];
+    snprintf(root, sizeof root, "%s", want);
+    size_t n = strlen(root);
+    while (n > 1 && root[n - 1] == '/') root[--n] = '\0';
+    char *slash = strrchr(root, '/');
+    if (strncmp(slash ? slash + 1 : root, "step-", 5) == 0) {
+        if (slash) *(slash == root ? slash + 1 : slash) = '\0';
+        else snprintf(root, sizeof root, ".");
+        zt_error_set(err, ZT_ERR_NOT_FOUND,
+                     "--resume %s: this checkpoint directory has no checkpoint.json, so it is incomplete or "
+                     "damaged (the file was deleted or moved, or the save did not finish)",
+                     want);
+        resume_advice(root, 1, err);
+        return ZT_ERR_NOT_FOUND;
+    }
+    zt_status st = zt_ckpt_latest(want, step_dir, err); /* a root: its newest complete checkpoint */
+    if (st == ZT_ERR_NOT_FOUND) resume_advice(want, 0, err);
+    return st;
 }
 
 zt_status tr_resume(trainer *t, zt_error *err)
 {
     char *dir = NULL;
     zt_status st = resolve_resume_dir(t, &dir, err);
-    if (st != ZT_OK) {
-        if (st == ZT_ERR_NOT_FOUND)
-            zt_error_append(err, "\nnothing to resume from: train without --resume first, or point --resume at "
-                            "a checkpoint directory");
-        return st;
-    }
+    if (st != ZT_OK) return st;
     zt_ckpt *c = NULL;
     st = zt_ckpt_open(dir, &c, err);
     static const char *const groups[] = {ZT_CKPT_GROUP_PARAM};

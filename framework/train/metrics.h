@@ -1,7 +1,9 @@
 /* Training metrics: the per-step log line and OUTPUT_DIR/metrics.jsonl.
  *
- * metrics.jsonl holds one JSON object per line, flushed as it is written, so `tail -f` and a crashed
- * run both see every finished step. Every record starts with "step" and "type":
+ * metrics.jsonl holds one JSON object per line, each written with one write() as it is complete, so
+ * `tail -f` and a crashed run both see every finished step; a write that fails part way (a full disk)
+ * is cut back off, so the file still ends with the last whole record. Every record starts with
+ * "step" and "type":
  *
  *   {"step":12,"type":"train","total_steps":100,"loss":3.21,"lr":0.0003,"grad_norm":1.9,
  *    "skipped":false,"tokens":4096,"loss_tokens":2710,"tokens_per_s":15000.5,"step_s":0.27,
@@ -25,8 +27,12 @@ typedef struct zt_metrics zt_metrics;
 
 /* Open path for appending records. resume_step < 0: start a new file (an old one is replaced).
  * resume_step >= 0 (a resumed run): keep the records of steps <= resume_step and drop later ones
- * (written after the checkpoint by the interrupted run, they are about to be redone), rewriting the
- * file atomically; a line that is not a metrics record is an error naming the line. */
+ * (written after the checkpoint by the interrupted run, they are about to be redone). The kept records
+ * are the file's first lines, so the file is cut back in place (one ftruncate: no free space needed,
+ * no byte before the cut touched); when they are not (an edited file) it is rewritten atomically. A
+ * torn last line (no line end, or the start of a record that does not parse: the previous session
+ * stopped while writing it) is removed with a warning naming it; any other line that is not a
+ * metrics record is an error naming the line, and the file is left as it was. */
 zt_status zt_metrics_open(const char *path, int64_t resume_step, zt_metrics **out, zt_error *err);
 void zt_metrics_close(zt_metrics *m);
 

@@ -86,15 +86,21 @@ static zt_status manifest_vocab(const char *data_dir, int64_t *vocab, zt_error *
 }
 
 /* The model.* keys of an HF config.json (the llama plugin uses transformers' names under "model."),
- * added to cfg as if from a config file named after it. */
+ * added to cfg as if from a config file named after it. The weights' headers are checked against
+ * config.json first (zt_hf_model_open: every tensor with the shape config.json implies), so a
+ * config.json that does not belong to the weights is reported as such before any plugin sizes,
+ * estimates or allocates the model it describes. */
 static zt_status apply_hf_config(zt_config *cfg, const char *model_dir, zt_error *err)
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/config.json", model_dir) >= (int)sizeof path)
         return zt_error_set(err, ZT_ERR_CONFIG, "--model %s: the path is too long", model_dir);
-    zt_hf_config hf;
-    zt_status st = zt_hf_config_load(path, &hf, err);
-    return st == ZT_OK ? zt_model_config_apply(cfg, &hf, model_dir, path, err) : st;
+    zt_hf_model *m;
+    zt_status st = zt_hf_model_open(model_dir, &m, err);
+    if (st != ZT_OK) return st;
+    zt_hf_config hf = *zt_hf_model_config(m);
+    zt_hf_model_close(m);
+    return zt_model_config_apply(cfg, &hf, model_dir, path, err);
 }
 
 zt_status zt_train_configure(zt_config *cfg, const char *model_dir, int require_data, zt_error *err)
@@ -292,13 +298,20 @@ static zt_status open_data(trainer *t, zt_error *err)
         zt_log(ZT_LOG_WARN, "data.seq_len %lld is longer than the model's max_position_embeddings %d",
                (long long)t->set->seq_len, (int)t->info->max_seq_len);
     if (t->set->eval_every > 0) {
+        if (t->data_info->n_other_split_shards == 0)
+            return zt_error_set(err, ZT_ERR_CONFIG,
+                                "eval.every is %lld, which needs the data set's validation split, but %s has none "
+                                "(zt-prep wrote it with --val-fraction 0): re-run zt-prep with --val-fraction, or set "
+                                "eval.every to 0",
+                                (long long)t->set->eval_every, t->set->data_path);
         o.split = "val";
         o.single_pass = 1;
         o.shuffle = 0;
         st = zt_loader_open(&o, &t->val_loader, err);
+        /* The split is there, so the loader's own advice fits (a corrupt shard: re-run zt-prep). */
         if (st != ZT_OK) {
-            zt_error_append(err, "\neval.every is %lld, which needs the data set's validation split: re-run zt-prep "
-                            "with --val-fraction, or set eval.every to 0", (long long)t->set->eval_every);
+            zt_error_append(err, "\n(in the validation split, which eval.every = %lld evaluates on)",
+                            (long long)t->set->eval_every);
             return st;
         }
     }
@@ -513,11 +526,15 @@ static void copy_micro(micro_batch *dst, const zt_loader_batch *src)
     dst->n_loss_tokens = src->n_loss_tokens;
 }
 
+/* Why a step made no update. */
+enum { TR_SKIP_NONE = 0, TR_SKIP_NO_LOSS_TOKENS = 1, TR_SKIP_NONFINITE = 2, TR_SKIP_OVERFLOW = 3 };
+
 typedef struct step_outcome {
     double loss;      /* mean over the global batch's loss tokens; NAN when it has none */
     double lr;
     double loss_scale; /* fp16: the scale this step's backward used; 0 otherwise */
     zt_step_result result;
+    int32_t skip_cause; /* TR_SKIP_* when result.skipped */
     int64_t tokens, loss_tokens; /* global */
 } step_outcome;
 
@@ -582,6 +599,7 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
          * is undefined, so the step makes no update at all. */
         out->loss = NAN;
         out->result.skipped = 1;
+        out->skip_cause = TR_SKIP_NO_LOSS_TOKENS;
         out->result.grad_norm = 0;
         zt_log(ZT_LOG_WARN, "step %lld: the global batch has no loss tokens (every target is -100); no update",
                (long long)step);
@@ -624,11 +642,70 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "step %lld", (long long)step);
     st = t->zero->zero_grad(zs);
     if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "zero_grad after step %lld", (long long)step);
+    if (out->result.skipped) out->skip_cause = t->fp16 ? TR_SKIP_OVERFLOW : TR_SKIP_NONFINITE;
     if (t->fp16) return fp16_after_step(t, step, out, err);
     if (out->result.skipped)
         zt_log(ZT_LOG_WARN, "step %lld: the gradient norm is %g (non-finite): the update was skipped",
                (long long)step, out->result.grad_norm);
     return ZT_OK;
+}
+
+/* ---- skipped steps ---------------------------------------------------------------------------- */
+
+/* Consecutive skipped steps after which training stops (docs/training.md, "Skipped steps"). fp16 skips
+ * while the loss scale settles: from 2^initial_scale_power down to 1 that takes initial_scale_power +
+ * hysteresis - 1 overflows (17 by default), so twice that is no start-up any more. bf16 and fp32 have
+ * no start-up skips; a run of them means the weights or the computation went non-finite. Every run
+ * gets at least 34, the fp16 figure at the defaults, so a short burst of bad batches never stops one. */
+static int64_t skip_limit(const trainer *t)
+{
+    int64_t settle = t->set->fp16_scale_power + t->set->fp16_hysteresis - 1;
+    return t->fp16 && 2 * settle > 34 ? 2 * settle : 34;
+}
+
+/* After each step: a run of skipped steps as long as skip_limit() stops training with its cause and
+ * fix, instead of skipping to the end and exiting 0 with the weights untouched. */
+static zt_status check_skips(trainer *t, int64_t step, const step_outcome *o, zt_error *err)
+{
+    if (!o->result.skipped) {
+        t->skipped_in_row = 0;
+        memset(t->skipped_by_cause, 0, sizeof t->skipped_by_cause);
+        return ZT_OK;
+    }
+    if (t->skipped_in_row++ == 0) t->skipped_since = step;
+    t->skipped_by_cause[o->skip_cause & 3]++;
+    int64_t limit = skip_limit(t);
+    if (t->skipped_in_row < limit) return ZT_OK;
+    zt_error_set(err, ZT_ERR_CONFIG,
+                 "steps %lld to %lld: %lld optimizer steps in a row were skipped (zt stops after %lld; docs/training.md, "
+                 "\"Skipped steps\"), so training makes no progress. ",
+                 (long long)t->skipped_since, (long long)step, (long long)t->skipped_in_row, (long long)limit);
+    if (o->skip_cause == TR_SKIP_NO_LOSS_TOKENS)
+        zt_error_append(err, "The last global batch had no loss token (every target is -100): the answers are cut off by "
+                        "data.seq_len (%lld), or the data set masks every token. Raise data.seq_len, or re-run zt-prep so "
+                        "that prompt and answer fit in it",
+                        (long long)t->set->seq_len);
+    else if (o->skip_cause == TR_SKIP_OVERFLOW)
+        zt_error_append(err, "fp16 gradients overflowed (the loss scale is now %g, from 2^%lld): the model's values do "
+                        "not fit fp16, or the weights diverged. Train in bf16 (bf16.enabled true, fp16.enabled false), "
+                        "or lower the learning rate (optimizer.params.lr, peak %g); resume from a checkpoint saved before "
+                        "step %lld (--resume DIR) or start over",
+                        t->scaler.scale, (long long)t->set->fp16_scale_power, t->schedule.peak_lr,
+                        (long long)t->skipped_since);
+    else
+        zt_error_append(err, "The gradient norm was not finite (last: %s): the loss, the gradients or the weights "
+                        "overflow. Likely the learning rate is too high (optimizer.params.lr, peak %g): lower it, or "
+                        "clip with gradient_clipping (now %g); then resume from a checkpoint saved before step %lld "
+                        "(--resume DIR) or start over",
+                        isnan(o->result.grad_norm) ? "NaN" : "infinite", t->schedule.peak_lr, t->set->clip,
+                        (long long)t->skipped_since);
+    int64_t *by = t->skipped_by_cause;
+    if (by[o->skip_cause & 3] != t->skipped_in_row)
+        zt_error_append(err, " (of the %lld: %lld with a non-finite gradient norm, %lld fp16 overflows, %lld without "
+                        "loss tokens)",
+                        (long long)t->skipped_in_row, (long long)by[TR_SKIP_NONFINITE], (long long)by[TR_SKIP_OVERFLOW],
+                        (long long)by[TR_SKIP_NO_LOSS_TOKENS]);
+    return ZT_ERR_CONFIG;
 }
 
 /* ---- evaluation ------------------------------------------------------------------------------- */
@@ -845,6 +922,8 @@ static zt_status train_loop(trainer *t, zt_error *err)
             zt_metrics_format_train(&r, line, sizeof line);
             zt_log(ZT_LOG_INFO, "%s", line);
         }
+        st = check_skips(t, step, &o, err);
+        if (st != ZT_OK) return st;
         if (t->set->eval_every > 0 && step % t->set->eval_every == 0) {
             st = run_eval(t, step, err);
             if (st != ZT_OK) return st;
@@ -910,6 +989,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (st == ZT_OK) st = alloc_buffers(t, err);
     if (st != ZT_OK) return st;
 
+    tr_remove_stale_staging(t);
     if (t->req->resume) st = tr_resume(t, err);
     else if (t->req->model_dir) st = tr_load_hf(t, t->req->model_dir, err);
     else st = tr_load_master(t, tr_random_source, NULL, err);

@@ -61,6 +61,9 @@ typedef struct trainer {
     float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
 
     zt_metrics *metrics;
+    /* The run of skipped steps that ends at the last step (trainer.c, "skipped steps"): its length,
+     * its first step, and its steps by cause (TR_SKIP_*). */
+    int64_t skipped_in_row, skipped_since, skipped_by_cause[4];
     int64_t step;        /* optimizer steps completed */
     double elapsed_before; /* training seconds of earlier sessions (resume) */
     double session_s;      /* training seconds of this session (steps only) */
@@ -114,5 +117,8 @@ zt_status tr_export_hf(trainer *t, zt_error *err);
 zt_status tr_save_checkpoint(trainer *t, int64_t step, const zt_loader_position *pos, char **final_dir,
                              zt_error *err);
 zt_status tr_resume(trainer *t, zt_error *err);
+/* Rank 0, before anything is saved or resumed: remove the checkpoint root's staging directories left
+ * by saves whose writer is gone (zt_ckpt_remove_stale_staging). */
+void tr_remove_stale_staging(trainer *t);
 
 #endif

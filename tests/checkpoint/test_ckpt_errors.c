@@ -304,9 +304,67 @@ static void test_model_mismatch(void)
     free(dir);
 }
 
+static int64_t ckpt_numel(const zt_ckpt_tensor_decl *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++) n *= d->shape[i];
+    return n;
+}
+
+/* A checkpoint that faithfully holds a non-finite value (a run that had diverged saved it; its
+ * checksums match): refused where it is read, naming the tensor, group and element. */
+static void test_nonfinite(void)
+{
+    fix_model m;
+    fix_model_init(&m, 0, 1, 1);
+    char *root = path_in(g_root, "nonfinite");
+    zt_error err = {0};
+    char *staging = NULL;
+    ZT_CHECK_INT(zt_ckpt_stage(root, 7, &staging, &err), ZT_OK);
+    zt_ckpt_rank_writer *w = NULL;
+    ZT_CHECK_INT(zt_ckpt_rank_writer_open(staging, 0, &w, &err), ZT_OK);
+    zt_ckpt_tensor_decl decls[FIX_PARAMS * FIX_GROUPS];
+    size_t n_decls = fix_decls(&m, decls);
+    for (size_t k = 0; w && k < n_decls; k++) {
+        int64_t numel = ckpt_numel(&decls[k]);
+        float *v = malloc((size_t)numel * sizeof *v);
+        for (int64_t i = 0; i < numel; i++) v[i] = fix_value(decls[k].name, decls[k].group, i, 1);
+        if (!strcmp(decls[k].name, "model.norm.weight") && !strcmp(decls[k].group, "exp_avg")) v[2] = INFINITY;
+        ZT_CHECK_INT(zt_ckpt_rank_writer_add_shard(w, decls[k].name, decls[k].group, 0, numel, v, &err), ZT_OK);
+        free(v);
+    }
+    zt_ckpt_rank_result result = {0};
+    if (w) ZT_CHECK_INT(zt_ckpt_rank_writer_finish(w, &result, &err), ZT_OK);
+    zt_ckpt_commit_args a = {.root = root, .staging_dir = staging, .step = 7, .layout = {1, 0, 1, 1, 1},
+                             .tensors = decls, .n_tensors = n_decls, .ranks = &result, .n_ranks = 1};
+    zt_ckpt_model_shape_from_info(&m.info, &a.model);
+    char *dir = NULL;
+    ZT_CHECK_INT(zt_ckpt_commit(&a, &dir, &err), ZT_OK);
+    zt_ckpt_rank_result_free(&result);
+    zt_ckpt *c = NULL;
+    if (dir) ZT_CHECK_INT(zt_ckpt_open(dir, &c, &err), ZT_OK);
+    if (c) {
+        float buf[6];
+        ZT_CHECK_INT(zt_ckpt_read(c, "model.norm.weight", "param", 0, 6, buf, &err), ZT_OK);
+        ZT_CHECK(buf[2] == fix_value("model.norm.weight", "param", 2, 1));
+        ZT_CHECK_INT(zt_ckpt_read(c, "model.norm.weight", "exp_avg", 0, 1, buf, &err), ZT_ERR_FORMAT);
+        ZT_CHECK_CONTAINS(err.msg, "tensor 'model.norm.weight' (group exp_avg) holds +inf at element 2 (in "
+                                   "rank-00000.bin, written by rank 0): the run had diverged when it saved this "
+                                   "checkpoint");
+        ZT_CHECK_CONTAINS(err.msg, "resume from an earlier checkpoint");
+        ZT_CHECK_INT(zt_ckpt_verify(c, &err), ZT_ERR_FORMAT);
+        ZT_CHECK_CONTAINS(err.msg, "holds +inf at element 2");
+        zt_ckpt_close(c);
+    }
+    free(dir);
+    free(staging);
+    free(root);
+}
+
 int main(void)
 {
     g_root = make_scratch_dir("ckpt-errors");
+    test_nonfinite();
     test_save_errors();
     test_data_file_damage();
     test_index_damage();

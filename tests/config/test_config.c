@@ -424,6 +424,40 @@ static void test_validation_errors(void)
                    1);
     expect_problem("{\"fp16\": {\"min_loss_scale\": 0}}", NULL,
                    "config key 'fp16.min_loss_scale' is 0, out of range: must be > 0", 1);
+    /* the host's integer keys are capped to catch typos: a value past the cap is an error naming the
+     * key and the cap, never an allocation of its size later on */
+    expect_problem("{\"gradient_accumulation_steps\": 4294967297}", NULL,
+                   "config key 'gradient_accumulation_steps' is 4294967297, out of range: must be <= 65536 "
+                   "(run.json:1:33); zt caps this key at 65536 to catch typos",
+                   1);
+    const char *caps[][2] = {
+        {"train_micro_batch_size_per_gpu=65537", "'train_micro_batch_size_per_gpu' is 65537, out of range: must be <= 65536"},
+        {"train_batch_size=1073741825", "'train_batch_size' is 1073741825, out of range: must be <= 1073741824"},
+        {"steps=1000000000001", "'steps' is 1000000000001, out of range: must be <= 1000000000000"},
+        {"epochs=1000001", "'epochs' is 1000001, out of range: must be <= 1000000"},
+        {"scheduler.params.warmup_num_steps=1e13", "'scheduler.params.warmup_num_steps' is 1e13, out of range: must be <= 1000000000000"},
+        {"scheduler.params.total_num_steps=1e13", "'scheduler.params.total_num_steps' is 1e13, out of range"},
+        {"fp16.loss_scale_window=1e13", "'fp16.loss_scale_window' is 1e13, out of range"},
+        {"fp16.hysteresis=1001", "'fp16.hysteresis' is 1001, out of range: must be <= 1000"},
+        {"eval.every=1e13", "'eval.every' is 1e13, out of range"},
+        {"eval.batches=1000001", "'eval.batches' is 1000001, out of range: must be <= 1000000"},
+        {"checkpoint.every=1e13", "'checkpoint.every' is 1e13, out of range"},
+        {"checkpoint.keep=1000001", "'checkpoint.keep' is 1000001, out of range: must be <= 1000000"},
+        {"log.every=1e13", "'log.every' is 1e13, out of range"},
+        {"threads=1025", "'threads' is 1025, out of range: must be <= 1024"},
+        {"parallel_config.data_parallel=65537", "'parallel_config.data_parallel' is 65537, out of range: must be <= 65536"},
+        {"parallel_config.model_parallel=65537", "'parallel_config.model_parallel' is 65537, out of range"},
+        {"parallel_config.pipeline_stage=65537", "'parallel_config.pipeline_stage' is 65537, out of range"},
+        {"parallel_config.micro_batch_num=65537", "'parallel_config.micro_batch_num' is 65537, out of range"},
+    };
+    for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+        const char *set[] = {caps[k][0], NULL};
+        expect_problem(NULL, set, caps[k][1], 1);
+    }
+    /* at the cap itself: fine */
+    const char *at_caps[] = {"gradient_accumulation_steps=65536", "steps=1000000000000", "threads=1024", NULL};
+    zt_error cap_err = {0};
+    ZT_CHECK_INT(check_config(NULL, at_caps, &cap_err), ZT_OK);
     zt_error err = {0};
     ZT_CHECK_INT(check_config("{\"fp16\": {\"min_loss_scale\": 1e-9}}", NULL, &err), ZT_OK);
     expect_problem("{\"optimizer\": {\"params\": {\"betas\": [1.5, 0.9]}}}", NULL,

@@ -117,6 +117,24 @@ collapse() {
         --set fp16.min_loss_scale=1 --set steps=40 --set checkpoint.final=false --output-dir "$out/d"
 }
 
+# A run of overflows longer than the loss scale's start-up stops at the skip limit (docs/training.md,
+# "Skipped steps") when fp16.min_loss_scale is so low that the scale cannot collapse first: 34 steps in a
+# row at the defaults (initial_scale_power 16, hysteresis 2: twice the 17 skips from 2^16 down to 1);
+# from 2^20, 2 x (20 + 2 - 1) = 42.
+skip_limit() {
+    need_gpu
+    fixture_data
+    local base
+    read -r -a base <<<"$(on_fixture)"
+    expect_fail "steps 1 to 34: 34 optimizer steps in a row were skipped (zt stops after 34" \
+        "fp16 gradients overflowed" "Train in bf16" -- \
+        env ZT_FP16_TEST_OVERFLOW=1 "$zt_run" "${base[@]}" "${fp16[@]}" --set fp16.min_loss_scale=1e-9 \
+        --set steps=60 --set checkpoint.final=false --output-dir "$out/a"
+    expect_fail "steps 1 to 42: 42 optimizer steps in a row were skipped (zt stops after 42" -- \
+        env ZT_FP16_TEST_OVERFLOW=1 "$zt_run" "${base[@]}" "${fp16[@]}" --set fp16.initial_scale_power=20 \
+        --set fp16.min_loss_scale=1e-12 --set steps=60 --set checkpoint.final=false --output-dir "$out/b"
+}
+
 # The scale is checkpointed: 6 steps straight == 3 steps, a checkpoint, 3 resumed steps, with the scale
 # doubling every 2 steps (window 2) across the checkpoint. A bf16 checkpoint (no scaler state) resumes
 # under fp16 from the initial scale.

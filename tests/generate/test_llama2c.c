@@ -280,6 +280,44 @@ static void check_stories_model(const char *shared)
     free(bytes);
 }
 
+/* stories260K.bin with one weight made NaN: refused where it is read, naming tensor, row, column and
+ * the byte of the file. llama2.c's layout: a 7 x int32 header (28 bytes), then the token embedding
+ * table [vocab, dim] row by row, so element (0, 5) is at byte 28 + 5 * 4 = 48. */
+static void check_stories_nonfinite(const char *shared)
+{
+    char bin[4096], poisoned[4096];
+    snprintf(bin, sizeof bin, "%s/weights/stories260K.bin", shared);
+    snprintf(poisoned, sizeof poisoned, "%s/stories260K-nan.bin", g_work);
+    FILE *in = fopen(bin, "rb");
+    if (!in) {
+        fprintf(stderr, "note: %s missing: non-finite check skipped\n", bin);
+        return;
+    }
+    FILE *out = fopen(poisoned, "wb");
+    char chunk[65536];
+    size_t got;
+    while (out && (got = fread(chunk, 1, sizeof chunk, in)) > 0) fwrite(chunk, 1, got, out);
+    fclose(in);
+    const float nan_value = NAN;
+    if (out) {
+        fseek(out, 48, SEEK_SET);
+        fwrite(&nan_value, sizeof nan_value, 1, out);
+        fclose(out);
+    }
+    zt_l2c_model *m = NULL;
+    zt_error err;
+    ZT_CHECK_INT(zt_l2c_model_open(poisoned, &m, &err), ZT_OK);
+    if (!m) return;
+    const int64_t shape[2] = {512, 64};
+    float *buf = malloc(512 * 64 * sizeof *buf);
+    ZT_CHECK_INT(zt_l2c_model_read(m, "model.embed_tokens.weight", 2, shape, 64, 64, buf, &err), ZT_OK); /* row 1 */
+    ZT_CHECK_INT(zt_l2c_model_read(m, "model.embed_tokens.weight", 2, shape, 0, 512 * 64, buf, &err), ZT_ERR_FORMAT);
+    ZT_CHECK_CONTAINS(err.msg, "tensor 'model.embed_tokens.weight' holds NaN at row 0, column 5 (byte 48 of the file)");
+    free(buf);
+    zt_l2c_model_close(m);
+    remove(poisoned);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -290,5 +328,6 @@ int main(int argc, char **argv)
     check_small_tokenizer();
     check_llama_golden(argv[2]);
     check_stories_model(argv[2]);
+    check_stories_nonfinite(argv[2]);
     return zt_test_result();
 }

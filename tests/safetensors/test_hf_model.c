@@ -117,6 +117,45 @@ static void test_config_refusals(void)
     }
 }
 
+/* A quoted number is said to be a string; special token ids must be rows of the vocabulary (11). */
+static void test_config_strings_and_ids(void)
+{
+    static const char *cases[][2] = {
+        {"{\"model_type\": \"llama\", \"hidden_size\": \"288\", \"intermediate_size\": 12}",
+         "config.json:1:40: \"hidden_size\" must be an integer >= 1, found 288, a string (write it without the "
+         "quotes)"},
+        {"{" TINY_FIELDS ", \"rms_norm_eps\": \"1e-5\"}", "\"rms_norm_eps\" must be a number > 0, found 1e-5, a string"},
+        {"{" TINY_FIELDS ", \"tie_word_embeddings\": \"true\"}",
+         "found true, a string (write it without the quotes)"},
+        {"{" TINY_FIELDS ", \"bos_token_id\": 1000000}",
+         "\"bos_token_id\" is 1000000, but vocab_size is 11 (ids 0 to 10): the model has no such token; fix the "
+         "id in config.json"},
+        {"{" TINY_FIELDS ", \"pad_token_id\": 11}", "\"pad_token_id\" is 11, but vocab_size is 11"},
+        {"{" TINY_FIELDS ", \"eos_token_id\": 11}", "\"eos_token_id\" is 11, but vocab_size is 11"},
+        {"{" TINY_FIELDS ", \"eos_token_id\": [2, 12]}", "\"eos_token_id\" is 12, but vocab_size is 11"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        zt_hf_config c;
+        zt_error err = {0};
+        ZT_CHECK_INT(parse(cases[i][0], &c, &err), ZT_ERR_CONFIG);
+        ZT_CHECK_CONTAINS(err.msg, cases[i][1]);
+    }
+    /* the last row of the vocabulary is fine */
+    zt_hf_config c;
+    zt_error err = {0};
+    ZT_CHECK_INT(parse("{" TINY_FIELDS ", \"bos_token_id\": 10, \"eos_token_id\": [10, 0], \"pad_token_id\": 0}", &c,
+                       &err),
+                 ZT_OK);
+    ZT_CHECK(c.bos_token_id == 10 && c.n_eos == 2 && c.eos_token_ids[0] == 10 && c.pad_token_id == 0);
+    /* and what import refuses is never exported */
+    c.eos_token_ids[1] = 1000000;
+    char *path = path_in(g_dir, "ids-config.json");
+    ZT_CHECK_INT(zt_hf_config_write(path, &c, &err), ZT_ERR_INVALID_ARG);
+    ZT_CHECK_CONTAINS(err.msg, "eos_token_id 1000000 is not below vocab_size 11");
+    ZT_CHECK(!file_exists(path));
+    free(path);
+}
+
 /* ---- directories ----------------------------------------------------------------------------- */
 
 /* A tiny LLaMA: hidden 8, intermediate 12, 2 layers, 2 heads sharing 1 kv head (head_dim 4),
@@ -398,11 +437,58 @@ static void test_import_errors(void)
     free(dir);
 }
 
+/* A weight that is NaN (F32) or overflows F16 to infinity: the read names tensor, element, row, column. */
+static zt_status fill_poisoned(void *ctx, size_t index, uint64_t elem_offset, uint64_t count, float *dst,
+                               zt_error *err)
+{
+    zt_status st = fill_by_name(ctx, index, elem_offset, count, dst, err);
+    const char *name = ((named_fill *)ctx)->specs[index].name;
+    for (uint64_t i = 0; i < count; i++)
+        if (!strcmp(name, "model.layers.1.mlp.down_proj.weight") && elem_offset + i == 13)
+            dst[i] = ((named_fill *)ctx)->specs[index].dtype == ZT_ST_F16 ? 1e6f : NAN;
+    return st;
+}
+
+static void test_nonfinite_weights(void)
+{
+    const int dtypes[] = {ZT_ST_F32, ZT_ST_F16};
+    const char *names[] = {"NaN", "+inf"};
+    for (int k = 0; k < 2; k++) {
+        zt_error err = {0};
+        char sub[32];
+        snprintf(sub, sizeof sub, "poisoned-%d", k);
+        char *dir = path_in(g_dir, sub);
+        zt_hf_config c = tiny_config(0);
+        zt_hf_tensor_list list;
+        ZT_CHECK_INT(zt_hf_llama_tensors(&c, dtypes[k], &list, &err), ZT_OK);
+        named_fill ctx = {list.specs};
+        ZT_CHECK_INT(zt_hf_export(dir, &c, list.specs, list.n, fill_poisoned, &ctx, 0, &err), ZT_OK);
+        zt_hf_tensor_list_free(&list);
+        zt_hf_model *m = NULL;
+        ZT_CHECK_INT(zt_hf_model_open(dir, &m, &err), ZT_OK); /* the headers are fine */
+        if (!m) continue;
+        const int64_t shape[2] = {8, 12}; /* down_proj: [hidden, intermediate] */
+        float buf[96];
+        ZT_CHECK_INT(zt_hf_model_read(m, "model.layers.1.mlp.down_proj.weight", 2, shape, 0, 13, buf, &err), ZT_OK);
+        ZT_CHECK_INT(zt_hf_model_read(m, "model.layers.1.mlp.down_proj.weight", 2, shape, 10, 20, buf, &err),
+                     ZT_ERR_FORMAT);
+        char want[160];
+        snprintf(want, sizeof want, "tensor 'model.layers.1.mlp.down_proj.weight' holds %s at element 13 (row 1, "
+                 "column 1): the model's weights are not all finite numbers", names[k]);
+        ZT_CHECK_CONTAINS(err.msg, want);
+        ZT_CHECK_CONTAINS(err.msg, "use an intact copy");
+        zt_hf_model_close(m);
+        free(dir);
+    }
+}
+
 int main(void)
 {
     g_dir = make_scratch_dir("hf-model");
+    test_nonfinite_weights();
     test_config_values();
     test_config_refusals();
+    test_config_strings_and_ids();
     test_export_import();
     test_import_errors();
     remove_tree(g_dir);

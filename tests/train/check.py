@@ -5,6 +5,7 @@ its own (json + numpy), so the comparisons do not go through zt's readers.
   check.py same-metrics A/metrics.jsonl B/metrics.jsonl RTOL   train/eval records agree (RTOL 0: exactly)
   check.py same-weights A.safetensors B.safetensors RTOL ATOL  every tensor agrees
   check.py last-step METRICS                                   print the last train step
+  check.py train-steps METRICS 1,2,3                           the train records are of exactly these steps
   check.py learns METRICS FIRST_LOSS_NEAR MAX_EVAL_LOSS        loss starts near ln(vocab), eval drops below
   check.py fixture FIXTURE_DIR METRICS EXPORT_DIR              one AdamW step vs torch (expected.*)
 """
@@ -95,6 +96,14 @@ def last_step(path):
     print(steps[-1] if steps else 0)
 
 
+def train_steps(path, expected):
+    steps = [r["step"] for r in records(path) if r["type"] == "train"]
+    want = [int(s) for s in expected.split(",")]
+    if steps != want:
+        fail(f"{path} has train records of steps {steps}, expected {want}")
+    print(f"train records of steps {steps}")
+
+
 def learns(path, first_near, max_eval):
     rs = records(path)
     first = rs[0]["loss"]
@@ -154,6 +163,8 @@ def main():
         same_weights(args[0], args[1], float(args[2]), float(args[3]))
     elif cmd == "last-step":
         last_step(args[0])
+    elif cmd == "train-steps":
+        train_steps(args[0], args[1])
     elif cmd == "learns":
         learns(args[0], float(args[1]), float(args[2]))
     elif cmd == "fixture":

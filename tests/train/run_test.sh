@@ -24,6 +24,13 @@ check() {
     fi
 }
 
+# The output of the last expect_ok / expect_fail must not contain this (advice that does not fit).
+not_in_output() {
+    if grep -qF -- "$1" <<<"$ZT_OUT"; then
+        echo "FAIL: '$1' in the output:"; echo "$ZT_OUT"; zt_failures=$((zt_failures + 1))
+    fi
+}
+
 # Runs zt-run in the background and sends it `signal` once it has logged `after` steps; sets RC.
 interrupt_after() {
     local signal=$1 after=$2 metrics=$3
@@ -172,6 +179,134 @@ errors() {
     expect_ok -- "$zt_run" "${common[@]}" --output-dir "$out/small" --set steps=1 --set train_micro_batch_size_per_gpu=1
     expect_fail "hidden_size" -- "$zt_run" "${common[@]}" --output-dir "$out/small" --set steps=2 \
         --set train_micro_batch_size_per_gpu=1 --set model.hidden_size=32 --resume latest
+}
+
+# A torn last line of metrics.jsonl (the previous session stopped while writing it, e.g. on a full
+# disk) is zt's own: --resume removes it, says so, keeps the records up to the checkpoint byte for byte
+# and redoes the rest. A bad line anywhere else is someone else's: refused, the file left as it was.
+resume_torn() {
+    local run=(--set train_micro_batch_size_per_gpu=2 --set checkpoint.every=3 --set checkpoint.final=false)
+    expect_ok "checkpoint of step 3 saved" -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=5
+    head -n 3 "$out/metrics.jsonl" >"$out/kept.jsonl"
+    printf '{"step":6,"type":"train","total_steps":6,"loss":3.14' >>"$out/metrics.jsonl"
+    expect_ok "metrics.jsonl:6: removed a torn last line" "resumed from $out/checkpoints/step-000003 at step 3" -- \
+        "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=6 --resume latest
+    check train-steps "$out/metrics.jsonl" 1,2,3,4,5,6
+    if ! head -n 3 "$out/metrics.jsonl" | cmp -s - "$out/kept.jsonl"; then
+        echo "FAIL: the records up to the checkpoint changed on resume"
+        zt_failures=$((zt_failures + 1))
+    fi
+    sed -i '2i edited by hand' "$out/metrics.jsonl"
+    cp "$out/metrics.jsonl" "$out/edited.jsonl"
+    expect_fail "metrics.jsonl:2 is not a metrics record" "the file was changed by something else" -- \
+        "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=7 --resume latest
+    cmp -s "$out/metrics.jsonl" "$out/edited.jsonl" || { echo "FAIL: a refused metrics.jsonl was changed"; zt_failures=$((zt_failures + 1)); }
+}
+
+# A save killed part way leaves a step-N.tmp-* staging directory with writer.json (docs/checkpoint-format.md);
+# the next run on this host removes it once that process is gone, and says how many bytes it freed.
+# One whose writer is another machine's is left alone.
+stale_staging() {
+    [ -r /proc/sys/kernel/random/boot_id ] && [ -e /proc/self/ns/pid ] || skip "no /proc: nothing is ever removed"
+    local root=$out/checkpoints
+    sleep 0 &
+    local gone=$!
+    wait "$gone"
+    mkdir -p "$root/step-000007.tmp-$gone-aaaaaa" "$root/step-000008.tmp-$gone-bbbbbb"
+    printf '{"host": "%s", "boot_id": "%s", "pid_ns": "%s", "pid": %d}\n' "$(hostname)" \
+        "$(cat /proc/sys/kernel/random/boot_id)" "$(readlink /proc/self/ns/pid)" "$gone" \
+        >"$root/step-000007.tmp-$gone-aaaaaa/writer.json"
+    head -c 4096 /dev/zero >"$root/step-000007.tmp-$gone-aaaaaa/rank-00000.bin"
+    printf '{"host": "elsewhere", "boot_id": "another-boot", "pid_ns": "%s", "pid": %d}\n' \
+        "$(readlink /proc/self/ns/pid)" "$gone" >"$root/step-000008.tmp-$gone-bbbbbb/writer.json"
+    local bytes=$(( 4096 + $(stat -c %s "$root/step-000007.tmp-$gone-aaaaaa/writer.json") ))
+    expect_ok "removed stale checkpoint staging directory $root/step-000007.tmp-$gone-aaaaaa ($bytes bytes)" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out" --set steps=1 --set train_micro_batch_size_per_gpu=1
+    [ ! -e "$root/step-000007.tmp-$gone-aaaaaa" ] || { echo "FAIL: the stale staging directory is still there"; zt_failures=$((zt_failures + 1)); }
+    [ -d "$root/step-000008.tmp-$gone-bbbbbb" ] || { echo "FAIL: another machine's staging directory was removed"; zt_failures=$((zt_failures + 1)); }
+    [ ! -e "$root/step-000001/writer.json" ] || { echo "FAIL: a published checkpoint kept writer.json"; zt_failures=$((zt_failures + 1)); }
+}
+
+# A checkpoint whose checkpoint.json was deleted is incomplete or damaged: the message says so, names
+# it and the complete ones left, and does not send the user to train without --resume "first".
+resume_damaged() {
+    local root=$out/checkpoints run=(--set train_micro_batch_size_per_gpu=1 --set checkpoint.every=2)
+    expect_ok "checkpoint of step 5 saved" -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=5
+    rm "$root/step-000005/checkpoint.json"
+    expect_fail "$root/latest names 'step-000005', but $root/step-000005 has no checkpoint.json" \
+        "that checkpoint directory is incomplete or damaged" \
+        "Complete checkpoints there: $root/step-000002, $root/step-000004" \
+        "Resume from an older one (e.g. --resume $root/step-000004, the newest complete one), or train without --resume to start over" \
+        -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=6 --resume latest
+    not_in_output "train without --resume first"
+    expect_fail "--resume $root/step-000005/: this checkpoint directory has no checkpoint.json, so it is incomplete or damaged" \
+        "Complete checkpoints in the same root: $root/step-000002, $root/step-000004" -- \
+        "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=6 --resume "$root/step-000005/"
+    not_in_output "train without --resume first"
+    expect_ok "resumed from $root/step-000004 at step 4" -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" \
+        --set steps=4 --resume "$root/step-000004"
+}
+
+# A corrupt validation shard: the checksum error says to rewrite the data set with zt-prep, and no
+# advice about a missing split (--val-fraction) follows, since the split is there.
+val_corrupt() {
+    cp -r "$data" "$out/data"
+    printf '\x5a' | dd of="$out/data/val-00000.ztshard" bs=1 seek=1000 conv=notrunc status=none
+    expect_fail "$out/data/val-00000.ztshard" "is corrupt" "re-run zt-prep to regenerate the data set" \
+        "(in the validation split, which eval.every = 5 evaluates on)" -- \
+        "$zt_run" --data "$out/data" "${model[@]}" --output-dir "$out/x" --set eval.every=5
+    not_in_output "--val-fraction"
+}
+
+# A run of skipped steps longer than fp16's start-up stops training with its cause and fix (it used to
+# skip to the end and exit 0): a learning rate of 1e30 makes the weights overflow after step 1, so
+# every later gradient norm is NaN; data.seq_len 16 cuts every answer off, so no batch has a loss
+# token. The limit is 34 steps in a row (docs/training.md, "Skipped steps").
+skipped_steps() {
+    expect_fail "steps 2 to 35: 34 optimizer steps in a row were skipped (zt stops after 34" \
+        "The gradient norm was not finite (last: NaN)" "Likely the learning rate is too high" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/lr" --set steps=100 --set train_micro_batch_size_per_gpu=1 \
+        --set optimizer.params.lr=1e30
+    check train-steps "$out/lr/metrics.jsonl" "$(seq -s, 1 35)"
+    expect_fail "steps 1 to 34: 34 optimizer steps in a row were skipped" \
+        "The last global batch had no loss token (every target is -100): the answers are cut off by data.seq_len (16)" -- \
+        "$zt_run" --data "$data" "${model[@]}" --set data.seq_len=16 --set data.mode=padded --set threads=2 \
+        --output-dir "$out/short" --set steps=100 --set train_micro_batch_size_per_gpu=1
+}
+
+# Values far out of range are validation errors naming the key, never an out-of-memory report.
+bad_values() {
+    expect_fail "config key 'gradient_accumulation_steps' is 4294967297, out of range: must be <= 65536" -- \
+        "$zt_run" "${common[@]}" --output-dir "$out/x" --set gradient_accumulation_steps=4294967297
+    not_in_output "out of memory"
+}
+
+# Damaged variants of the real stories260K model (../shared/data/weights/stories260K_hf, vocabulary
+# 512, hidden 64, MLP 172; the data set's tokenizer has 512 pieces too), each refused at import with a
+# message that names the file, the key or tensor, and the problem.
+bad_model() {
+    local hf=${ZT_SHARED_DATA:-}/weights/stories260K_hf
+    [ -f "$hf/model.safetensors" ] || skip "$hf is not there (../shared/data)"
+    local make=(python3 "$here/make_variant.py" "$hf") run=(--data "$data" --output-dir "$out/x" --set steps=2
+        --set threads=2 --set data.seq_len=128 --set train_micro_batch_size_per_gpu=1)
+    # up_proj is [172, 64]: element 100 is row 1, column 36
+    "${make[@]}" "$out/nan" --nan model.layers.2.mlp.up_proj.weight:100
+    expect_fail "$out/nan/model.safetensors: tensor 'model.layers.2.mlp.up_proj.weight' holds NaN at element 100 (row 1, column 36)" \
+        "use an intact copy" -- "$zt_run" --model "$out/nan" "${run[@]}"
+    "${make[@]}" "$out/bos" --set bos_token_id=1000000
+    expect_fail "$out/bos/config.json:" "\"bos_token_id\" is 1000000, but vocab_size is 512 (ids 0 to 511)" -- \
+        "$zt_run" --model "$out/bos" "${run[@]}"
+    "${make[@]}" "$out/eos" --set 'eos_token_id=[2, 600]'
+    expect_fail "\"eos_token_id\" is 600, but vocab_size is 512" -- "$zt_run" --model "$out/eos" "${run[@]}"
+    "${make[@]}" "$out/string" --set 'hidden_size="64"'
+    expect_fail "$out/string/config.json:" "\"hidden_size\" must be an integer >= 1, found 64, a string (write it without the quotes)" -- \
+        "$zt_run" --model "$out/string" "${run[@]}"
+    "${make[@]}" "$out/wide" --set hidden_size=1000000000
+    local mismatch="$out/wide/model.safetensors: tensor 'model.embed_tokens.weight' has shape [512, 64], but $out/wide/config.json implies [512, 1000000000]"
+    expect_fail "$mismatch" -- "$zt_run" --model "$out/wide" "${run[@]}"
+    not_in_output "out of memory"
+    expect_fail "$mismatch" -- "$zt_run" --model "$out/wide" "${run[@]}" --dry-run
+    not_in_output "out of memory"
 }
 
 case $test in
