@@ -90,11 +90,13 @@ static const char *dtype_name(int32_t dtype)
 }
 
 /* Async-signal-safe: write(2), sigaction, raise and job.h's reads only. Prints where this rank
- * stood, then does what SIGTERM would have done without the wait: the trainer's handler (which says
- * whether the job is being torn down or the user asked for a checkpoint), ignoring it, or the
- * default (terminate), for which this line says why. */
+ * stood (unless zt-run --nproc relayed a user's SIGTERM), then does what SIGTERM would have done
+ * without the wait: the trainer's handler (which says whether the job is being torn down or the user
+ * asked for a checkpoint), ignoring it, or the default (terminate), for which this line says why. */
 static void on_term_while_waiting(int sig, siginfo_t *info, void *context)
 {
+    /* A user's SIGTERM that zt-run --nproc relays asks for a checkpoint: nothing to explain. */
+    int user_interrupt = zt_job_attached() && !zt_job_sigterm_ends_job();
     static char line[2048];
     size_t len = 0;
     line[0] = '\0';
@@ -114,8 +116,10 @@ static void on_term_while_waiting(int sig, siginfo_t *info, void *context)
         }
     }
     zt_job_append(line, sizeof line, &len, "\n");
-    ssize_t ignored = write(STDERR_FILENO, line, len);
-    (void)ignored;
+    if (!user_interrupt) {
+        ssize_t ignored = write(STDERR_FILENO, line, len);
+        (void)ignored;
+    }
     if (!handled) zt_job_note_end("terminated", 128 + sig);
     if (g_term_before.sa_flags & SA_SIGINFO) {
         g_term_before.sa_sigaction(sig, info, context);

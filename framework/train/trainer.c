@@ -717,7 +717,7 @@ zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
  *
  * The handler's lines are made before it is installed (a handler may not format): "zt-run: " for
  * one process, "zt[rank N] " for a rank of a job. */
-static char g_interrupt_line[256], g_second_line[160];
+static char g_interrupt_line[256], g_sigterm_line[448], g_second_line[160];
 static struct sigaction g_old_int, g_old_term;
 
 static void say(const char *line)
@@ -762,7 +762,7 @@ static void on_interrupt(int sig)
         _exit(zt_job_exit_status(130));
     }
     zt_runtime_request_cancel();
-    say(g_interrupt_line);
+    say(sig == SIGTERM ? g_sigterm_line : g_interrupt_line);
 }
 
 static void catch_interrupts(void)
@@ -772,6 +772,14 @@ static void catch_interrupts(void)
     snprintf(g_interrupt_line, sizeof g_interrupt_line, "%sinterrupt: finishing the current step, then saving a "
              "checkpoint (interrupt again to quit without one)\n", prefix);
     snprintf(g_second_line, sizeof g_second_line, "%ssecond interrupt: exiting now, without a checkpoint\n", prefix);
+    /* A rank of your own mpirun or srun cannot tell a user's SIGTERM from the launcher's after a
+     * failure (only zt-run --nproc records interrupts): it says both. */
+    if (zt_log_rank() >= 0 && !zt_job_attached())
+        snprintf(g_sigterm_line, sizeof g_sigterm_line, "%sSIGTERM: finishing the current step, then saving a "
+                 "checkpoint if every rank is still there (a launcher also sends SIGTERM when a rank has failed: "
+                 "then the job ends without one, and the launcher's message names that rank)\n", prefix);
+    else
+        snprintf(g_sigterm_line, sizeof g_sigterm_line, "%s", g_interrupt_line);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;

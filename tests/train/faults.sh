@@ -10,6 +10,8 @@
 #                      (both: every rank is gone within comm.timeout_s plus a margin, zt-run exits
 #                      non-zero and names rank 1 by its pid, rank 0 names it too, nobody claims a
 #                      checkpoint)
+#   mpirun_kill MPIEXEC  under your own mpirun -np 2, rank 1 killed by SIGKILL: rank 0 cannot tell
+#                      mpirun's SIGTERM from a user's, and says so instead of promising a checkpoint
 #   nproc_interrupt    Ctrl-C (SIGINT to the process group, as a terminal sends it) and SIGTERM to
 #                      zt-run alone, under --nproc 2: exit 130, a checkpoint, no message of a failure,
 #                      and the resumed run computes what an uninterrupted one does
@@ -176,6 +178,25 @@ nproc_stop() {
     # rank 0 names it too: in its watchdog's timeout, or as it is ended
     grep -qE "rank 1 (of 2 )?\(pid $NPROC_R1\) (is|has been) stopped" "$NPROC_LOG" ||
         fail "expected rank 0 to name rank 1 (pid $NPROC_R1) as stopped"
+}
+
+mpirun_kill() {
+    local mpiexec=$1 log=$out/mpirun.log
+    "$mpiexec" -np 2 --oversubscribe --allow-run-as-root "$zt_run" "${tiny[@]}" --output-dir "$out/run" \
+        --set steps=100000 >"$log" 2>&1 &
+    local job=$!
+    wait_lines "$out/run/metrics.jsonl" 3 "$job" || { fail "the job did not start training"; cat "$log"; return; }
+    local r1
+    r1=$(for p in $(children "$job"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && echo "$p"; done)
+    [ -n "$r1" ] || { fail "cannot find rank 1 under mpirun $job"; kill -KILL "$job"; return; }
+    kill -KILL "$r1"
+    wait "$job"
+    local rc=$?
+    cat "$log"
+    [ "$rc" -ne 0 ] || fail "the job exited 0 after rank 1 was killed"
+    has "zt[rank 0] SIGTERM: finishing the current step, then saving a checkpoint if every rank is still there" "$log"
+    lacks "interrupt: finishing the current step, then saving a checkpoint" "$log"
 }
 
 # Ctrl-C as a terminal sends it (SIGINT to zt-run's process group), then SIGTERM to zt-run alone;
