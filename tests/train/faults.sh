@@ -172,7 +172,7 @@ nproc_kill() {
 }
 
 nproc_stop() {
-    nproc_fault STOP 2 9 # 2 s of watchdog (or zt-run's 2 s past it), the teardown, a margin
+    nproc_fault STOP 2 12 # 2 s of watchdog (or zt-run's 2 s past it), the teardown, a margin
     grep -qE "zt-run: rank 1 of 2 \(pid $NPROC_R1\) (has been|was) stopped" "$NPROC_LOG" ||
         fail "expected zt-run to name rank 1 (pid $NPROC_R1) as stopped"
     # rank 0 names it too: in its watchdog's timeout, or as it is ended
