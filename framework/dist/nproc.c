@@ -429,13 +429,15 @@ static void watch_rank(const char *job_dir, int32_t r, watched_rank *w, int n_in
 {
     zt_job_read_rank(job_dir, r, &w->info);
     if (!w->info.registered || w->gone_at > 0) return;
-    if (relaying && w->info.ready && w->delivered < n_interrupts && kill(w->info.pid, relay_sig) == 0)
-        w->delivered++;
-    char state = zt_job_process_state(w->info.pid, w->info.start);
+    char state = zt_job_process_state(w->info.pid, w->info.start); /* first: its pid may be another's now */
     if (state == 0 || state == 'Z' || state == 'X') {
         w->gone_at = now;
         zt_job_read_rank(job_dir, r, &w->info); /* what it wrote as it ended */
-    } else if (state == 'T' || state == 't') {
+        return;
+    }
+    if (relaying && w->info.ready && w->delivered < n_interrupts && kill(w->info.pid, relay_sig) == 0)
+        w->delivered++;
+    if (state == 'T' || state == 't') {
         if (w->stopped_since == 0) w->stopped_since = now;
         if (now - w->stopped_since > w->longest_stop) w->longest_stop = now - w->stopped_since;
     } else {
@@ -476,9 +478,9 @@ static long find_culprit(const watched_rank *w, long nproc, int relay_sig, doubl
 
 /* Starts mpirun (in a process group of its own, so a terminal's Ctrl-C reaches zt-run alone) and
  * watches its ranks until it exits. A user's signal is recorded in the job directory, then sent to
- * each rank once it is ready for it (rank-R.ready); a second one before every rank is ready ends the
- * job at once. Returns the job's exit code: 130 when it stopped for an interrupt, the failing rank's
- * otherwise, after naming it. */
+ * each rank once it is ready for it (rank-R.ready); a second one ends the job at once, through
+ * mpirun. Returns the job's exit code: 130 when it stopped for an interrupt, 0 when every rank
+ * succeeded, else mpirun's, after naming the rank that brought the job down. */
 static int supervise_mpirun(const char *mpirun, char **args, long nproc, const char *job_dir)
 {
     watched_rank *w = calloc((size_t)nproc, sizeof *w);
