@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "base/args.h"
+#include "base/log.h"
 #include "cli/cli.h"
+#include "dist/job.h"
 #include "dist/launch.h"
 #include "generate/generate.h"
 
@@ -111,7 +113,9 @@ int zt_cli_usage_error(const char *fmt, ...)
 
 int zt_cli_run_error(const zt_error *err)
 {
-    fprintf(stderr, "zt-run: error: %s\n", err->msg);
+    /* A rank of a job says which one it is: the launcher merges every rank's output. */
+    if (zt_log_rank() >= 0) fprintf(stderr, "zt[rank %d] error: %s\n", zt_log_rank(), err->msg);
+    else fprintf(stderr, "zt-run: error: %s\n", err->msg);
     return ZT_EXIT_ERROR;
 }
 
@@ -271,6 +275,11 @@ int main(int argc, char **argv)
 {
     run_args a;
     int status = parse_args(argc, argv, &a);
+    /* A rank of a job says so on every line from the first (the runtime checks the launch itself). */
+    zt_launch launch;
+    zt_error launch_err;
+    if (status < 0 && zt_launch_detect(&launch, &launch_err) == ZT_OK && launch.world_size > 1)
+        zt_log_set_rank(launch.rank);
     if (status < 0 && a.nproc && !a.dry_run) {
         /* Returns only on failure, or for --nproc 1 (the run stays in this process). */
         zt_error err;
@@ -289,5 +298,8 @@ int main(int argc, char **argv)
     }
     free(a.plugin_paths);
     free(a.sets);
-    return status;
+    /* A rank of zt-run --nproc tells it how it ended (job.h); under its mpirun an interrupted rank
+     * then exits 0, which zt-run turns back into 130. */
+    zt_job_note_end("exit", status);
+    return zt_job_exit_status(status);
 }

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "base/log.h"
 #include "cli/cli.h"
+#include "dist/job.h"
 #include "host/select.h"
 #include "train/estimate.h"
 #include "train/trainer.h"
@@ -123,7 +125,9 @@ int zt_cli_train(const run_args *a)
     zt_train_request req = {cfg, &settings, &set, rt, plugins, a->resume, a->model, a->export_dir};
     zt_status st = zt_train_run(&req, &err);
     if (st == ZT_ERR_CANCELLED) {
-        fprintf(stderr, "zt-run: %s\n", err.msg);
+        /* Rank 0 speaks for a job (where its checkpoint is); the others said they were interrupted. */
+        if (zt_log_rank() < 0) fprintf(stderr, "zt-run: %s\n", err.msg);
+        else if (zt_log_rank() == 0) fprintf(stderr, "zt[rank 0] %s\n", err.msg);
         status = ZT_EXIT_INTERRUPTED;
     } else if (st != ZT_OK) {
         zt_cli_run_error(&err);
@@ -136,6 +140,9 @@ oom:
 fail:
     zt_cli_run_error(&err);
 done:
+    /* Before the shutdown barrier, where a rank that failed alone waits for the others: zt-run then
+     * knows already which rank failed (job.h). */
+    zt_job_note_end("exit", status);
     free(plugins);
     zt_plugin_set_unload(&set); /* fini before the runtime that served them goes */
     zt_runtime_destroy(rt);

@@ -9,7 +9,8 @@
  * the same, then move their data with MPI's faster blocking call (meet_and_agree says why). Point
  * to point, group creation, start-up and shutdown are watched the same way.
  * While a wait is long, SIGTERM (what mpirun sends every rank when one dies) first prints what
- * this rank was waiting in, so the job's output shows where each survivor stood.
+ * this rank was waiting in, so the job's output shows where each survivor stood; under zt-run
+ * --nproc it also names the ranks that are gone or stopped (job.h), and so does a timeout.
  *
  * Threads. MPI is initialized with MPI_THREAD_SERIALIZED: collectives may come from any thread,
  * one at a time, in the same order on every rank of a group. The trainer issues them from its one
@@ -22,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L /* sigaction, nanosleep, clock_gettime */
 #include "base/clock.h"
 #include "dist/comm_mpi.h"
+#include "dist/job.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -63,7 +65,6 @@ typedef struct mpi_backend {
  * prints it is installed. */
 static char g_waiting_in[320];
 static char g_term_line[640];
-static size_t g_term_line_len;
 static struct sigaction g_term_before; /* the SIGTERM disposition the wait replaced */
 
 static void describe_bytes(uint64_t bytes, char out[32])
@@ -88,13 +89,38 @@ static const char *dtype_name(int32_t dtype)
     return dtype >= 0 && dtype <= ZT_U32 ? names[dtype] : "?";
 }
 
-/* Async-signal-safe: write(2), sigaction and raise only. Prints where this rank stood, then does
- * what SIGTERM would have done without the wait: the trainer's handler (finish the step, save),
- * ignoring it, or the default (terminate). */
+/* Async-signal-safe: write(2), sigaction, raise and job.h's reads only. Prints where this rank
+ * stood (unless zt-run --nproc relayed a user's SIGTERM), then does what SIGTERM would have done
+ * without the wait: the trainer's handler (which says whether the job is being torn down or the user
+ * asked for a checkpoint), ignoring it, or the default (terminate), for which this line says why. */
 static void on_term_while_waiting(int sig, siginfo_t *info, void *context)
 {
-    ssize_t ignored = write(STDERR_FILENO, g_term_line, g_term_line_len);
-    (void)ignored;
+    /* A user's SIGTERM that zt-run --nproc relays asks for a checkpoint: nothing to explain. */
+    int user_interrupt = zt_job_attached() && !zt_job_sigterm_ends_job();
+    static char line[2048];
+    size_t len = 0;
+    line[0] = '\0';
+    zt_job_append(line, sizeof line, &len, g_term_line);
+    int handled = (g_term_before.sa_flags & SA_SIGINFO) ||
+                  (g_term_before.sa_handler != SIG_DFL && g_term_before.sa_handler != SIG_IGN);
+    if (!handled) {
+        size_t before = len;
+        zt_job_append(line, sizeof line, &len, ": ");
+        if (!zt_job_describe_peers(line, sizeof line, &len)) {
+            len = before;
+            line[len] = '\0';
+            zt_job_append(line, sizeof line, &len, zt_job_attached()
+                          ? " (the launcher is ending the job: its message says why)"
+                          : " (mpirun sends SIGTERM to every rank when one fails, or when it is interrupted "
+                            "itself: the first error in the job's output names a failed rank)");
+        }
+    }
+    zt_job_append(line, sizeof line, &len, "\n");
+    if (!user_interrupt) {
+        ssize_t ignored = write(STDERR_FILENO, line, len);
+        (void)ignored;
+    }
+    if (!handled) zt_job_note_end("terminated", 128 + sig);
     if (g_term_before.sa_flags & SA_SIGINFO) {
         g_term_before.sa_sigaction(sig, info, context);
     } else if (g_term_before.sa_handler == SIG_DFL) {
@@ -111,11 +137,8 @@ static void on_term_while_waiting(int sig, siginfo_t *info, void *context)
 
 static void watch_sigterm(const mpi_backend *b)
 {
-    int n = snprintf(g_term_line, sizeof g_term_line,
-                     "zt[rank %d] SIGTERM while this rank waited in %s for the other ranks (mpirun sends "
-                     "SIGTERM to every rank when one fails: the first error in the job's output names it)\n",
-                     b->base.world_rank, g_waiting_in);
-    g_term_line_len = n < 0 ? 0 : (size_t)n < sizeof g_term_line ? (size_t)n : sizeof g_term_line - 1;
+    snprintf(g_term_line, sizeof g_term_line, "zt[rank %d] SIGTERM while this rank waited in %s for the other ranks",
+             b->base.world_rank, g_waiting_in);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_term_while_waiting;
@@ -143,6 +166,7 @@ static void abort_job(const mpi_backend *b, const char *why)
 {
     fprintf(stderr, "zt[rank %d] error: %s; ending every rank of the job\n", b->base.world_rank, why);
     fflush(stderr);
+    zt_job_note_end("aborted", 1);
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1); /* MPI_Abort does not return; this is for an MPI that does */
 }
@@ -174,7 +198,7 @@ static zt_status wait_watched(const mpi_backend *b, MPI_Request *reqs, int n, co
     if (rc != MPI_SUCCESS) return mpi_failed(rc, err);
     if (done) return ZT_OK;
     watch_sigterm(b);
-    double start = zt_now_s(), waited = 0;
+    double last = zt_now_s(), waited = 0;
     while (!done) {
         if (b->timeout_s > 0 && waited >= b->timeout_s) break;
         pause_between_tests(waited);
@@ -183,7 +207,11 @@ static zt_status wait_watched(const mpi_backend *b, MPI_Request *reqs, int n, co
             unwatch_sigterm();
             return mpi_failed(rc, err);
         }
-        waited = zt_now_s() - start;
+        /* Tests are microseconds apart; a gap of a second is this rank itself not running (stopped
+         * by SIGSTOP or a debugger), which is no wait for the others: it does not count. */
+        double now = zt_now_s();
+        if (now - last < 1.0) waited += now - last;
+        last = now;
     }
     unwatch_sigterm();
     if (done) return ZT_OK;
@@ -205,9 +233,14 @@ static zt_status wait_watched(const mpi_backend *b, MPI_Request *reqs, int n, co
     } else {
         snprintf(who, sizeof who, "%s", missing);
     }
-    char why[2048];
-    snprintf(why, sizeof why, "timed out after %g s in %s; %s (if a rank legitimately needs longer, for "
-             "example to save a large checkpoint, raise comm.timeout_s)", b->timeout_s, g_waiting_in, who);
+    /* Under zt-run --nproc the ranks that are gone or stopped are known: the likely reason. */
+    char trouble[1024] = "";
+    size_t trouble_len = 0;
+    zt_job_append(trouble, sizeof trouble, &trouble_len, "; ");
+    if (!zt_job_describe_peers(trouble, sizeof trouble, &trouble_len)) trouble[0] = '\0';
+    char why[3072];
+    snprintf(why, sizeof why, "timed out after %g s in %s; %s%s (if a rank legitimately needs longer, for "
+             "example to save a large checkpoint, raise comm.timeout_s)", b->timeout_s, g_waiting_in, who, trouble);
     abort_job(b, why);
     return ZT_ERR_TIMEOUT;
 }
@@ -687,6 +720,7 @@ EXPORT zt_status zt_comm_mpi_create_v1(const zt_comm_mpi_options *opt, zt_comm_b
         return fail_start(finalize_mpi, err);
     }
 
+    zt_job_attach(rank, size, opt->launcher); /* this module's own copy of job.c */
     mpi_backend *b = calloc(1, sizeof *b);
     if (!b) {
         zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating the MPI communicator");

@@ -4,13 +4,16 @@
  * environment: mpirun (Open MPI), an MPICH-style PMI launcher (mpiexec), srun (Slurm), torchrun, or
  * ZT_RANK/ZT_WORLD_SIZE. zt_launch_detect reads them; zt_launch_comm_create gives the
  * communication backend such a job needs (MPI for CPU ranks, NCCL for GPU ranks, whose start-up
- * goes through the TCP rendezvous below); zt_launch_local is `zt-run --nproc N`.
+ * goes through the TCP rendezvous below); zt_launch_local is `zt-run --nproc N` (nproc.c).
  */
 #ifndef ZT_FRAMEWORK_LAUNCH_H
 #define ZT_FRAMEWORK_LAUNCH_H
 
 #include "base/error.h"
 #include "dist/comm.h"
+
+/* zt_launch.launcher of the GPU ranks `zt-run --nproc` starts itself (they say so in ZT_LAUNCHER). */
+#define ZT_NPROC_LAUNCHER "zt-run --nproc"
 
 typedef struct zt_launch {
     int32_t rank;
@@ -58,22 +61,27 @@ zt_status zt_launch_rendezvous_address(char *addr, size_t cap, int *port, int *f
  * the supervisor on machines without GPUs). */
 enum { ZT_NPROC_AUTO, ZT_NPROC_CPU, ZT_NPROC_GPU, ZT_NPROC_FORK };
 
-/* `zt-run --nproc N`: `nproc_text` is N as typed. N = 1 returns ZT_OK at once: the run stays in
- * this process.
+/* `zt-run --nproc N` (nproc.c): `nproc_text` is N as typed. N = 1 returns ZT_OK at once: the run
+ * stays in this process. Otherwise this process supervises the job and exits with its code (0 when
+ * every rank succeeded, 130 when an interrupt stopped it, the failed rank's code after naming it);
+ * only errors before anything starts return. Either way the ranks get ZT_NPROC_DIR, the job
+ * directory (job.h), and a user's SIGINT, SIGTERM or SIGHUP to this process is recorded there
+ * before each rank gets it, so a rank tells it from a launcher's SIGTERM after a failure.
  *
  * GPU ranks (device=cuda in argv's --set, or auto, the default, when this machine has GPUs): this
  * process starts N children itself, one per GPU, with ZT_RANK, ZT_LOCAL_RANK, ZT_WORLD_SIZE,
  * ZT_MASTER_ADDR=127.0.0.1, ZT_MASTER_PORT (a free port) and NCCL_NVLS_ENABLE=0 (unless set) in
  * their environment, relays their output ("[rank 1] " before the lines of ranks above 0), forwards
  * SIGINT/SIGTERM/SIGHUP, and when one fails names it and ends the others (SIGTERM, SIGKILL 10 s
- * later); then it exits with the first failed rank's code (128 + signal when killed), 0 when all
- * succeeded. Errors before starting (more ranks than GPUs, no NCCL) return.
+ * later). Errors before starting (more ranks than GPUs, no NCCL) return.
  *
- * CPU ranks: this process is replaced by
+ * CPU ranks: this process starts, in a process group of its own,
  *     mpirun -np N --oversubscribe [binding] [--allow-run-as-root] <this program> <argv without --nproc>
- * so CPU ranks talk through MPI, and mpirun forwards signals, stops every rank when one fails and
- * names it. Returns only on failure (bad N, already inside a launched job, no mpirun on PATH, zt
- * built without MPI). */
+ * so CPU ranks talk through MPI and mpirun stops every rank when one dies. This process relays a
+ * user's signal to each rank by pid once the rank is ready for it, names the rank that was killed,
+ * stopped or failed first, and ends the job when a rank has been stopped for longer than its
+ * comm.timeout_s. Returns on failure before that (bad N, already inside a launched job, no mpirun
+ * on PATH, zt built without MPI, no job directory). */
 zt_status zt_launch_local(const char *nproc_text, int argc, char **argv, zt_error *err);
 /* The same with the choice of CPU or GPU ranks forced (ZT_NPROC_CPU, ZT_NPROC_GPU, ZT_NPROC_FORK) or left to
  * argv and the machine (ZT_NPROC_AUTO: what zt_launch_local does); for test programs. */

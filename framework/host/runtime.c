@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "host/runtime_internal.h"
+#include "dist/job.h"
 #include "dist/launch.h"
 
 static volatile sig_atomic_t g_cancel_requested = 0;
@@ -384,13 +385,18 @@ static zt_status gpu_of_rank(const zt_launch *launch, int *index, zt_error *err)
 }
 
 /* One process: the local backend. A job of several ranks: the backend its launch calls for
- * (launch.c), and log lines that say which rank wrote them. */
+ * (launch.c), log lines that say which rank wrote them, and under zt-run --nproc this rank's entry in
+ * the job directory (job.h), once it is connected. */
 static zt_status create_comm_backend(zt_runtime *rt, const zt_runtime_options *opt, const zt_launch *launch,
                                      zt_error *err)
 {
     if (launch->world_size == 1) return zt_comm_local_create(rt->device, &rt->device_ctx, &rt->comm, err);
+    zt_job_attach(launch->rank, launch->world_size, launch->launcher);
     zt_status st = zt_launch_comm_create(launch, opt->device_type, opt->comm_timeout_s, &rt->comm, err);
-    if (st == ZT_OK) zt_log_set_rank(launch->rank);
+    if (st == ZT_OK) {
+        zt_log_set_rank(launch->rank);
+        zt_job_register(opt->comm_timeout_s);
+    }
     return st;
 }
 

@@ -18,6 +18,7 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "dist/job.h"
 #include "state/checkpoint.h"
 #include "state/hf_model.h"
 #include "state/model_config.h"
@@ -785,36 +786,89 @@ zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
 
 /* ---- Ctrl-C ------------------------------------------------------------------------------------ */
 
+/* SIGINT (a terminal's Ctrl-C, or zt-run --nproc relaying it) and SIGTERM (a scheduler) ask for a
+ * checkpoint: the step in progress finishes, every rank agrees to stop (train_loop), the checkpoint
+ * is saved, the exit status is 130. A SIGTERM that a launcher sends to tear a job down after a rank
+ * failed cannot get one (saving needs every rank): the job directory tells the two apart (job.h), and
+ * then the rank says which rank is gone and ends as SIGTERM ends it.
+ *
+ * The handler's lines are made before it is installed (a handler may not format): "zt-run: " for
+ * one process, "zt[rank N] " for a rank of a job. */
+static char g_interrupt_line[256], g_sigterm_line[448], g_second_line[160];
 static struct sigaction g_old_int, g_old_term;
+
+static void say(const char *line)
+{
+    ssize_t ignored = write(STDERR_FILENO, line, strlen(line));
+    (void)ignored;
+}
+
+static void end_torn_down(int sig)
+{
+    static char line[2048];
+    size_t len = 0;
+    line[0] = '\0';
+    zt_job_append(line, sizeof line, &len, "zt[rank ");
+    zt_job_append_int(line, sizeof line, &len, zt_job_rank());
+    zt_job_append(line, sizeof line, &len, "] SIGTERM: the launcher is ending the job, and this rank stops now, "
+                  "without a checkpoint (saving one needs every rank): ");
+    if (!zt_job_describe_peers(line, sizeof line, &len))
+        zt_job_append(line, sizeof line, &len, "no other rank has failed that this one can see (the launcher's "
+                      "message says why)");
+    zt_job_append(line, sizeof line, &len, "\n");
+    say(line);
+    zt_job_note_end("terminated", 128 + sig);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig); /* delivered when the handler returns: the rank ends by SIGTERM, as a launcher expects */
+}
 
 static void on_interrupt(int sig)
 {
-    (void)sig;
-    if (zt_runtime_cancel_requested()) {
-        static const char msg[] = "\nzt-run: second interrupt: exiting now, without a checkpoint\n";
-        ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)ignored;
-        _exit(130);
+    if (sig == SIGTERM && zt_job_sigterm_ends_job()) {
+        end_torn_down(sig);
+        return;
+    }
+    /* The second: here, or zt-run --nproc's, which comes as mpirun's SIGTERM. */
+    if (zt_runtime_cancel_requested() || (sig == SIGTERM && zt_job_interrupts() >= 2)) {
+        say(g_second_line);
+        zt_job_note_end("exit", 130);
+        _exit(zt_job_exit_status(130));
     }
     zt_runtime_request_cancel();
-    static const char msg[] = "\nzt-run: interrupt: finishing the current step, then saving a checkpoint "
-                              "(interrupt again to quit without one)\n";
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)ignored;
+    say(sig == SIGTERM ? g_sigterm_line : g_interrupt_line);
 }
 
 static void catch_interrupts(void)
 {
+    char prefix[32] = "\nzt-run: "; /* one process: off the terminal's "^C" first */
+    if (zt_log_rank() >= 0) snprintf(prefix, sizeof prefix, "zt[rank %d] ", zt_log_rank());
+    snprintf(g_interrupt_line, sizeof g_interrupt_line, "%sinterrupt: finishing the current step, then saving a "
+             "checkpoint (interrupt again to quit without one)\n", prefix);
+    snprintf(g_second_line, sizeof g_second_line, "%ssecond interrupt: exiting now, without a checkpoint\n", prefix);
+    /* A rank of your own mpirun or srun cannot tell a user's SIGTERM from the launcher's after a
+     * failure (only zt-run --nproc records interrupts): it says both. */
+    if (zt_log_rank() >= 0 && !zt_job_attached())
+        snprintf(g_sigterm_line, sizeof g_sigterm_line, "%sSIGTERM: finishing the current step, then saving a "
+                 "checkpoint if every rank is still there (a launcher also sends SIGTERM when a rank has failed: "
+                 "then the job ends without one, and the launcher's message names that rank)\n", prefix);
+    else
+        snprintf(g_sigterm_line, sizeof g_sigterm_line, "%s", g_interrupt_line);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &g_old_int);
     sigaction(SIGTERM, &sa, &g_old_term);
+    zt_job_set_ready(1); /* zt-run --nproc relays a user's interrupt from now on */
 }
 
 static void restore_interrupts(void)
 {
+    zt_job_set_ready(0);
     sigaction(SIGINT, &g_old_int, NULL);
     sigaction(SIGTERM, &g_old_term, NULL);
 }

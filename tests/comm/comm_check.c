@@ -17,7 +17,10 @@
  *                               (ZT_MASTER_ADDR/ZT_MASTER_PORT), checks it, then per MODE: ok;
  *                               fail (rank 1 exits 3); kill (rank 1 dies by SIGKILL); stuck (rank 1
  *                               exits 5 while rank 0 sleeps); sleep (every rank sleeps; fork.sh
- *                               signals zt-run's process).
+ *                               signals zt-run's process); interrupt (every rank waits for SIGINT or
+ *                               SIGTERM, says whether the job directory calls it a user's interrupt,
+ *                               and exits 130); teardown (rank 1 dies by SIGKILL, rank 0 waits for
+ *                               the supervisor's SIGTERM and says whom the job directory names).
  * The shell tests next to this file (watchdog.sh, nproc.sh) run the other modes and check what the
  * job prints.
  */
@@ -31,6 +34,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "dist/job.h"
 #include "dist/launch.h"
 #include "host/runtime.h"
 #include "ztest.h"
@@ -430,6 +434,42 @@ static int run_launched(const char *expected_ranks)
 /* The id rank 0 sends: a pattern every rank knows, so the others can tell it arrived whole. */
 static unsigned char fake_id_byte(int i) { return (unsigned char)(i * 7 + 13); }
 
+/* fork-child interrupt / teardown: the job directory as a rank of zt-run --nproc sees it. The
+ * signals are taken with sigtimedwait, so what a handler may not call is fine here. */
+static int run_signalled_child(const zt_launch *l, const char *mode)
+{
+    zt_job_attach(l->rank, l->world_size, l->launcher);
+    zt_job_register(20);
+    if (!zt_job_attached()) {
+        fprintf(stderr, "rank %d: no job directory (%s is not set)\n", l->rank, ZT_JOB_DIR_ENV);
+        return 1;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    if (strcmp(mode, "teardown") == 0 && l->rank == 1) {
+        struct timespec pause = {0, 300 * 1000 * 1000}; /* rank 0 registers meanwhile */
+        nanosleep(&pause, NULL);
+        raise(SIGKILL);
+    }
+    struct timespec limit = {30, 0};
+    int sig = sigtimedwait(&set, NULL, &limit);
+    if (sig < 0) {
+        fprintf(stderr, "rank %d: no signal within 30 s\n", l->rank);
+        return 1;
+    }
+    char peers[1024] = "";
+    size_t len = 0;
+    int n_peers = zt_job_describe_peers(peers, sizeof peers, &len);
+    int ends = sig == SIGTERM && zt_job_sigterm_ends_job();
+    fprintf(stderr, "rank %d: %s, %s (%d interrupt(s) recorded; %d rank(s) in trouble%s%s)\n", l->rank,
+            sig == SIGINT ? "SIGINT" : "SIGTERM", ends ? "the job is torn down" : "an interrupt to save for",
+            zt_job_interrupts(), n_peers, n_peers ? ": " : "", peers);
+    return ends ? 1 : 130;
+}
+
 static int run_fork_child(const char *mode)
 {
     zt_launch l;
@@ -459,6 +499,7 @@ static int run_fork_child(const char *mode)
            l.launcher, l.local_rank, getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset");
     fprintf(stderr, "rank %d: pid %d, a line on stderr\n", l.rank, (int)getpid());
     fflush(NULL);
+    if (strcmp(mode, "interrupt") == 0 || strcmp(mode, "teardown") == 0) return run_signalled_child(&l, mode);
     if (strcmp(mode, "sleep") == 0) {
         sleep(60);
         return 1;

@@ -51,4 +51,37 @@ for p in $pids; do
     if kill -0 "$p" 2>/dev/null; then echo "FAIL: rank process $p outlived the job"; zt_failures=$((zt_failures+1)); kill -KILL "$p"; fi
 done
 rm -f "$log"
+
+# A user's interrupt (SIGINT, SIGTERM) is recorded in the job directory before the ranks get it, so
+# they take it for one to save a checkpoint for; ranks that stop for it with 130 have not failed: the
+# job exits 130 and names nobody.
+for sig in INT TERM; do
+    log=$(mktemp)
+    "$comm_check" --fork 2 fork-child interrupt >"$log" 2>&1 &
+    job=$!
+    for _ in $(seq 100); do [ "$(grep -c "pid" "$log")" -ge 2 ] && break; sleep 0.1; done
+    sleep 0.2 # both have registered in the job directory
+    kill "-$sig" "$job"
+    wait "$job"
+    rc=$?
+    [ "$rc" -eq 130 ] || { echo "FAIL: SIG$sig: a job its ranks stopped with 130 exits 130, got $rc:"; cat "$log"; zt_failures=$((zt_failures+1)); }
+    for want in "rank 0: SIG$sig, an interrupt to save for (1 interrupt(s) recorded; 0 rank(s) in trouble)" \
+                "[rank 1] rank 1: SIG$sig, an interrupt to save for (1 interrupt(s) recorded"; do
+        grep -qF "$want" "$log" || { echo "FAIL: SIG$sig: expected '$want':"; cat "$log"; zt_failures=$((zt_failures+1)); }
+    done
+    if grep -qE "exited with code|ending the other ranks|killed by" "$log"; then
+        echo "FAIL: SIG$sig: an interrupted rank was reported as a failure:"; cat "$log"; zt_failures=$((zt_failures+1))
+    fi
+    rm -f "$log"
+done
+
+# A rank killed: the supervisor's SIGTERM to the other is no interrupt, and the job directory names
+# the rank that died.
+_zt_run "$comm_check" --fork 2 fork-child teardown
+pid1=$(sed -n 's/.*rank 1: pid \([0-9]*\),.*/\1/p' <<<"$ZT_OUT")
+for want in "zt-run: rank 1 of 2 was killed by signal 9 (Killed; pid $pid1)" \
+            "rank 0: SIGTERM, the job is torn down (0 interrupt(s) recorded; 1 rank(s) in trouble: rank 1 (pid $pid1) has died"; do
+    grep -qF "$want" <<<"$ZT_OUT" || { echo "FAIL: teardown: expected '$want':"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1)); }
+done
+[ "$ZT_RC" -eq 137 ] || { echo "FAIL: teardown: expected exit 137, got $ZT_RC"; zt_failures=$((zt_failures+1)); }
 finish

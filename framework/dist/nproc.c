@@ -1,0 +1,734 @@
+/* `zt-run --nproc N`: N ranks on this machine (launch.h, docs/distributed.md). GPU ranks are this
+ * process's children: it relays their output and signals. CPU ranks are mpirun's children: this
+ * process starts mpirun and watches the ranks through the job directory (job.h), so it can relay a
+ * user's interrupt to each rank itself (mpirun would turn it into SIGTERM and SIGKILL one second
+ * later, too soon for a checkpoint), tell an interrupt from a failure, and name the rank that died
+ * or stopped. */
+#define _GNU_SOURCE /* readlink, strsignal, prctl, pipe2 */
+#include "dist/launch.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/module.h"
+#include "base/threadpool.h"
+#include "device/device.h"
+#include "dist/comm_mpi.h"
+#include "dist/comm_nccl.h"
+#include "dist/job.h"
+
+#if !defined(ZT_HAVE_MPI_BACKEND) || !defined(ZT_HAVE_NCCL_BACKEND)
+#error "ZT_HAVE_MPI_BACKEND and ZT_HAVE_NCCL_BACKEND must be defined (framework/CMakeLists.txt)"
+#endif
+
+#define MAX_LOCAL_RANKS 1024
+
+static const char *env_value(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* ---- both kinds of ranks ---------------------------------------------------------------------- */
+
+/* The first executable `name` on $PATH, like execvp finds it. */
+static int find_on_path(const char *name, char *out, size_t cap)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path) return 0;
+    for (const char *dir = path; dir;) {
+        const char *colon = strchr(dir, ':');
+        size_t len = colon ? (size_t)(colon - dir) : strlen(dir);
+        int w = len ? snprintf(out, cap, "%.*s/%s", (int)len, dir, name) : snprintf(out, cap, "./%s", name);
+        if (w > 0 && (size_t)w < cap && access(out, X_OK) == 0) return 1;
+        dir = colon ? colon + 1 : NULL;
+    }
+    return 0;
+}
+
+/* SIGINT, SIGTERM and SIGHUP to zt-run are the user's (a terminal's Ctrl-C reaches zt-run alone:
+ * the ranks, or mpirun, are in process groups of their own); the supervisors relay them. Counted,
+ * so a second Ctrl-C is seen as one. */
+static volatile sig_atomic_t g_signals_seen, g_last_signal;
+
+static void on_user_signal(int sig)
+{
+    g_last_signal = sig;
+    g_signals_seen++;
+}
+
+typedef struct caught_signals {
+    struct sigaction old_int, old_term, old_hup;
+} caught_signals;
+
+static void catch_user_signals(caught_signals *c)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_user_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &c->old_int);
+    sigaction(SIGTERM, &sa, &c->old_term);
+    sigaction(SIGHUP, &sa, &c->old_hup);
+}
+
+static void restore_user_signals(const caught_signals *c)
+{
+    sigaction(SIGINT, &c->old_int, NULL);
+    sigaction(SIGTERM, &c->old_term, NULL);
+    sigaction(SIGHUP, &c->old_hup, NULL);
+}
+
+/* "was killed by signal 9 (Killed; pid 4242): out of memory (dmesg says), or killed by hand" */
+static void describe_signal(int sig, pid_t pid, char *out, size_t cap)
+{
+    snprintf(out, cap, "was killed by signal %d (%s; pid %ld)%s", sig, strsignal(sig), (long)pid,
+             sig == SIGKILL ? ": out of memory (dmesg says), or killed by hand" : "");
+}
+
+static void describe_exit(int status, pid_t pid, char *out, size_t cap)
+{
+    if (WIFEXITED(status))
+        snprintf(out, cap, "exited with code %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        describe_signal(WTERMSIG(status), pid, out, cap);
+    else
+        snprintf(out, cap, "ended with status %d", status);
+}
+
+static void pause_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL); /* a signal cuts it short: the loop then relays it at once */
+}
+
+/* ---- zt-run --nproc on GPUs: the ranks are this process's children ----------------------------- */
+
+#define NPROC_GRACE_S 10.0 /* after one rank fails, the others get this long to end on SIGTERM */
+
+/* The value of the last `--set device=V` (or --set=device=V) in argv; NULL when none. */
+static const char *device_in_args(int argc, char **argv)
+{
+    const char *found = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = NULL;
+        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) a = argv[++i];
+        else if (strncmp(argv[i], "--set=", 6) == 0) a = argv[i] + 6;
+        if (a && strncmp(a, "device=", 7) == 0) found = a + 7;
+    }
+    return found;
+}
+
+/* A free TCP port on 127.0.0.1 for the children's rendezvous, held (*holder, bound, never listening)
+ * until they are done: a port merely found free and closed again can be taken as the source port of
+ * some other program's connection before rank 0 binds it (seen with NCCL jobs running beside each
+ * other); Linux never picks an explicitly bound port for that. Both sockets set SO_REUSEADDR, so rank
+ * 0's listening socket may bind the port while this one holds it (it never listens). */
+static int reserve_local_port(int *holder, zt_error *err)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len)) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        zt_error_set(err, ZT_ERR_IO, "--nproc: cannot find a free TCP port on 127.0.0.1 for the ranks' "
+                     "rendezvous: %s", strerror(e));
+        return -1;
+    }
+    *holder = fd;
+    return ntohs(sa.sin_port);
+}
+
+typedef struct rank_output {
+    int fd;            /* -1 when closed */
+    FILE *to;          /* stdout or stderr */
+    int rank;
+    char buf[16384];
+    size_t len;
+} rank_output;
+
+/* zt's own log lines already say "zt[rank 1] ...": those go as they are. */
+static void emit_line(rank_output *o, const char *line, size_t len)
+{
+    if (len >= 8 && strncmp(line, "zt[rank ", 8) == 0)
+        fprintf(o->to, "%.*s\n", (int)len, line);
+    else
+        fprintf(o->to, "[rank %d] %.*s\n", o->rank, (int)len, line);
+}
+
+/* Writes the complete lines of `o` (all of it when `flush`), each prefixed with its rank. */
+static void emit_lines(rank_output *o, int flush)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < o->len; i++)
+        if (o->buf[i] == '\n') {
+            emit_line(o, o->buf + start, i - start);
+            start = i + 1;
+        }
+    if (flush && start < o->len) {
+        emit_line(o, o->buf + start, o->len - start);
+        start = o->len;
+    }
+    memmove(o->buf, o->buf + start, o->len - start);
+    o->len -= start;
+    fflush(o->to);
+}
+
+static void pump_output(rank_output *outs, int n_outs, int wait_ms)
+{
+    struct pollfd fds[2 * MAX_LOCAL_RANKS];
+    int map[2 * MAX_LOCAL_RANKS], n = 0;
+    for (int i = 0; i < n_outs; i++)
+        if (outs[i].fd >= 0) {
+            fds[n] = (struct pollfd){.fd = outs[i].fd, .events = POLLIN};
+            map[n++] = i;
+        }
+    if (!n) {
+        if (wait_ms > 0) {
+            struct timespec ts = {0, (long)wait_ms * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        return;
+    }
+    if (poll(fds, (nfds_t)n, wait_ms) <= 0) return;
+    for (int k = 0; k < n; k++) {
+        if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        rank_output *o = &outs[map[k]];
+        if (o->len == sizeof o->buf) emit_lines(o, 1); /* a line longer than the buffer: split it */
+        ssize_t got = read(o->fd, o->buf + o->len, sizeof o->buf - o->len);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (got <= 0) {
+            emit_lines(o, 1);
+            close(o->fd);
+            o->fd = -1;
+            continue;
+        }
+        o->len += (size_t)got;
+        emit_lines(o, 0);
+    }
+}
+
+/* Starts the children, relays their output and signals, and returns the job's exit code. A signal
+ * to zt-run is recorded in the job directory `job_dir`, then forwarded as it came: a rank then knows
+ * a user's SIGTERM from the one this supervisor sends the others when a rank fails. A rank that ends
+ * by the relayed signal, or with 130 (stopped by it, after its checkpoint), has not failed. */
+static int supervise_ranks(const char *exe, char **args, long nproc, int port, const char *job_dir)
+{
+    pid_t pids[MAX_LOCAL_RANKS];
+    int alive[MAX_LOCAL_RANKS];
+    rank_output *outs = calloc((size_t)(2 * nproc), sizeof *outs);
+    if (!outs) {
+        fprintf(stderr, "zt-run: error: out of memory starting %ld ranks\n", nproc);
+        return 1;
+    }
+    int n_outs = 0;
+    caught_signals caught;
+    catch_user_signals(&caught);
+    int signals_handled = g_signals_seen, relayed = 0; /* relayed: the user's signal, once there was one */
+    pid_t parent = getpid();
+    char port_text[16], world_text[16];
+    snprintf(port_text, sizeof port_text, "%d", port);
+    snprintf(world_text, sizeof world_text, "%ld", nproc);
+    long started = 0;
+    int code = 0, failed_rank = -1;
+    fflush(NULL);
+    for (long r = 0; r < nproc; r++) {
+        int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+        /* Rank 0 writes straight to this terminal: its output stays as a single run's. */
+        if (r > 0 && (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
+            fprintf(stderr, "zt-run: error: --nproc: cannot create a pipe for rank %ld: %s\n", r, strerror(errno));
+            code = 1;
+            break;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "zt-run: error: --nproc: cannot start rank %ld: %s\n", r, strerror(errno));
+            code = 1;
+            break;
+        }
+        if (pid == 0) {
+            /* Its own process group: a terminal's Ctrl-C reaches only zt-run, which forwards it once. */
+            setpgid(0, 0);
+            prctl(PR_SET_PDEATHSIG, SIGTERM); /* zt-run killed outright: the ranks end too */
+            if (getppid() != parent) _exit(1);
+            if (r > 0 && (dup2(out_pipe[1], STDOUT_FILENO) < 0 || dup2(err_pipe[1], STDERR_FILENO) < 0)) _exit(127);
+            char rank_text[24];
+            snprintf(rank_text, sizeof rank_text, "%ld", r);
+            setenv("ZT_RANK", rank_text, 1);
+            setenv("ZT_LOCAL_RANK", rank_text, 1);
+            setenv("ZT_WORLD_SIZE", world_text, 1);
+            setenv("ZT_LAUNCHER", ZT_NPROC_LAUNCHER, 1);
+            setenv("ZT_MASTER_ADDR", "127.0.0.1", 1);
+            setenv("ZT_MASTER_PORT", port_text, 1);
+            setenv(ZT_JOB_DIR_ENV, job_dir, 1);
+            setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast off unless asked for */
+            execv(exe, args);
+            fprintf(stderr, "zt-run: error: --nproc: cannot start rank %ld (%s): %s\n", r, exe, strerror(errno));
+            _exit(127);
+        }
+        pids[r] = pid;
+        alive[r] = 1;
+        started++;
+        if (r > 0) {
+            close(out_pipe[1]);
+            close(err_pipe[1]);
+            outs[n_outs++] = (rank_output){.fd = out_pipe[0], .to = stdout, .rank = (int)r};
+            outs[n_outs++] = (rank_output){.fd = err_pipe[0], .to = stderr, .rank = (int)r};
+        }
+    }
+    if (code) { /* a rank could not start: end those that did */
+        for (long r = 0; r < started; r++) kill(pids[r], SIGTERM);
+        failed_rank = -2;
+    }
+    long n_alive = started;
+    double kill_at = code ? zt_now_s() + NPROC_GRACE_S : 0;
+    while (n_alive > 0) {
+        pump_output(outs, n_outs, 100);
+        if (g_signals_seen != signals_handled) {
+            signals_handled = g_signals_seen;
+            int sig = g_last_signal;
+            zt_job_record_interrupt(job_dir, sig, signals_handled); /* before any rank gets it */
+            relayed = sig;
+            for (long r = 0; r < started; r++)
+                if (alive[r]) kill(pids[r], sig);
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            long r = 0;
+            while (r < started && pids[r] != pid) r++;
+            if (r == started || !alive[r]) continue;
+            alive[r] = 0;
+            n_alive--;
+            int bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            int by_user = relayed && ((WIFEXITED(status) && WEXITSTATUS(status) == 130) ||
+                                      (WIFSIGNALED(status) && WTERMSIG(status) == relayed));
+            if (bad && by_user && failed_rank == -1) {
+                /* Stopped by the user's signal: the job's code is that, and nobody failed. */
+                if (!code) code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                if (WIFSIGNALED(status)) {
+                    char how[160];
+                    describe_signal(WTERMSIG(status), pid, how, sizeof how);
+                    pump_output(outs, n_outs, 0);
+                    fprintf(stderr, "zt-run: rank %ld of %ld %s, which zt-run relayed to it\n", r, nproc, how);
+                    fflush(stderr);
+                }
+                continue;
+            }
+            if (!bad || failed_rank != -1) continue;
+            failed_rank = (int)r;
+            code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+            pump_output(outs, n_outs, 0); /* its last words first */
+            char how[160];
+            describe_exit(status, pid, how, sizeof how);
+            fprintf(stderr, "zt-run: rank %ld of %ld %s%s\n", r, nproc, how,
+                    n_alive ? "; ending the other ranks (SIGTERM, then SIGKILL after 10 s)" : "");
+            fflush(stderr);
+            for (long o = 0; o < started; o++)
+                if (alive[o]) kill(pids[o], SIGTERM);
+            kill_at = zt_now_s() + NPROC_GRACE_S;
+        }
+        if (kill_at > 0 && zt_now_s() >= kill_at) {
+            for (long r = 0; r < started; r++)
+                if (alive[r]) {
+                    fprintf(stderr, "zt-run: rank %ld of %ld did not end within 10 s of SIGTERM: SIGKILL\n", r, nproc);
+                    kill(pids[r], SIGKILL);
+                }
+            kill_at = 0;
+        }
+    }
+    /* Whatever the ranks wrote last (a child of theirs could hold a pipe: stop after a second). */
+    double drain_until = zt_now_s() + 1.0;
+    int open_outs = 1;
+    while (open_outs && zt_now_s() < drain_until) {
+        pump_output(outs, n_outs, 100);
+        open_outs = 0;
+        for (int i = 0; i < n_outs; i++) open_outs |= outs[i].fd >= 0;
+    }
+    for (int i = 0; i < n_outs; i++)
+        if (outs[i].fd >= 0) {
+            emit_lines(&outs[i], 1);
+            close(outs[i].fd);
+        }
+    free(outs);
+    restore_user_signals(&caught);
+    return code;
+}
+
+/* Whether --nproc starts GPU ranks (*gpu): device cuda, or auto (the default) with GPUs here. An
+ * error when cuda is asked for and unusable, there are fewer GPUs than ranks, or no NCCL backend. */
+static zt_status choose_gpu_ranks(long nproc, int mode, int argc, char **argv, int *gpu, zt_error *err)
+{
+    *gpu = mode == ZT_NPROC_FORK;
+    if (*gpu) return ZT_OK;
+    const char *device = device_in_args(argc, argv);
+    if (mode == ZT_NPROC_CPU || (mode == ZT_NPROC_AUTO && device && strcmp(device, "cpu") == 0)) return ZT_OK;
+    int want_cuda = mode == ZT_NPROC_GPU || (device && strcmp(device, "cuda") == 0);
+    int n_gpus = 0;
+    zt_error cuda_err;
+    if (zt_device_cuda_count(&n_gpus, &cuda_err) != ZT_OK) {
+        if (!want_cuda) return ZT_OK; /* auto without GPUs: CPU ranks */
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "--nproc %ld with device=cuda starts one rank per GPU, but %s: run on a machine with "
+                            "GPUs, or start CPU ranks (--set device=cpu)", nproc, cuda_err.msg);
+    }
+    if (nproc > n_gpus)
+        return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                            "--nproc %ld starts one rank per GPU, but this process sees %d GPU%s%s: use --nproc %d "
+                            "or fewer, or start CPU ranks (--set device=cpu)", nproc, n_gpus, n_gpus == 1 ? "" : "s",
+                            env_value("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES limits them)" : "", n_gpus);
+    if (!env_value("ZT_COMM_NCCL_LIBRARY")) {
+        char path[PATH_MAX], tried[3 * PATH_MAX + 16];
+        if (!ZT_HAVE_NCCL_BACKEND || !zt_module_find(ZT_COMM_NCCL_FILE, path, sizeof path, tried, sizeof tried))
+            return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                                "--nproc %ld starts GPU ranks that talk through NCCL, but %s: install NCCL and "
+                                "rebuild zt (docs/distributed.md), or start CPU ranks (--set device=cpu)", nproc,
+                                ZT_HAVE_NCCL_BACKEND ? "zt's NCCL backend libzt-comm-nccl.so is missing"
+                                                     : "zt was built without NCCL");
+    }
+    *gpu = 1;
+    return ZT_OK;
+}
+
+/* ---- zt-run --nproc on CPUs: mpirun's ranks, watched through the job directory ------------------- */
+
+/* A rank stopped this long past its comm.timeout_s makes zt-run end the job: the others' watchdog
+ * cannot see a rank that stopped while they were moving a collective's data with it. */
+#define STOPPED_GRACE_S 2.0
+#define POLL_MS 100
+
+typedef struct watched_rank {
+    zt_job_rank_info info;
+    int delivered;        /* interrupts relayed to it */
+    double gone_at;       /* when it was first seen gone; 0 while it runs */
+    double stopped_since; /* 0 while it is not stopped */
+    double longest_stop;
+} watched_rank;
+
+/* Reads what rank r wrote, relays the interrupts it has not had yet (one per poll: two signals sent
+ * at once would merge into one), and notes whether it is gone or stopped. */
+static void watch_rank(const char *job_dir, int32_t r, watched_rank *w, int n_interrupts, int relay_sig,
+                       int relaying, double now)
+{
+    zt_job_read_rank(job_dir, r, &w->info);
+    if (!w->info.registered || w->gone_at > 0) return;
+    char state = zt_job_process_state(w->info.pid, w->info.start); /* first: its pid may be another's now */
+    if (state == 0 || state == 'Z' || state == 'X') {
+        w->gone_at = now;
+        zt_job_read_rank(job_dir, r, &w->info); /* what it wrote as it ended */
+        return;
+    }
+    if (relaying && w->info.ready && w->delivered < n_interrupts && kill(w->info.pid, relay_sig) == 0)
+        w->delivered++;
+    if (state == 'T' || state == 't') {
+        if (w->stopped_since == 0) w->stopped_since = now;
+        if (now - w->stopped_since > w->longest_stop) w->longest_stop = now - w->stopped_since;
+    } else {
+        w->stopped_since = 0;
+    }
+}
+
+/* The rank that brought the job down, and what to say about it (*kind): one that was stopped for a
+ * while, else one gone without saying how it ended before zt-run ended the job (killed), else the
+ * first that stopped with an error. -1: none. */
+static long find_culprit(const watched_rank *w, long nproc, int relay_sig, double ended_at, const char **kind)
+{
+    long best = -1;
+    for (long r = 0; r < nproc; r++)
+        if (w[r].longest_stop >= 1.0 && (best < 0 || w[r].longest_stop > w[best].longest_stop)) best = r;
+    if (best >= 0) {
+        *kind = "stopped";
+        return best;
+    }
+    /* A relayed SIGHUP ends the ranks (they do not catch it), and so does zt-run ending the job. */
+    for (long r = 0; r < nproc; r++)
+        if (w[r].info.registered && w[r].gone_at > 0 && !w[r].info.ended && relay_sig != SIGHUP &&
+            (ended_at == 0 || w[r].gone_at < ended_at) && (best < 0 || w[r].gone_at < w[best].gone_at))
+            best = r;
+    if (best >= 0) {
+        *kind = "killed";
+        return best;
+    }
+    for (long r = 0; r < nproc; r++) {
+        const zt_job_rank_info *i = &w[r].info;
+        if (i->ended && strcmp(i->end_how, "exit") == 0 && i->end_status != 0 && i->end_status != 130 &&
+            (best < 0 || i->end_at < w[best].info.end_at))
+            best = r;
+    }
+    if (best >= 0) *kind = "error";
+    return best;
+}
+
+/* Starts mpirun (in a process group of its own, so a terminal's Ctrl-C reaches zt-run alone) and
+ * watches its ranks until it exits. A user's signal is recorded in the job directory, then sent to
+ * each rank once it is ready for it (rank-R.ready); a second one ends the job at once, through
+ * mpirun. Returns the job's exit code: 130 when it stopped for an interrupt, 0 when every rank
+ * succeeded, else mpirun's, after naming the rank that brought the job down. */
+static int supervise_mpirun(const char *mpirun, char **args, long nproc, const char *job_dir)
+{
+    watched_rank *w = calloc((size_t)nproc, sizeof *w);
+    if (!w) {
+        fprintf(stderr, "zt-run: error: out of memory starting %ld ranks\n", nproc);
+        return 1;
+    }
+    caught_signals caught;
+    catch_user_signals(&caught);
+    int n_interrupts = 0, relay_sig = 0, said_waiting = 0;
+    double ended_at = 0; /* when zt-run itself ended the job */
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0) {
+        fprintf(stderr, "zt-run: error: --nproc: cannot start %s: %s\n", mpirun, strerror(errno));
+        restore_user_signals(&caught);
+        free(w);
+        return 1;
+    }
+    if (child == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* zt-run killed outright: mpirun ends the ranks */
+        if (getppid() != parent) _exit(1);
+        /* A background process group reading the terminal would be stopped; the ranks read nothing. */
+        int null = open("/dev/null", O_RDONLY);
+        if (null >= 0) dup2(null, STDIN_FILENO);
+        setenv(ZT_JOB_DIR_ENV, job_dir, 1);
+        execv(mpirun, args);
+        fprintf(stderr, "zt-run: error: --nproc %ld: cannot start %s: %s\n", nproc, mpirun, strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    for (;;) {
+        if (waitpid(child, &status, WNOHANG) == child) break;
+        double now = zt_now_s();
+        int seen = g_signals_seen;
+        if (seen != n_interrupts) {
+            relay_sig = g_last_signal;
+            n_interrupts = seen;
+            zt_job_record_interrupt(job_dir, relay_sig, n_interrupts); /* before any rank gets it */
+            long n_ready = 0;
+            for (long r = 0; r < nproc; r++) {
+                zt_job_read_rank(job_dir, (int32_t)r, &w[r].info);
+                n_ready += w[r].info.ready && w[r].gone_at == 0;
+            }
+            if (n_interrupts >= 2 && ended_at == 0) {
+                /* Through mpirun, which ends the ranks quietly; each of them, ready or not, had one
+                 * interrupt recorded, so it takes the SIGTERM for the second. */
+                fprintf(stderr, "zt-run: second interrupt: ending the ranks now, without a checkpoint\n");
+                kill(child, SIGTERM);
+                ended_at = now;
+            } else if (n_ready < nproc && !said_waiting) {
+                fprintf(stderr, "zt-run: interrupt: %ld of %ld ranks are still starting; zt-run passes it on to each "
+                        "once it has (interrupt again to end them now, without a checkpoint)\n", nproc - n_ready,
+                        nproc);
+                said_waiting = 1;
+            }
+        }
+        for (long r = 0; r < nproc; r++) {
+            watch_rank(job_dir, (int32_t)r, &w[r], n_interrupts, relay_sig, ended_at == 0, now);
+            double limit = w[r].info.timeout_s;
+            if (w[r].stopped_since > 0 && limit > 0 && now - w[r].stopped_since > limit + STOPPED_GRACE_S &&
+                ended_at == 0) {
+                char why[320];
+                snprintf(why, sizeof why, "rank %ld of %ld (pid %ld) has been stopped for %.0f s (SIGSTOP, Ctrl-Z "
+                         "in its terminal, or a debugger), longer than its comm.timeout_s of %g s", r, nproc,
+                         (long)w[r].info.pid, now - w[r].stopped_since, limit);
+                zt_job_record_failure(job_dir, why); /* before the ranks hear of it */
+                fprintf(stderr, "zt-run: %s: ending the job, which cannot go on without it\n", why);
+                kill(child, SIGTERM);
+                ended_at = now;
+            }
+        }
+        pause_ms(POLL_MS);
+    }
+    /* mpirun reaps its ranks before it exits; one it left behind (mpirun killed outright) is ended. */
+    double now = zt_now_s();
+    for (long r = 0; r < nproc; r++) {
+        watch_rank(job_dir, (int32_t)r, &w[r], 0, 0, 0, now);
+        if (w[r].info.registered && w[r].gone_at == 0 && kill(w[r].info.pid, SIGKILL) == 0)
+            fprintf(stderr, "zt-run: rank %ld of %ld (pid %ld) outlived mpirun: SIGKILL\n", r, nproc,
+                    (long)w[r].info.pid);
+    }
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const char *kind = NULL;
+    /* mpirun exits 0 only when every rank did: nobody to name then. */
+    long culprit = code ? find_culprit(w, nproc, relay_sig, ended_at, &kind) : -1;
+    long n_registered = 0, n_interrupted = 0, n_done = 0;
+    for (long r = 0; r < nproc; r++) {
+        const zt_job_rank_info *i = &w[r].info;
+        n_registered += i->registered;
+        n_interrupted += i->ended && strcmp(i->end_how, "exit") == 0 && i->end_status == 130;
+        n_done += i->ended && strcmp(i->end_how, "exit") == 0 && i->end_status == 0;
+    }
+    if (culprit >= 0) {
+        const watched_rank *c = &w[culprit];
+        char how[160];
+        if (strcmp(kind, "killed") == 0) {
+            /* mpirun exits with 128 + the signal of the first rank that was killed */
+            if (code > 128 && code < 128 + 65)
+                describe_signal(code - 128, c->info.pid, how, sizeof how);
+            else
+                snprintf(how, sizeof how, "was killed by a signal (pid %ld; mpirun's message above says which)",
+                         (long)c->info.pid);
+            fprintf(stderr, "zt-run: rank %ld of %ld %s; mpirun ended the other ranks\n", culprit, nproc, how);
+        } else if (strcmp(kind, "stopped") == 0) {
+            if (ended_at == 0)
+                fprintf(stderr, "zt-run: rank %ld of %ld (pid %ld) was stopped for %.0f s (SIGSTOP, Ctrl-Z in its "
+                        "terminal, or a debugger), and the other ranks could not go on without it\n", culprit,
+                        nproc, (long)c->info.pid, c->longest_stop);
+        } else {
+            fprintf(stderr, "zt-run: rank %ld of %ld stopped with an error, exit code %d (pid %ld; its message is "
+                    "above)\n", culprit, nproc, c->info.end_status, (long)c->info.pid);
+            if (!code) code = c->info.end_status;
+        }
+        if (!code) code = 1;
+    } else if (n_interrupts > 0 || n_interrupted > 0) {
+        /* Stopped by an interrupt, after the checkpoint; 0 if training ended first on every rank. */
+        code = n_registered == nproc && n_done == nproc ? 0 : 130;
+    }
+    restore_user_signals(&caught);
+    free(w);
+    return code;
+}
+
+zt_status zt_launch_local(const char *nproc_text, int argc, char **argv, zt_error *err)
+{
+    return zt_launch_local_mode(nproc_text, ZT_NPROC_AUTO, argc, argv, err);
+}
+
+zt_status zt_launch_local_mode(const char *nproc_text, int mode, int argc, char **argv, zt_error *err)
+{
+    errno = 0;
+    char *end;
+    long nproc = strtol(nproc_text, &end, 10);
+    if (errno || end == nproc_text || *end || nproc < 1 || nproc > MAX_LOCAL_RANKS)
+        return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                            "--nproc '%s': expected the number of ranks to start on this machine, a whole "
+                            "number from 1 to %d", nproc_text, MAX_LOCAL_RANKS);
+    if (nproc == 1) return ZT_OK;
+
+    zt_launch launch;
+    zt_status st = zt_launch_detect(&launch, err);
+    if (st != ZT_OK) return st;
+    if (launch.world_size > 1)
+        return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                            "--nproc %ld starts the ranks itself, but this process already is rank %d of %d "
+                            "(from %s): drop --nproc, or run zt-run --nproc outside the launcher",
+                            nproc, launch.rank, launch.world_size, launch.launcher);
+    int gpu = 0;
+    st = choose_gpu_ranks(nproc, mode, argc, argv, &gpu, err);
+    if (st != ZT_OK) return st;
+    if (gpu) {
+        char exe[PATH_MAX];
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (len <= 0) return zt_error_set(err, ZT_ERR_IO, "--nproc: cannot find this program's own path "
+                                          "(/proc/self/exe: %s)", strerror(errno));
+        exe[len] = '\0';
+        int port_holder = -1, port = reserve_local_port(&port_holder, err);
+        if (port < 0) return err->status;
+        char **args = calloc((size_t)argc + 1, sizeof *args);
+        if (!args) {
+            close(port_holder);
+            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory starting %ld ranks", nproc);
+        }
+        int n = 0;
+        args[n++] = exe;
+        for (int i = 1; i < argc; i++) {
+            if (strcmp(argv[i], "--nproc") == 0) {
+                i++;
+                continue;
+            }
+            if (strncmp(argv[i], "--nproc=", 8) == 0) continue;
+            args[n++] = argv[i];
+        }
+        args[n] = NULL;
+        char job_dir[PATH_MAX];
+        st = zt_job_dir_create(job_dir, sizeof job_dir, err);
+        int code = st == ZT_OK ? supervise_ranks(exe, args, nproc, port, job_dir) : 0;
+        close(port_holder);
+        free(args);
+        if (st != ZT_OK) return st;
+        zt_job_dir_remove(job_dir);
+        fflush(NULL);
+        exit(code);
+    }
+    char mpirun[PATH_MAX], backend[PATH_MAX], tried[3 * PATH_MAX + 16];
+    if (!find_on_path("mpirun", mpirun, sizeof mpirun))
+        return zt_error_set(err, ZT_ERR_NOT_FOUND,
+                            "--nproc %ld starts CPU ranks with Open MPI's mpirun, which is not on PATH: install "
+                            "it (Debian/Ubuntu: apt-get install openmpi-bin), or start the ranks with your "
+                            "launcher (mpirun -np %ld zt-run ..., srun -n %ld zt-run ...)", nproc, nproc, nproc);
+    if (!env_value("ZT_COMM_MPI_LIBRARY") &&
+        (!ZT_HAVE_MPI_BACKEND || !zt_module_find(ZT_COMM_MPI_FILE, backend, sizeof backend, tried, sizeof tried)))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "--nproc %ld starts CPU ranks that talk through MPI, but %s: install libopenmpi-dev "
+                            "and rebuild zt, or run one process", nproc,
+                            ZT_HAVE_MPI_BACKEND ? "zt's MPI backend libzt-comm-mpi.so is missing"
+                                                : "zt was built without MPI");
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return zt_error_set(err, ZT_ERR_IO, "--nproc: cannot find this program's own path "
+                                      "(/proc/self/exe: %s)", strerror(errno));
+    exe[len] = '\0';
+
+    /* mpirun binds each rank to one core by default (np <= 2), which would leave every thread of
+     * a rank's pool on that core: give each rank its share of this machine's cores instead. */
+    int cores = zt_online_cores();
+    char np[16], map_by[48];
+    snprintf(np, sizeof np, "%ld", nproc);
+    snprintf(map_by, sizeof map_by, "slot:PE=%ld", cores / nproc);
+    char **args = calloc((size_t)argc + 16, sizeof *args);
+    if (!args) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory starting %ld ranks", nproc);
+    int n = 0;
+    args[n++] = mpirun;
+    args[n++] = "-np";
+    args[n++] = np;
+    args[n++] = "--oversubscribe";
+    if (nproc <= cores) {
+        args[n++] = "--map-by";
+        args[n++] = map_by;
+        args[n++] = "--bind-to";
+        args[n++] = "core";
+    } else {
+        args[n++] = "--bind-to";
+        args[n++] = "none";
+    }
+    if (geteuid() == 0) args[n++] = "--allow-run-as-root"; /* containers often run as root */
+    args[n++] = exe;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--nproc") == 0) {
+            i++; /* and its value */
+            continue;
+        }
+        if (strncmp(argv[i], "--nproc=", 8) == 0) continue;
+        args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    char job_dir[PATH_MAX];
+    st = zt_job_dir_create(job_dir, sizeof job_dir, err);
+    if (st != ZT_OK) {
+        free(args);
+        return st;
+    }
+    int code = supervise_mpirun(mpirun, args, nproc, job_dir);
+    zt_job_dir_remove(job_dir);
+    free(args);
+    fflush(NULL);
+    exit(code);
+}
