@@ -30,7 +30,8 @@ const char *prep_bad_reason_name(int reason)
 
 const char *prep_drop_reason_name(int reason)
 {
-    static const char *const names[PREP_DROP_COUNT] = {"empty_output", "overlong", "no_loss_tokens"};
+    static const char *const names[PREP_DROP_COUNT] = {"empty_output", "overlong", "no_loss_tokens",
+                                                       "duplicate"};
     return reason >= 0 && reason < PREP_DROP_COUNT ? names[reason] : "unknown";
 }
 
@@ -112,13 +113,102 @@ static const char *type_phrase(const zt_json *j, int tok)
     }
 }
 
-enum { F_INSTRUCTION, F_INPUT, F_OUTPUT, F_SYSTEM, F_HISTORY, F_COUNT };
+enum {
+    F_INSTRUCTION = PREP_FIELD_INSTRUCTION,
+    F_INPUT = PREP_FIELD_INPUT,
+    F_OUTPUT = PREP_FIELD_OUTPUT,
+    F_SYSTEM = PREP_FIELD_SYSTEM,
+    F_HISTORY = PREP_FIELD_HISTORY,
+    F_COUNT = PREP_FIELD_COUNT
+};
 static const char *const field_names[F_COUNT] = {"instruction", "input", "output", "system", "history"};
 
+const char *prep_field_name(int field)
+{
+    return field >= 0 && field < F_COUNT ? field_names[field] : "unknown";
+}
+
+/* Keys that other instruction data sets use for a field, most common first: "response" in
+ * GPTeacher, Dolly and LLaMA-Factory's alpaca columns (prompt/query/response), prompt/completion
+ * in OpenAI's legacy fine-tuning files, question/answer in QA sets, inputs/targets in T0/xP3,
+ * context in Dolly. A record that lacks a field but has one of these gets a hint naming the
+ * --field option that reads it; one key hints at one field only. */
+const char *const prep_field_variants[PREP_FIELD_COUNT][PREP_MAX_VARIANTS] = {
+    [PREP_FIELD_INSTRUCTION] = {"prompt", "question", "inputs", "query", NULL},
+    [PREP_FIELD_INPUT] = {"context", "query", NULL},
+    [PREP_FIELD_OUTPUT] = {"response", "completion", "answer", "targets", "target", NULL},
+};
+
+/* The key field f is read from (--field NAME=KEY, else the field's name). */
+static const char *field_key(const prep_options *opt, int f)
+{
+    return opt->field_keys[f] ? opt->field_keys[f] : field_names[f];
+}
+
+/* "\"response\" (read as \"output\")" when --field renamed the key, else "\"output\"". */
+static void quote_key(const prep_options *opt, int f, char *out, size_t cap)
+{
+    const char *key = field_key(opt, f);
+    if (strcmp(key, field_names[f]) == 0) snprintf(out, cap, "\"%s\"", key);
+    else snprintf(out, cap, "\"%s\" (read as \"%s\", --field %s=%s)", key, field_names[f],
+                  field_names[f], key);
+}
+
+/* The hint for a record that lacks some fields' keys but has variants[f] (an index into
+ * prep_field_variants, -1 for none) for them: "; it has \"response\" ...: rename ... or pass
+ * --field output=response". Empty when no missing field has a variant. */
+static void variant_hint(const int *variant, char *out, size_t cap)
+{
+    char have[256] = "", want[256] = "", flags[256] = "";
+    size_t nh = 0, nw = 0, nf = 0;
+    int n = 0;
+    for (int f = 0; f < F_COUNT; f++) {
+        if (variant[f] < 0) continue;
+        const char *key = prep_field_variants[f][variant[f]];
+        const char *sep = n ? " and " : "";
+        nh += (size_t)snprintf(have + nh, sizeof have - nh, "%s\"%s\"", sep, key);
+        nw += (size_t)snprintf(want + nw, sizeof want - nw, "%s\"%s\"", sep, field_names[f]);
+        nf += (size_t)snprintf(flags + nf, sizeof flags - nf, "%s--field %s=%s", n ? " " : "",
+                               field_names[f], key);
+        n++;
+        if (nh >= sizeof have || nw >= sizeof want || nf >= sizeof flags) break;
+    }
+    if (n == 0) {
+        if (cap) out[0] = '\0';
+        return;
+    }
+    snprintf(out, cap, "; it has %s, which zt-prep reads as %s only when told: pass %s (or rename "
+             "the key%s in the file)", have, want, flags, n > 1 ? "s" : "");
+}
+
+int prep_field_hint(const prep_options *opt, const prep_stats *st, int field, char *out, size_t cap)
+{
+    int best = -1;
+    for (int v = 0; v < PREP_MAX_VARIANTS && prep_field_variants[field][v]; v++)
+        if (st->variant_seen[field][v] && (best < 0 || st->variant_seen[field][v] > st->variant_seen[field][best]))
+            best = v;
+    if (best < 0) return 0;
+    const char *key = prep_field_variants[field][best];
+    unsigned long long n = (unsigned long long)st->variant_seen[field][best];
+    char want[160];
+    quote_key(opt, field, want, sizeof want);
+    if (field == F_INSTRUCTION || field == F_OUTPUT)
+        snprintf(out, cap, "%llu record(s) have no %s key but have \"%s\": pass --field %s=%s to read "
+                 "it as the %s (or rename the key in the file)", n, want, key, field_names[field], key,
+                 field_names[field]);
+    else
+        snprintf(out, cap, "%llu record(s) have \"%s\" and no %s key; zt-prep ignored \"%s\" (it is "
+                 "counted in unknown_fields): if it holds the %s, pass --field %s=%s", n, key, want,
+                 key, field_names[field], field_names[field], key);
+    return 1;
+}
+
 /* Unescape string token `tok` into the batch arena. Returns -1 (and fills reason/msg) when the
- * string holds invalid UTF-8 or a bad escape. */
-static int take_string(reader *rd, const zt_json *j, int tok, const char *what, prep_batch *b,
-                       prep_span *out, int *reason, char *msg, size_t cap)
+ * string holds invalid UTF-8 or a bad escape. The string is field `field`'s value, or with
+ * field == F_HISTORY the question (side 0) or answer (side 1) of history item `item`; that is
+ * only spelled out for a message, so the common case formats nothing. */
+static int take_string(reader *rd, const zt_json *j, int tok, int field, int item, int side,
+                       prep_batch *b, prep_span *out, int *reason, char *msg, size_t cap)
 {
     const zt_json_tok *t = &j->tok[tok];
     size_t n = (size_t)(t->end - t->start);
@@ -127,6 +217,12 @@ static int take_string(reader *rd, const zt_json *j, int tok, const char *what, 
     const char *why = "";
     long len = zt_json_unescape(j->text + t->start, n, b->text.data + b->text.len, &bad, &why);
     if (len < 0) {
+        char what[192];
+        if (field == F_HISTORY)
+            snprintf(what, sizeof what, "\"%s\" item %d %s", field_key(rd->opt, F_HISTORY), item,
+                     side ? "answer" : "question");
+        else
+            quote_key(rd->opt, field, what, sizeof what);
         size_t utf8_bad;
         int raw_utf8_ok = zt_utf8_valid(j->text + t->start, n, &utf8_bad);
         char loc[512];
@@ -176,13 +272,16 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
         return bad_record(rd, PREP_BAD_NOT_OBJECT, msg, err);
     }
 
-    /* Pass 1: find the known keys, count the unknown ones. */
+    /* Pass 1: find the known keys, count the unknown ones, note keys other data sets use for
+     * the fields (variant_at: the first such key of each variant list that the record has). */
     int value[F_COUNT] = {-1, -1, -1, -1, -1};
+    int variant_at[F_COUNT][PREP_MAX_VARIANTS];
+    memset(variant_at, 0, sizeof variant_at);
     int duplicate = -1, has_conversations = 0, has_messages = 0, has_instances = 0;
     for (int k = obj + 1, i = 0; i < o->size; i++) {
         int v = k + 1, field = -1;
         for (int f = 0; f < F_COUNT; f++)
-            if (zt_json_eq(j, k, field_names[f])) field = f;
+            if (zt_json_eq(j, k, field_key(rd->opt, f))) field = f;
         if (field >= 0) {
             if (value[field] >= 0 && duplicate < 0) duplicate = field;
             value[field] = v;
@@ -193,14 +292,37 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
             if (zt_json_eq(j, k, "conversations")) has_conversations = 1;
             if (zt_json_eq(j, k, "messages")) has_messages = 1;
             if (zt_json_eq(j, k, "instances")) has_instances = 1;
+            for (int f = 0; f < F_COUNT; f++)
+                for (int x = 0; x < PREP_MAX_VARIANTS && prep_field_variants[f][x]; x++)
+                    if (zt_json_eq(j, k, prep_field_variants[f][x])) variant_at[f][x] = 1;
         }
         k = zt_json_skip(j, v);
     }
+    /* For each absent field, the first variant key the record has that no earlier field took
+     * (LLaMA-Factory's prompt/query/response: prompt is the instruction, so query is the input). */
+    int variant[F_COUNT], any_variant = 0;
+    for (int f = 0; f < F_COUNT; f++) {
+        variant[f] = -1;
+        if (value[f] >= 0) continue;
+        for (int x = 0; x < PREP_MAX_VARIANTS && prep_field_variants[f][x] && variant[f] < 0; x++) {
+            if (!variant_at[f][x]) continue;
+            int used = 0;
+            for (int g = 0; g < f; g++)
+                if (variant[g] >= 0 && strcmp(prep_field_variants[g][variant[g]], prep_field_variants[f][x]) == 0)
+                    used = 1;
+            if (!used) variant[f] = x;
+        }
+        if (variant[f] >= 0) {
+            s->variant_seen[f][variant[f]]++;
+            any_variant = 1;
+        }
+    }
     size_t obj_off = (size_t)(j->text + o->start - rd->text);
     if (duplicate >= 0) {
+        char key[160];
+        quote_key(rd->opt, duplicate, key, sizeof key);
         where(rd, obj_off, loc, sizeof loc);
-        snprintf(msg, sizeof msg, "%s: \"%s\" appears more than once in the record", loc,
-                 field_names[duplicate]);
+        snprintf(msg, sizeof msg, "%s: %s appears more than once in the record", loc, key);
         return bad_record(rd, PREP_BAD_DUPLICATE_KEY, msg, err);
     }
     for (int f = 0; f < F_COUNT; f++) {
@@ -208,7 +330,11 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
         if (value[f] < 0) {
             if (!required) continue;
             const char *hint = "";
-            if (has_conversations) {
+            char hint_buf[768];
+            if (any_variant) {
+                variant_hint(variant, hint_buf, sizeof hint_buf);
+                hint = hint_buf;
+            } else if (has_conversations) {
                 s->looks_sharegpt++;
                 hint = "; it has \"conversations\", so it looks like ShareGPT, which zt-prep does "
                        "not read (convert it to instruction/input/output records)";
@@ -221,8 +347,10 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
                 hint = "; it has \"instances\", so it looks like Self-Instruct seed tasks (give "
                        "each instance its own record with \"output\")";
             }
+            char key[160];
+            quote_key(rd->opt, f, key, sizeof key);
             where(rd, obj_off, loc, sizeof loc);
-            snprintf(msg, sizeof msg, "%s: the record has no \"%s\" key%s", loc, field_names[f], hint);
+            snprintf(msg, sizeof msg, "%s: the record has no %s key%s", loc, key, hint);
             return bad_record(rd, f == F_INSTRUCTION ? PREP_BAD_MISSING_INSTRUCTION
                                                      : PREP_BAD_MISSING_OUTPUT, msg, err);
         }
@@ -231,8 +359,10 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
             static const int reasons[F_COUNT] = {PREP_BAD_INSTRUCTION_TYPE, PREP_BAD_INPUT_TYPE,
                                                  PREP_BAD_OUTPUT_TYPE, PREP_BAD_SYSTEM_TYPE,
                                                  PREP_BAD_HISTORY};
+            char key[160];
+            quote_key(rd->opt, f, key, sizeof key);
             where(rd, (size_t)(j->text + j->tok[value[f]].start - rd->text), loc, sizeof loc);
-            snprintf(msg, sizeof msg, "%s: \"%s\" is %s; it must be %s%s", loc, field_names[f],
+            snprintf(msg, sizeof msg, "%s: %s is %s; it must be %s%s", loc, key,
                      type_phrase(j, value[f]),
                      f == F_HISTORY ? "an array of [user, assistant] string pairs" : "a string",
                      f == F_INPUT ? " (use \"\" or leave the key out when there is no input)" : "");
@@ -250,12 +380,13 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
                 where(rd, (size_t)(j->text + pair->start - rd->text), loc, sizeof loc);
                 if (pair->type == ZT_JSON_ARRAY && pair->size != 2)
                     snprintf(msg, sizeof msg,
-                             "%s: \"history\" item %d has %d elements; each item must be a "
-                             "[user, assistant] pair of strings", loc, i, pair->size);
+                             "%s: \"%s\" item %d has %d elements; each item must be a "
+                             "[user, assistant] pair of strings", loc, field_key(rd->opt, F_HISTORY),
+                             i, pair->size);
                 else
                     snprintf(msg, sizeof msg,
-                             "%s: \"history\" item %d is not a [user, assistant] pair of strings "
-                             "(found %s%s)", loc, i, type_phrase(j, k),
+                             "%s: \"%s\" item %d is not a [user, assistant] pair of strings "
+                             "(found %s%s)", loc, field_key(rd->opt, F_HISTORY), i, type_phrase(j, k),
                              pair->type == ZT_JSON_ARRAY ? " holding a non-string" : "");
                 return bad_record(rd, PREP_BAD_HISTORY, msg, err);
             }
@@ -272,19 +403,15 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
     int reason = 0;
     for (int f = 0; f < F_HISTORY; f++) {
         if (value[f] < 0) continue;
-        char what[32];
-        snprintf(what, sizeof what, "\"%s\"", field_names[f]);
-        if (take_string(rd, j, value[f], what, b, dest[f], &reason, msg, sizeof msg) != 0) goto bad;
+        if (take_string(rd, j, value[f], f, 0, 0, b, dest[f], &reason, msg, sizeof msg) != 0) goto bad;
     }
     rec.has_system = value[F_SYSTEM] >= 0;
     rec.first_turn = (uint32_t)(b->n_turns / 2);
     if (hist >= 0) {
         for (int k = hist + 1, i = 0; i < j->tok[hist].size; i++) {
             for (int side = 0; side < 2; side++) {
-                char what[64];
-                snprintf(what, sizeof what, "\"history\" item %d %s", i, side ? "answer" : "question");
                 prep_span sp;
-                if (take_string(rd, j, k + 1 + side, what, b, &sp, &reason, msg, sizeof msg) != 0)
+                if (take_string(rd, j, k + 1 + side, F_HISTORY, i, side, b, &sp, &reason, msg, sizeof msg) != 0)
                     goto bad;
                 add_turn(b, sp);
             }
@@ -445,10 +572,37 @@ zt_status prep_read_input(const prep_options *opt, prep_input_file *file, prep_p
     return st;
 }
 
+/* A Git LFS pointer: the small text file git leaves in place of a large file when the LFS
+ * content was not fetched (clone without git-lfs, GIT_LFS_SKIP_SMUDGE, a web download of the
+ * pointer). Its first line is the spec's URL; "size N" gives the real file's bytes. */
+static int is_lfs_pointer(const char *text, size_t size, unsigned long long *real_size)
+{
+    static const char magic[] = "version https://git-lfs.github.com/spec/";
+    if (size < sizeof magic - 1 || memcmp(text, magic, sizeof magic - 1) != 0) return 0;
+    *real_size = 0;
+    for (size_t i = 0; i + 6 < size; i++)
+        if (text[i] == '\n' && memcmp(text + i + 1, "size ", 5) == 0) {
+            *real_size = strtoull(text + i + 6, NULL, 10);
+            break;
+        }
+    return 1;
+}
+
 static zt_status read_input_text(const prep_options *opt, prep_input_file *file, prep_pipeline *p,
                                  prep_stats *stats, char *data, size_t size, zt_error *err)
 {
     zt_status st;
+    unsigned long long real_size;
+    if (is_lfs_pointer(data, size, &real_size)) {
+        char real[64] = "";
+        if (real_size) snprintf(real, sizeof real, " for a file of %.1f MB", (double)real_size / 1e6);
+        return zt_error_set(err, ZT_ERR_FORMAT,
+                            "%s is a Git LFS pointer (a %zu-byte stand-in%s), not the data: the "
+                            "repository was cloned or downloaded without its LFS files. Fetch them "
+                            "with 'git lfs pull' in that repository ('git lfs pull --include=<path>' "
+                            "for this file alone; 'git lfs install' first if git-lfs is new there), "
+                            "then run zt-prep again", file->path, size, real);
+    }
 
     const char *text = data;
     if (size >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) { /* UTF-8 byte order mark */

@@ -431,11 +431,19 @@ static void write_manifest(FILE *f, const prep_run *run, const shard_info *shard
     fprintf(f, ",\n  \"options\": {\n    \"max_len\": %d,\n    \"layout\": \"%s\",\n"
                "    \"val_fraction\": %.17g,\n    \"seed\": %" PRIu64 ",\n    \"shuffle\": %s,\n"
                "    \"strict\": %s,\n    \"overlong\": \"%s\",\n    \"shard_tokens\": %" PRIu64 ",\n"
-               "    \"history_loss\": %s,\n    \"bos\": %s,\n    \"min_prompt_tokens_on_truncation\": %d\n  },\n",
+               "    \"history_loss\": %s,\n    \"bos\": %s,\n    \"min_prompt_tokens_on_truncation\": %d,\n"
+               "    \"dedup\": %s,\n    \"fields\": {",
             opt->max_len, opt->pad ? "padded" : "packed", opt->val_fraction, opt->seed,
             opt->shuffle ? "true" : "false", opt->strict ? "true" : "false",
             opt->overlong == PREP_OVERLONG_DROP ? "drop" : "truncate", opt->shard_tokens,
-            opt->history_loss ? "true" : "false", ti->bos_id >= 0 ? "true" : "false", opt->max_len / 4);
+            opt->history_loss ? "true" : "false", ti->bos_id >= 0 ? "true" : "false", opt->max_len / 4,
+            opt->dedup ? "true" : "false");
+    /* The record key each field was read from (--field). */
+    for (int field = 0; field < PREP_FIELD_COUNT; field++) {
+        fprintf(f, "%s\"%s\": ", field ? ", " : "", prep_field_name(field));
+        write_jstr(f, opt->field_keys[field] ? opt->field_keys[field] : prep_field_name(field));
+    }
+    fputs("}\n  },\n", f);
     fprintf(f, "  \"token_dtype\": \"%s\",\n", sink->token_bytes == 2 ? "uint16" : "uint32");
 
     fprintf(f, "  \"statistics\": {\n    \"records_read\": %" PRIu64 ",\n    \"records_kept\": %" PRIu64
@@ -446,6 +454,7 @@ static void write_manifest(FILE *f, const prep_run *run, const shard_info *shard
     fprintf(f, "    \"records_dropped\": %" PRIu64 ",\n", dropped);
     fprintf(f, "    \"records_truncated\": %" PRIu64 ",\n",
             st->truncated[PREP_TRUNC_PROMPT] + st->truncated[PREP_TRUNC_RESPONSE]);
+    fprintf(f, "    \"records_duplicate\": %" PRIu64 ",\n", st->duplicates);
     fprintf(f, "    \"truncated\": {\"prompt_only\": %" PRIu64 ", \"prompt_and_response\": %" PRIu64 "},\n",
             st->truncated[PREP_TRUNC_PROMPT], st->truncated[PREP_TRUNC_RESPONSE]);
     fputs("    \"dropped\": {", f);

@@ -184,10 +184,40 @@ static const char *wrong_file_hint(const unsigned char *b, size_t size)
     return "; the file looks like text (e.g. a .vocab file), not a binary .model";
 }
 
+/* A Git LFS pointer in place of the model: Hugging Face and other repositories keep
+ * tokenizer.model in LFS, and a clone without git-lfs leaves this small text file instead. */
+static int lfs_pointer_problem(const unsigned char *b, size_t size, char *why, size_t why_cap)
+{
+    static const char magic[] = "version https://git-lfs.github.com/spec/";
+    if (size < sizeof magic - 1 || memcmp(b, magic, sizeof magic - 1) != 0) return 0;
+    unsigned long long real_size = 0;
+    for (size_t i = 0; i + 6 < size; i++)
+        if (b[i] == '\n' && memcmp(b + i + 1, "size ", 5) == 0) {
+            char digits[24] = "";
+            size_t n = 0;
+            while (i + 6 + n < size && n + 1 < sizeof digits && b[i + 6 + n] >= '0' && b[i + 6 + n] <= '9') {
+                digits[n] = (char)b[i + 6 + n];
+                n++;
+            }
+            real_size = strtoull(digits, NULL, 10);
+            break;
+        }
+    char real[64] = "";
+    if (real_size) snprintf(real, sizeof real, " for a file of %llu bytes", real_size);
+    snprintf(why, why_cap,
+             "it is a Git LFS pointer (a %zu-byte stand-in%s), not the model: the repository was "
+             "cloned or downloaded without its LFS files. Fetch them with 'git lfs pull' in that "
+             "repository ('git lfs pull --include=<path>' for this file alone; 'git lfs install' "
+             "first if git-lfs is new there)",
+             size, real);
+    return 1;
+}
+
 static zt_status scan_model_proto(const unsigned char *b, size_t size, spm_model_file *out, char *why,
                                   size_t why_cap)
 {
     int have_trainer_spec = 0, have_normalizer_spec = 0;
+    if (lfs_pointer_problem(b, size, why, why_cap)) return ZT_ERR_FORMAT;
     size_t pos = 0;
     while (pos < size) {
         size_t at = pos;
