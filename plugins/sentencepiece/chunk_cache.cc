@@ -22,17 +22,22 @@ size_t slot_offset(uint64_t slot) { return static_cast<uint32_t>(slot) - 1; }
 chunk_cache::chunk_cache(size_t budget_bytes)
 {
     // A quarter of the budget for the table (the largest power of two of slots that fits), the
-    // rest for the arena, whose offsets must fit in 32 bits.
+    // direct table when the budget is large enough for it not to matter, the rest for the arena,
+    // whose offsets must fit in 32 bits.
     n_slots_ = 1;
     while (n_slots_ * 2 * sizeof(uint64_t) <= budget_bytes / 4) n_slots_ *= 2;
-    const size_t slot_bytes = n_slots_ * sizeof(uint64_t);
-    if (budget_bytes > slot_bytes)
-        arena_words_ = std::min<size_t>((budget_bytes - slot_bytes) / 4, UINT32_MAX - 1);
+    size_t used = n_slots_ * sizeof(uint64_t);
+    const size_t direct_bytes = k_direct_limit * sizeof(uint32_t);
+    const bool direct = budget_bytes >= (4u << 20);
+    if (direct) used += direct_bytes;
+    if (budget_bytes > used) arena_words_ = std::min<size_t>((budget_bytes - used) / 4, UINT32_MAX - 1);
     slots_ = static_cast<uint64_t *>(std::calloc(n_slots_, sizeof(uint64_t)));
     arena_ = static_cast<uint32_t *>(std::malloc(std::max<size_t>(arena_words_, 1) * 4));
-    if (!slots_ || !arena_) {
+    if (direct) direct_ = static_cast<uint32_t *>(std::calloc(k_direct_limit, sizeof(uint32_t)));
+    if (!slots_ || !arena_ || (direct && !direct_)) {
         std::free(slots_);
         std::free(arena_);
+        std::free(direct_);
         throw std::bad_alloc();
     }
 }
@@ -41,31 +46,51 @@ chunk_cache::~chunk_cache()
 {
     std::free(slots_);
     std::free(arena_);
+    std::free(direct_);
 }
 
-bool chunk_cache::find(std::string_view chunk, uint64_t hash, std::vector<int> *ids) const
+const int *chunk_cache::find(std::string_view chunk, uint64_t hash, uint32_t *n_ids) const
 {
     const size_t mask = n_slots_ - 1;
     const uint32_t tag = static_cast<uint32_t>(hash);
     for (size_t i = tag & mask;; i = (i + 1) & mask) {
         const uint64_t slot = __atomic_load_n(&slots_[i], __ATOMIC_ACQUIRE);
-        if (slot == 0) return false;  // the table is never full, so a probe always ends
+        if (slot == 0) return nullptr;  // the table is never full, so a probe always ends
         if (slot_hash(slot) != tag) continue;
         const uint32_t *entry = arena_ + slot_offset(slot);
         if (entry[0] != chunk.size() || std::memcmp(entry + 2, chunk.data(), chunk.size()) != 0)
             continue;
-        const int *first = reinterpret_cast<const int *>(entry + 2 + words_for_bytes(entry[0]));
-        ids->insert(ids->end(), first, first + entry[1]);
-        return true;
+        *n_ids = entry[1];
+        return reinterpret_cast<const int *>(entry + 2 + words_for_bytes(entry[0]));
     }
 }
 
-void chunk_cache::insert(std::string_view chunk, uint64_t hash, const int *ids, size_t n_ids)
+void chunk_cache::insert(std::string_view chunk, uint64_t hash, const int *ids, size_t n_ids,
+                         int32_t one_cp)
 {
     if (chunk.size() > k_longest_chunk) return;
+    const size_t entry_words = 2 + words_for_bytes(chunk.size()) + n_ids;
+    if (one_cp >= 0) {
+        // A direct slot of its own: claim room in the arena, write the entry, publish it.
+        const size_t offset = arena_used_.fetch_add(entry_words, std::memory_order_relaxed);
+        if (offset + entry_words > arena_words_) {
+            not_cached_.fetch_add(1, std::memory_order_relaxed);
+            return;
+        }
+        uint32_t *entry = arena_ + offset;
+        entry[0] = static_cast<uint32_t>(chunk.size());
+        entry[1] = static_cast<uint32_t>(n_ids);
+        std::memcpy(entry + 2, chunk.data(), chunk.size());
+        if (n_ids) std::memcpy(entry + 2 + words_for_bytes(chunk.size()), ids, n_ids * sizeof *ids);
+        uint32_t empty = 0;
+        // Another thread may have published the same code point meanwhile: its entry is as good.
+        if (__atomic_compare_exchange_n(&direct_[one_cp], &empty, static_cast<uint32_t>(offset + 1),
+                                        false, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+            n_direct_.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
     // Claim an entry of the table (kept at most half full, so that probes stay short and always
     // reach an empty slot) and room in the arena, or leave the chunk uncached.
-    const size_t entry_words = 2 + words_for_bytes(chunk.size()) + n_ids;
     if (2 * (n_entries_.fetch_add(1, std::memory_order_relaxed) + 1) > n_slots_) {
         n_entries_.fetch_sub(1, std::memory_order_relaxed);
         not_cached_.fetch_add(1, std::memory_order_relaxed);
@@ -113,7 +138,7 @@ chunk_cache::stats chunk_cache::totals() const
     stats t{};
     t.lookups = lookups_.load(std::memory_order_relaxed);
     t.hits = hits_.load(std::memory_order_relaxed);
-    t.entries = n_entries_.load(std::memory_order_relaxed);
+    t.entries = n_entries_.load(std::memory_order_relaxed) + n_direct_.load(std::memory_order_relaxed);
     t.not_cached = not_cached_.load(std::memory_order_relaxed);
     t.entry_bytes = std::min(arena_used_.load(std::memory_order_relaxed), arena_words_) * 4;
     return t;

@@ -63,10 +63,25 @@ private:
     struct lookup_tally {
         uint64_t lookups = 0, hits = 0;
     };
-    void normalize(std::string_view text, std::string *out) const;
-    bool is_cut_point(char32_t left, char32_t right) const;
-    sentencepiece::util::Status append_chunk(std::string_view chunk, std::vector<int> *ids,
-                                             lookup_tally *tally);
+    // Where encode() writes ids: the caller's vector, sized ahead so that a chunk's ids are stored
+    // without a capacity check per chunk.
+    struct id_sink {
+        std::vector<int> *ids;
+        size_t n;  // ids written; ids->size() is the room
+        int *room(size_t more)
+        {
+            if (n + more > ids->size()) ids->resize(2 * (n + more));
+            return ids->data() + n;
+        }
+    };
+    std::string_view normalize(std::string_view text, std::string *buf) const;
+    __attribute__((always_inline)) bool is_cut_point(char32_t left, char32_t right) const;
+    // Append the ids of one chunk; one_cp is its code point when it is a single one, else -1.
+    // False with *error set when libsentencepiece fails (no Status is made on the hot path).
+    bool append_chunk(std::string_view chunk, int32_t one_cp, id_sink *out, lookup_tally *tally,
+                      sentencepiece::util::Status *error);
+    sentencepiece::util::Status encode_uncached(std::string_view chunk, int32_t one_cp,
+                                                bool cacheable, uint64_t hash, id_sink *out);
 
     spm_encode_spec spec_;
     int unk_id_ = -1;
@@ -74,6 +89,11 @@ private:
     // The adjacent character pairs of all pieces BPE can form, as pair_key()s in an open-addressing
     // table (0 = empty) of pair_slots_.size() = a power of two slots.
     std::vector<uint64_t> pair_slots_;
+    // For code points below chunk_cache::k_direct_limit: k_left when the character is followed by
+    // another one in some piece, k_right when it follows another one. Most CJK characters have
+    // neither, so most cut points are found without probing pair_slots_.
+    static constexpr uint8_t k_left = 1, k_right = 2;
+    std::vector<uint8_t> neighbours_;
     chunk_cache cache_;
 };
 
