@@ -297,6 +297,7 @@ static int run_prep(const prep_options *opt)
     prep_pipeline_free(pipe);
     pipe = NULL;
     if (st != ZT_OK) goto done;
+    prep_tokenizer_release_model(&tok); /* nothing encodes from here on */
     if (prep_interrupted) {
         st = zt_error_set(&err, ZT_ERR_CANCELLED, "interrupted");
         goto done;

@@ -159,22 +159,25 @@ void prep_outdir_free(prep_outdir *o)
 
 /* ---- shards ---------------------------------------------------------------------------------- */
 
-/* Sequential writer of one shard: buffers writes and keeps the FNV-1a 64 of everything written
- * (the whole file). With fd < 0 it only hashes. */
+/* Sequential writer of one region of a shard: buffers writes, puts them at file_pos with pwrite
+ * (so that the sections can be written by threads of their own), and keeps the FNV-1a 64 of
+ * everything put. With fd < 0 it only hashes. */
 typedef struct writer {
     int fd;
     char buf[1 << 20];
     size_t used;
-    uint64_t offset;
+    uint64_t offset;   /* bytes put so far */
+    uint64_t file_pos; /* where the buffered bytes go */
     uint64_t hash;
     int error; /* errno of the first failed write */
 } writer;
 
-static void writer_reset(writer *w, int fd)
+static void writer_reset(writer *w, int fd, uint64_t file_pos)
 {
     w->fd = fd;
     w->used = 0;
     w->offset = 0;
+    w->file_pos = file_pos;
     w->hash = ZT_FNV1A64_INIT;
     w->error = 0;
 }
@@ -183,7 +186,7 @@ static void writer_flush(writer *w)
 {
     const char *p = w->buf;
     while (w->used && !w->error) {
-        ssize_t n = write(w->fd, p, w->used);
+        ssize_t n = pwrite(w->fd, p, w->used, (off_t)w->file_pos);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             w->error = errno;
@@ -191,6 +194,7 @@ static void writer_flush(writer *w)
         }
         p += n;
         w->used -= (size_t)n;
+        w->file_pos += (uint64_t)n;
     }
     w->used = 0;
 }
@@ -214,7 +218,7 @@ static void writer_put(writer *w, const void *data, size_t n)
 
 static uint64_t align_up(uint64_t x) { return (x + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN; }
 
-/* Zero bytes up to the next multiple of ZT_SHARD_ALIGN. */
+/* Zero bytes up to the next multiple of ZT_SHARD_ALIGN of w->offset. */
 static void writer_align(writer *w)
 {
     static const char zeros[ZT_SHARD_ALIGN];
@@ -227,9 +231,7 @@ typedef struct shard_info {
     uint64_t n_samples, n_tokens, n_loss, bytes, checksum;
 } shard_info;
 
-/* The sections after the header, in file order; each is hashed on its own into *h. Writing the
- * header first needs these checksums, so a shard is streamed twice: once through a hash-only
- * writer (section checksums), once to the file (whole-file checksum for the manifest). */
+/* The sections after the header, in file order; each is hashed on its own into *h. */
 enum section { SECTION_TOKENS, SECTION_MASK, SECTION_INDEX };
 static void put_section(writer *w, const prep_sink *s, const uint8_t *spill, const uint32_t *order,
                         size_t n, int section)
@@ -250,22 +252,44 @@ static void put_section(writer *w, const prep_sink *s, const uint8_t *spill, con
     }
 }
 
-/* One section's checksum pass. The three sections are hashed on threads of their own: FNV-1a is
- * sequential within a stream, and this pass runs while the tokenizer threads are already done. */
-typedef struct section_hash_job {
+/* One section, hashed (its checksum goes into the header) and written at its offset, followed by
+ * the zeros up to the next section. The three run on threads of their own: FNV-1a is sequential
+ * within a stream, and this runs when the tokenizer threads are done. */
+typedef struct section_job {
     const prep_sink *sink;
     const uint8_t *spill;
     const uint32_t *order;
     size_t n;
     int section;
+    int fd;
+    uint64_t offset, pad_to; /* the section's place in the file and where the next one starts */
     writer *w;
-} section_hash_job;
+} section_job;
 
-static void *hash_section(void *arg)
+static void *write_section(void *arg)
 {
-    section_hash_job *job = arg;
-    writer_reset(job->w, -1);
-    put_section(job->w, job->sink, job->spill, job->order, job->n, job->section);
+    section_job *job = arg;
+    writer *w = job->w;
+    writer_reset(w, job->fd, job->offset);
+    put_section(w, job->sink, job->spill, job->order, job->n, job->section);
+    writer_flush(w);
+    static const char zeros[ZT_SHARD_ALIGN];
+    uint64_t end = job->offset + w->offset;
+    if (!w->error && job->pad_to > end && pwrite(job->fd, zeros, (size_t)(job->pad_to - end), (off_t)end) < 0)
+        w->error = errno;
+    return NULL;
+}
+
+/* fsync on a thread of its own while the whole file is hashed for the manifest. */
+typedef struct sync_job {
+    int fd;
+    int error;
+} sync_job;
+
+static void *sync_file(void *arg)
+{
+    sync_job *job = arg;
+    job->error = fsync(job->fd) != 0 ? errno : 0;
     return NULL;
 }
 
@@ -294,42 +318,50 @@ static zt_status write_shard(const prep_run *run, const char *path, const uint8_
     h.index_offset = align_up(h.mask_offset + h.n_tokens);
     h.file_size = h.index_offset + (n + 1) * sizeof(uint64_t);
 
-    writer *w = prep_xmalloc(sizeof *w, "a shard write buffer");
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return zt_error_set(err, ZT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+
+    /* 1. The sections, each hashed and written by a thread (or here, when none can be had). */
+    const uint64_t starts[3] = {h.tokens_offset, h.mask_offset, h.index_offset};
+    const uint64_t ends[3] = {h.mask_offset, h.index_offset, h.file_size};
     uint64_t *checksums[3] = {&h.tokens_checksum, &h.mask_checksum, &h.index_checksum};
-    section_hash_job jobs[3];
+    section_job jobs[3];
     pthread_t threads[3];
     int started[3] = {0, 0, 0};
     for (int section = 0; section < 3; section++) {
-        jobs[section] = (section_hash_job){s, spill, order, n, section,
-                                           section == 0 ? w : prep_xmalloc(sizeof *w, "a shard hash buffer")};
-        /* Without a thread (resources exhausted) the section is hashed here: same result. */
-        started[section] = section > 0 && pthread_create(&threads[section], NULL, hash_section, &jobs[section]) == 0;
-        if (!started[section] && section > 0) hash_section(&jobs[section]);
+        jobs[section] = (section_job){s, spill, order, n, section, fd, starts[section], ends[section],
+                                      prep_xmalloc(sizeof(writer), "a shard write buffer")};
+        started[section] = section > 0 && pthread_create(&threads[section], NULL, write_section, &jobs[section]) == 0;
+        if (!started[section] && section > 0) write_section(&jobs[section]);
     }
-    hash_section(&jobs[0]);
+    write_section(&jobs[0]);
+    int e = 0;
     for (int section = 0; section < 3; section++) {
         if (started[section]) pthread_join(threads[section], NULL);
         *checksums[section] = jobs[section].w->hash;
+        if (!e) e = jobs[section].w->error;
         if (section > 0) free(jobs[section].w);
     }
     h.header_checksum = zt_fnv1a64(ZT_FNV1A64_INIT, &h, offsetof(zt_shard_header, header_checksum));
+    if (!e && pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) e = errno ? errno : EIO;
 
-    writer_reset(w, open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (w->fd < 0) {
-        zt_error_set(err, ZT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-        free(w);
-        return ZT_ERR_IO;
-    }
+    /* 2. fsync, and meanwhile the FNV-1a of the whole file for the manifest (the header is part
+     *    of it, so this could not start earlier). */
+    sync_job sync = {fd, 0};
+    pthread_t sync_thread;
+    int syncing = !e && pthread_create(&sync_thread, NULL, sync_file, &sync) == 0;
+    writer *w = jobs[0].w;
+    writer_reset(w, -1, 0);
     writer_put(w, &h, sizeof h);
     for (int section = 0; section < 3; section++) {
         put_section(w, s, spill, order, n, section);
         if (section < SECTION_INDEX) writer_align(w);
     }
-    writer_flush(w);
-    int e = w->error;
     if (!e && w->offset != h.file_size) e = EIO; /* a layout bug: never write such a shard */
-    if (!e && fsync(w->fd) != 0) e = errno;
-    if (close(w->fd) != 0 && !e) e = errno;
+    if (syncing) pthread_join(sync_thread, NULL);
+    else if (!e) sync_file(&sync);
+    if (!e) e = sync.error;
+    if (close(fd) != 0 && !e) e = errno;
     uint64_t file_hash = w->hash;
     free(w);
     if (e) return zt_error_set(err, ZT_ERR_IO, "cannot write '%s': %s", path, strerror(e));

@@ -88,14 +88,28 @@ static zt_status encode_into(prep_tokenizer *tok, worker_scratch *w, prep_batch 
     size_t n = 0;
     zt_status st = prep_tokenizer_encode(tok, text, len, &w->ids, &w->cap_ids, &n, err);
     if (st != ZT_OK) return st;
-    const int32_t vocab = tok->info.vocab_size;
-    for (size_t i = 0; i < n; i++) {
-        if (w->ids[i] < 0 || w->ids[i] >= vocab)
-            return zt_error_set(err, ZT_ERR_INTERNAL,
-                                "the tokenizer returned id %d, outside its vocabulary of %d",
-                                w->ids[i], vocab);
-        batch_push(b, w->ids[i], loss);
+    const uint32_t vocab = (uint32_t)tok->info.vocab_size;
+    if (b->n_ids + n > b->cap_ids) {
+        while (b->n_ids + n > b->cap_ids) b->cap_ids = b->cap_ids ? b->cap_ids * 2 : 65536;
+        b->ids = prep_xrealloc(b->ids, b->cap_ids * sizeof *b->ids, "batch token ids");
+        b->mask = prep_xrealloc(b->mask, b->cap_ids, "batch loss mask");
     }
+    /* Copy first, check once: the check is for a broken plugin, not for data. */
+    int32_t *to = b->ids + b->n_ids;
+    uint32_t outside = 0;
+    for (size_t i = 0; i < n; i++) {
+        to[i] = w->ids[i];
+        outside |= (uint32_t)w->ids[i] >= vocab;
+    }
+    if (outside) {
+        for (size_t i = 0; i < n; i++)
+            if ((uint32_t)w->ids[i] >= vocab)
+                return zt_error_set(err, ZT_ERR_INTERNAL,
+                                    "the tokenizer returned id %d, outside its vocabulary of %d",
+                                    w->ids[i], (int)vocab);
+    }
+    memset(b->mask + b->n_ids, loss, n);
+    b->n_ids += n;
     return ZT_OK;
 }
 
@@ -345,8 +359,11 @@ static int seen_before(prep_pipeline *p, const uint64_t d[2])
 {
     if (2 * (p->n_seen + 1) > p->n_seen_slots) {
         size_t n_slots = p->n_seen_slots ? 2 * p->n_seen_slots : 1 << 14;
-        uint64_t (*slots)[2] = calloc(n_slots, sizeof *slots);
+        /* Zeroed by writing, not calloc: probing calloc'ed zero pages maps the shared zero page,
+         * and the first store then has to replace it, flushing the TLBs of the worker cores. */
+        uint64_t (*slots)[2] = malloc(n_slots * sizeof *slots);
         if (!slots) prep_out_of_memory("the digests that find duplicate samples");
+        memset(slots, 0, n_slots * sizeof *slots);
         for (size_t i = 0; i < p->n_seen_slots; i++) {
             if (!p->seen[i][0]) continue;
             size_t k = (size_t)p->seen[i][1] & (n_slots - 1);

@@ -13,6 +13,7 @@
 #ifndef ZT_DATAPREP_PREP_H
 #define ZT_DATAPREP_PREP_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -126,11 +127,17 @@ typedef struct prep_tokenizer {
     zt_tokenizer_model *model;
     zt_tokenizer_info info;
     char *path;              /* absolute when it could be resolved, so the manifest works from anywhere */
+    pthread_t closer;        /* prep_tokenizer_release_model's thread, while `closing` */
+    int closing;
 } prep_tokenizer;
 
 zt_status prep_tokenizer_open(prep_tokenizer *t, const char *plugin_name, const char **plugin_dirs,
                               int n_plugin_dirs, const char *model_path, zt_error *err);
 void prep_tokenizer_close(prep_tokenizer *t);
+/* Close the model on a thread of its own once nothing encodes any more (freeing a SentencePiece
+ * model and its cache takes a while, and the output can be written meanwhile); info, path and the
+ * plugin stay. prep_tokenizer_close waits for it. */
+void prep_tokenizer_release_model(prep_tokenizer *t);
 /* Encode text into *ids (grown as needed, *cap its capacity); *n the id count. */
 zt_status prep_tokenizer_encode(prep_tokenizer *t, const char *text, size_t len, int32_t **ids,
                                 size_t *cap, size_t *n, zt_error *err);

@@ -5,9 +5,11 @@
 #include <cstring>
 #include <new>
 
-// The slots live in calloc'ed memory (zero pages until used), so they are plain uint64_t accessed
-// with the compiler's atomic builtins rather than std::atomic objects, which would have to be
-// constructed, touching every page.
+#include <sys/mman.h>
+
+// The slots live in anonymous mmap'ed memory (no page until used, page-aligned so that a region of
+// 512 slots is one page), so they are plain uint64_t accessed with the compiler's atomic builtins
+// rather than std::atomic objects, which would have to be constructed, touching every page.
 
 namespace {
 
@@ -31,22 +33,42 @@ chunk_cache::chunk_cache(size_t budget_bytes)
     const bool direct = budget_bytes >= (4u << 20);
     if (direct) used += direct_bytes;
     if (budget_bytes > used) arena_words_ = std::min<size_t>((budget_bytes - used) / 4, UINT32_MAX - 1);
-    slots_ = static_cast<uint64_t *>(std::calloc(n_slots_, sizeof(uint64_t)));
+    void *slots = mmap(nullptr, slot_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    slots_ = slots == MAP_FAILED ? nullptr : static_cast<uint64_t *>(slots);
+    const size_t n_regions = (n_slots_ >> k_region_shift) + 1;
+    written_ = static_cast<uint64_t *>(std::calloc((n_regions + 63) / 64, sizeof(uint64_t)));
     arena_ = static_cast<uint32_t *>(std::malloc(std::max<size_t>(arena_words_, 1) * 4));
-    if (direct) direct_ = static_cast<uint32_t *>(std::calloc(k_direct_limit, sizeof(uint32_t)));
-    if (!slots_ || !arena_ || (direct && !direct_)) {
-        std::free(slots_);
-        std::free(arena_);
-        std::free(direct_);
+    // The direct table is small and read before it is written: zeroed by writing (no zero pages).
+    if (direct) direct_ = static_cast<uint32_t *>(std::malloc(k_direct_limit * sizeof(uint32_t)));
+    if (direct_) std::memset(direct_, 0, k_direct_limit * sizeof(uint32_t));
+    if (!slots_ || !written_ || !arena_ || (direct && !direct_)) {
+        release();
         throw std::bad_alloc();
     }
 }
 
-chunk_cache::~chunk_cache()
+size_t chunk_cache::slot_bytes() const { return n_slots_ * sizeof(uint64_t); }
+
+void chunk_cache::release()
 {
-    std::free(slots_);
+    if (slots_) munmap(slots_, slot_bytes());
+    std::free(written_);
     std::free(arena_);
     std::free(direct_);
+    slots_ = nullptr;
+    written_ = nullptr;
+    arena_ = nullptr;
+    direct_ = nullptr;
+}
+
+chunk_cache::~chunk_cache() { release(); }
+
+void chunk_cache::mark_written(size_t slot)
+{
+    const size_t r = slot >> k_region_shift;
+    const uint64_t bit = uint64_t{1} << (r % 64);
+    if (!(__atomic_load_n(&written_[r / 64], __ATOMIC_RELAXED) & bit))
+        __atomic_fetch_or(&written_[r / 64], bit, __ATOMIC_RELEASE);
 }
 
 const int *chunk_cache::find(std::string_view chunk, uint64_t hash, uint32_t *n_ids) const
@@ -54,6 +76,7 @@ const int *chunk_cache::find(std::string_view chunk, uint64_t hash, uint32_t *n_
     const size_t mask = n_slots_ - 1;
     const uint32_t tag = static_cast<uint32_t>(hash);
     for (size_t i = tag & mask;; i = (i + 1) & mask) {
+        if (!region_written(i)) return nullptr;  // only empty slots there
         const uint64_t slot = __atomic_load_n(&slots_[i], __ATOMIC_ACQUIRE);
         if (slot == 0) return nullptr;  // the table is never full, so a probe always ends
         if (slot_hash(slot) != tag) continue;
@@ -114,8 +137,10 @@ void chunk_cache::insert(std::string_view chunk, uint64_t hash, const int *ids, 
     for (size_t i = tag & mask;; i = (i + 1) & mask) {
         uint64_t slot = 0;
         if (__atomic_compare_exchange_n(&slots_[i], &slot, mine, false, __ATOMIC_RELEASE,
-                                        __ATOMIC_ACQUIRE))
+                                        __ATOMIC_ACQUIRE)) {
+            mark_written(i);
             return;
+        }
         // The slot is taken (`slot` now holds it). By this very chunk when another thread encoded
         // it at the same time: then our copy in the arena stays unused.
         const uint32_t *other = arena_ + slot_offset(slot);

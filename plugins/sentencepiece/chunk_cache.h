@@ -16,6 +16,13 @@
 // direct table indexed by the code point, so their lookup needs no hash, probe or comparison. The
 // direct table takes 768 KiB of the budget when the budget is at least 4 MiB; it is published the
 // same way as the hashed slots.
+//
+// Lookups never read a page of the slot table that no insert has written: a bit per 512 slots
+// says which have been (the bit is set after the slot is published, and a region without it holds
+// only empty slots). Reading an untouched page first would map the kernel's shared zero page, and
+// the first insert there would then have to replace it, which flushes that page from the TLB of
+// every core running one of the process's threads: with two threads that cost zt-prep as much
+// time as all its lookups.
 #ifndef ZT_SPM_CHUNK_CACHE_H
 #define ZT_SPM_CHUNK_CACHE_H
 
@@ -92,6 +99,16 @@ private:
     uint32_t *arena_ = nullptr;  // entries: [chunk bytes][n_ids][chunk, padded to whole words][ids]
     size_t arena_words_ = 0;
     uint32_t *direct_ = nullptr;  // k_direct_limit slots: 0 empty, else 1 + arena offset; or none
+    uint64_t *written_ = nullptr; // bit r: some slot in [512 r, 512 (r + 1)) has been written
+    static constexpr unsigned k_region_shift = 9;  // 512 slots = one 4 KiB page
+    bool region_written(size_t slot) const
+    {
+        const size_t r = slot >> k_region_shift;
+        return (__atomic_load_n(&written_[r / 64], __ATOMIC_ACQUIRE) >> (r % 64)) & 1;
+    }
+    void mark_written(size_t slot);
+    size_t slot_bytes() const;
+    void release();
 
     // Written by inserts and count(); kept off the cache line above.
     alignas(64) std::atomic<size_t> arena_used_{0};  // words claimed, may pass arena_words_

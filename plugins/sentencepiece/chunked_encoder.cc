@@ -4,7 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <new>
+#include <system_error>
+#include <thread>
 
 #include "utf8.h"
 
@@ -99,6 +102,34 @@ std::unique_ptr<chunked_encoder> chunked_encoder::create(
 
     std::unique_ptr<chunked_encoder> encoder(new chunked_encoder(spec, cache_bytes));
     encoder->unk_id_ = whole.unk_id();
+
+    // The normalizer-free copy of the model loads on a thread of its own while the pairs are
+    // collected: loading is a third of open()'s time.
+    size_t size = 0;
+    std::unique_ptr<unsigned char, void (*)(void *)> copy(spm_model_file_without_normalizer(&file, &size),
+                                                          std::free);
+    if (!copy) throw std::bad_alloc();
+    Status loaded;
+    std::exception_ptr load_failure;  // rethrown here: exceptions must not leave the thread
+    const auto load = [&]() {
+        try {
+            loaded = encoder->pieces_only_.LoadFromSerializedProto(
+                std::string_view(reinterpret_cast<const char *>(copy.get()), size));
+        } catch (...) {
+            load_failure = std::current_exception();
+        }
+    };
+    std::thread loader;
+    try {
+        loader = std::thread(load);
+    } catch (const std::system_error &) {
+        load();  // no thread to be had: the same, one after the other
+    }
+    struct joiner {
+        std::thread *t;
+        ~joiner() { if (t->joinable()) t->join(); }
+    } join_loader{&loader};
+
     std::vector<uint64_t> pairs;
     std::vector<uint8_t> neighbours(chunk_cache::k_direct_limit, 0);
     for (int id = 0; id < whole.GetPieceSize(); id++) {
@@ -134,23 +165,33 @@ std::unique_ptr<chunked_encoder> chunked_encoder::create(
         }
     }
     encoder->neighbours_ = std::move(neighbours);
-    std::sort(pairs.begin(), pairs.end());
-    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    // Most pairs occur in many pieces: drop the repeats through a table with room for all of
+    // them (cheaper than sorting), then keep the distinct ones in a table of twice their number,
+    // small enough to stay in the cache for the probes of encode().
+    std::vector<uint64_t> distinct;
+    {
+        size_t n_seen = 16;
+        while (n_seen < 2 * pairs.size()) n_seen *= 2;
+        std::vector<uint64_t> seen(n_seen, 0);
+        for (uint64_t key : pairs) {
+            size_t i = pair_slot(key, n_seen);
+            while (seen[i] != 0 && seen[i] != key) i = (i + 1) & (n_seen - 1);
+            if (seen[i] == key) continue;
+            seen[i] = key;
+            distinct.push_back(key);
+        }
+    }
     size_t n_slots = 16;
-    while (n_slots < 2 * pairs.size()) n_slots *= 2;
+    while (n_slots < 2 * distinct.size()) n_slots *= 2;
     encoder->pair_slots_.assign(n_slots, 0);
-    for (uint64_t key : pairs) {
+    for (uint64_t key : distinct) {
         size_t i = pair_slot(key, n_slots);
         while (encoder->pair_slots_[i] != 0) i = (i + 1) & (n_slots - 1);
         encoder->pair_slots_[i] = key;
     }
 
-    size_t size = 0;
-    unsigned char *copy = spm_model_file_without_normalizer(&file, &size);
-    if (!copy) throw std::bad_alloc();
-    const Status loaded = encoder->pieces_only_.LoadFromSerializedProto(
-        std::string_view(reinterpret_cast<const char *>(copy), size));
-    std::free(copy);
+    if (loader.joinable()) loader.join();
+    if (load_failure) std::rethrow_exception(load_failure);
     if (!loaded.ok()) {
         *why_not = "SentencePiece rejected the model with its normalizer removed: " +
                    loaded.ToString();
@@ -158,6 +199,7 @@ std::unique_ptr<chunked_encoder> chunked_encoder::create(
     }
     return encoder;
 }
+
 
 inline bool chunked_encoder::is_cut_point(char32_t left, char32_t right) const
 {
@@ -213,8 +255,18 @@ std::string_view chunked_encoder::normalize(std::string_view text, std::string *
     return std::string_view(out, n);
 }
 
+void id_buffer::grow(size_t need)
+{
+    size_t new_cap = cap ? 2 * cap : 1024;
+    while (new_cap < need) new_cap *= 2;
+    std::unique_ptr<int[]> bigger(new int[new_cap]);
+    if (n) std::memcpy(bigger.get(), data.get(), n * sizeof(int));
+    data = std::move(bigger);
+    cap = new_cap;
+}
+
 Status chunked_encoder::encode_uncached(std::string_view chunk, int32_t one_cp, bool cacheable,
-                                        uint64_t hash, id_sink *out)
+                                        uint64_t hash, id_buffer *out)
 {
     thread_local std::vector<int> chunk_ids;
     const Status st = pieces_only_.Encode(chunk, &chunk_ids);
@@ -226,7 +278,7 @@ Status chunked_encoder::encode_uncached(std::string_view chunk, int32_t one_cp, 
     return Status();
 }
 
-bool chunked_encoder::append_chunk(std::string_view chunk, int32_t one_cp, id_sink *out,
+bool chunked_encoder::append_chunk(std::string_view chunk, int32_t one_cp, id_buffer *out,
                                    lookup_tally *tally, Status *error)
 {
     const size_t first = out->n;
@@ -256,7 +308,7 @@ bool chunked_encoder::append_chunk(std::string_view chunk, int32_t one_cp, id_si
     }
     // Without byte fallback SentencePiece turns a run of unknown pieces into one <unk>; a run
     // may continue across the cut.
-    int *ids = out->ids->data();
+    int *ids = out->data.get();
     if (!spec_.byte_fallback && first > 0 && out->n > first && ids[first - 1] == unk_id_ &&
         ids[first] == unk_id_) {
         std::memmove(ids + first, ids + first + 1, (out->n - first - 1) * sizeof *ids);
@@ -265,14 +317,14 @@ bool chunked_encoder::append_chunk(std::string_view chunk, int32_t one_cp, id_si
     return true;
 }
 
-Status chunked_encoder::encode(std::string_view text, std::vector<int> *ids)
+Status chunked_encoder::encode(std::string_view text, id_buffer *out_buffer)
 {
     thread_local std::string normalized;
     const std::string_view s = normalize(text, &normalized);
     // No chunk has more ids than bytes (a piece or a byte id covers at least one byte, <unk> at
-    // least one character), so this room is enough; id_sink grows it should that ever fail.
-    id_sink out{ids, ids->size()};
-    ids->resize(out.n + s.size() + 1);
+    // least one character), so this room is enough; room() grows it should that ever fail.
+    id_buffer &out = *out_buffer;
+    out.room(s.size() + 1);
     lookup_tally tally;
     Status error;
     size_t start = 0, len = 0, chars = 0;
@@ -306,7 +358,6 @@ Status chunked_encoder::encode(std::string_view text, std::vector<int> *ids)
         const int32_t one = chars == 1 ? static_cast<int32_t>(first_cp) : -1;
         if (!append_chunk(s.substr(start), one, &out, &tally, &error)) return error;
     }
-    ids->resize(out.n);
     cache_.count(tally.lookups, tally.hits);
     return error;
 }
@@ -314,10 +365,13 @@ Status chunked_encoder::encode(std::string_view text, std::vector<int> *ids)
 bool chunked_encoder::agrees_with(const sentencepiece::SentencePieceProcessor &whole,
                                   std::string *text)
 {
-    std::vector<int> want, got;
+    std::vector<int> want;
+    id_buffer got;
     for (const char *awkward : k_awkward_texts) {
-        got.clear();
-        if (whole.Encode(awkward, &want).ok() && encode(awkward, &got).ok() && want == got) continue;
+        got.n = 0;
+        if (whole.Encode(awkward, &want).ok() && encode(awkward, &got).ok() &&
+            std::vector<int>(got.data.get(), got.data.get() + got.n) == want)
+            continue;
         // For a one-line message: control characters as \xHH.
         text->clear();
         for (const char *c = awkward; *c; c++) {

@@ -38,6 +38,20 @@
 #include "chunk_cache.h"
 #include "model_file.h"
 
+// A thread's buffer of ids: grown by doubling and never zero-filled (std::vector::resize would
+// write every int before the encoder does).
+struct id_buffer {
+    std::unique_ptr<int[]> data;
+    size_t cap = 0;
+    size_t n = 0;  // ids written
+    int *room(size_t more)
+    {
+        if (n + more > cap) grow(n + more);
+        return data.get() + n;
+    }
+    void grow(size_t need);
+};
+
 class chunked_encoder {
 public:
     // The chunked encoder of `whole` (loaded from `file`), with a cache of at most cache_bytes; or
@@ -47,8 +61,8 @@ public:
                                                    const sentencepiece::SentencePieceProcessor &whole,
                                                    size_t cache_bytes, std::string *why_not);
 
-    // Encode valid UTF-8 text, appending its ids to *ids. Thread-safe.
-    sentencepiece::util::Status encode(std::string_view text, std::vector<int> *ids);
+    // Encode valid UTF-8 text, appending its ids to *out. Thread-safe.
+    sentencepiece::util::Status encode(std::string_view text, id_buffer *out);
 
     // Encode a set of awkward built-in texts both ways: false (and *text set to the first one that
     // differs, control characters escaped) means this libsentencepiece does not behave as the
@@ -63,25 +77,14 @@ private:
     struct lookup_tally {
         uint64_t lookups = 0, hits = 0;
     };
-    // Where encode() writes ids: the caller's vector, sized ahead so that a chunk's ids are stored
-    // without a capacity check per chunk.
-    struct id_sink {
-        std::vector<int> *ids;
-        size_t n;  // ids written; ids->size() is the room
-        int *room(size_t more)
-        {
-            if (n + more > ids->size()) ids->resize(2 * (n + more));
-            return ids->data() + n;
-        }
-    };
     std::string_view normalize(std::string_view text, std::string *buf) const;
     __attribute__((always_inline)) bool is_cut_point(char32_t left, char32_t right) const;
     // Append the ids of one chunk; one_cp is its code point when it is a single one, else -1.
     // False with *error set when libsentencepiece fails (no Status is made on the hot path).
-    bool append_chunk(std::string_view chunk, int32_t one_cp, id_sink *out, lookup_tally *tally,
+    bool append_chunk(std::string_view chunk, int32_t one_cp, id_buffer *out, lookup_tally *tally,
                       sentencepiece::util::Status *error);
     sentencepiece::util::Status encode_uncached(std::string_view chunk, int32_t one_cp,
-                                                bool cacheable, uint64_t hash, id_sink *out);
+                                                bool cacheable, uint64_t hash, id_buffer *out);
 
     spm_encode_spec spec_;
     int unk_id_ = -1;

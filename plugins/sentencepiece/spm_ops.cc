@@ -237,21 +237,24 @@ zt_status spm_encode(zt_tokenizer_model *m, const char *text, uint64_t len, int3
         }
         // Encode is const and thread-safe; one buffer per thread keeps the hot path free of
         // allocations once it has grown to the longest text seen.
-        thread_local std::vector<int> encoded;
-        encoded.clear();
+        thread_local std::vector<int> encoded_whole;
+        thread_local id_buffer encoded_chunks;
         const std::string_view whole(text, static_cast<size_t>(len));
-        sentencepiece::util::Status st =
-            m->chunked ? m->chunked->encode(whole, &encoded) : m->processor.Encode(whole, &encoded);
+        encoded_chunks.n = 0;
+        sentencepiece::util::Status st = m->chunked ? m->chunked->encode(whole, &encoded_chunks)
+                                                    : m->processor.Encode(whole, &encoded_whole);
+        const int *encoded = m->chunked ? encoded_chunks.data.get() : encoded_whole.data();
+        const size_t n_encoded = m->chunked ? encoded_chunks.n : encoded_whole.size();
         if (!st.ok()) {
             host->error(host->ctx, ZT_ERR_INTERNAL,
                         "SentencePiece failed to encode %llu bytes with tokenizer model '%s': %s",
                         static_cast<unsigned long long>(len), m->path.c_str(), st.ToString().c_str());
             return ZT_ERR_INTERNAL;
         }
-        const uint64_t needed = encoded.size();
+        const uint64_t needed = n_encoded;
         *n_out = needed;
         const size_t n_copy = static_cast<size_t>(std::min(needed, cap));
-        if (n_copy) std::memcpy(ids, encoded.data(), n_copy * sizeof *ids);  // ids may be NULL at cap 0
+        if (n_copy) std::memcpy(ids, encoded, n_copy * sizeof *ids);  // ids may be NULL at cap 0
         if (needed <= cap) return ZT_OK;
         host->error(host->ctx, ZT_ERR_BUFFER_TOO_SMALL,
                     "encode needs room for %llu ids but the buffer holds %llu; call again with "
