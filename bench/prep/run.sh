@@ -3,11 +3,12 @@
 #   python   prep_python.py: json.load + template + sentencepiece (pip) per record + numpy, 1 process
 #   bare     SentencePiece encoding alone of the same prompt and response texts, on all cores:
 #            spm_bare (C++, the libsentencepiece zt's plugin links) and the pip package's batch API
-# Data, tokenized with the LLaMA-2 tokenizer:
-#   en, zh  the real English and Chinese Alpaca demo files of ../shared/data (999 and 1000 records),
-#           each replicated to RECORDS records (default 50000), as the issue asks
-#   all     all 8 Alpaca files there as they are (36,479 records, not replicated): how zt-prep's
-#           chunk cache does on text it has not seen before
+# Data, tokenized with the LLaMA-2 tokenizer, never replicated (repeated texts flatter the chunk
+# cache of the sentencepiece plugin):
+#   en      the distinct records of the 5 English Alpaca files of ../shared/data (15,014 records)
+#   zh      the distinct records of the 3 Chinese ones (21,429 of 21,465 records)
+#           (at most RECORDS of each, default 50000: the files hold fewer)
+#   all     all 8 Alpaca files there as they are (36,479 records, duplicates included)
 # Prints records/s and tokens/s for each, the ratios zt/python and zt/bare, and the chunk cache's
 # hit rate (the sentencepiece plugin's close() log line).
 #
@@ -35,6 +36,7 @@ if ! python3 -c "import sentencepiece, numpy" 2>/dev/null; then
 fi
 mkdir -p "$work"
 : > "$work/log"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 c++ -O2 -std=c++17 -o "$work/spm_bare" "$here/spm_bare.cc" $(pkg-config --cflags --libs sentencepiece) -pthread
 
 # Run a command $repeats times (stderr to $work/log) and keep the fastest run by wall-clock time:
@@ -52,14 +54,19 @@ time_best() {
     done
 }
 
-declare -A rows cache
+declare -A rows cache sources counts
+a=$shared/alpaca
+sources[en]="$a/alpaca_data_cleaned_1000.json $a/gpteacher_roleplay.json $a/gpteacher_toolformer_sim0.6.json $a/gsm8k_train_alpaca.json $a/lf_alpaca_en_demo.json"
+sources[zh]="$a/alpaca_zh_translated_part00.json $a/alpaca_zh_translated_part01.json $a/lf_alpaca_zh_demo.json"
 langs=(en zh all)
 for lang in "${langs[@]}"; do
     if [ "$lang" = all ]; then
         inputs=("$shared"/alpaca/*.json)
+        counts[$lang]="36479 (the files as they are)"
     else
-        inputs=("$work/alpaca_${lang}_${records}.json")
-        [ -f "${inputs[0]}" ] || python3 "$here/make_inputs.py" "$shared/alpaca/lf_alpaca_${lang}_demo.json" "$records" "${inputs[0]}"
+        inputs=("$work/alpaca_${lang}_distinct_${records}.json")
+        # shellcheck disable=SC2086  # the file list is meant to split
+        counts[$lang]="$(python3 "$here/make_inputs.py" "${inputs[0]}" "$records" ${sources[$lang]}) distinct"
     fi
     python3 "$here/prep_python.py" --dump-texts "$work/texts_$lang.bin" "${inputs[@]}"
 
@@ -86,8 +93,8 @@ done
 spm_py=$(python3 -c "import sentencepiece; print(sentencepiece.__version__)")
 spm_c=$(pkg-config --modversion sentencepiece)
 echo
-echo "zt-prep benchmark: en, zh: $records records each (replicated); all: the 8 Alpaca files as they are;"
-echo "LLaMA-2 tokenizer, $threads threads, best of $repeats"
+echo "zt-prep benchmark: en ${counts[en]}, zh ${counts[zh]}, all ${counts[all]} records; none replicated;"
+echo "LLaMA-2 tokenizer, $threads threads, best of $repeats; load average before: $load_before"
 echo "python = prep_python.py (sentencepiece $spm_py, 1 process); bare = encoding only, $threads threads"
 echo "(wall seconds include loading the model and, for bare, the texts; records/s and tokens/s use wall time)"
 printf "\n%-4s %-30s %8s %8s %11s %12s\n" "lang" "what" "wall s" "CPU s" "records/s" "tokens/s"
