@@ -223,13 +223,13 @@ std::string_view chunked_encoder::normalize(std::string_view text, std::string *
     const bool trim = spec_.remove_extra_whitespaces;
     if (trim) text.remove_prefix(std::min(text.size(), text.find_first_not_of(' ')));
     if (text.empty()) return std::string_view();
-    // A space grows to 3 bytes; the dummy prefix adds 3.
-    const size_t room = 3 * text.size() + k_visible_space_len;
-    if (buf->size() < room) buf->resize(std::max(room, 2 * buf->size()));
-    char *out = buf->data();
     size_t n = 0;
+    const auto room = [&](size_t more) {  // grows by doubling; retains what the longest text needs
+        if (n + more > buf->size()) buf->resize(std::max(n + more, 2 * buf->size()));
+        return buf->data() + n;
+    };
     const auto put_space = [&]() {
-        std::memcpy(out + n, k_visible_space, k_visible_space_len);
+        std::memcpy(room(k_visible_space_len), k_visible_space, k_visible_space_len);
         n += k_visible_space_len;
     };
     if (spec_.add_dummy_prefix && !spec_.treat_whitespace_as_suffix) put_space();
@@ -237,8 +237,9 @@ std::string_view chunked_encoder::normalize(std::string_view text, std::string *
     while (p < end) {
         const char *space = static_cast<const char *>(std::memchr(p, ' ', static_cast<size_t>(end - p)));
         if (!space) space = end;
-        std::memcpy(out + n, p, static_cast<size_t>(space - p));
-        n += static_cast<size_t>(space - p);
+        const size_t run = static_cast<size_t>(space - p);
+        std::memcpy(room(run), p, run);
+        n += run;
         if (space == end) break;
         p = space;
         while (p < end && *p == ' ') {
@@ -246,13 +247,14 @@ std::string_view chunked_encoder::normalize(std::string_view text, std::string *
             p++;
         }
     }
+    const char *out = buf->data();
     if (trim) {  // every trailing U+2581 goes, also one the text itself contained
         while (n >= k_visible_space_len &&
                std::memcmp(out + n - k_visible_space_len, k_visible_space, k_visible_space_len) == 0)
             n -= k_visible_space_len;
     }
     if (spec_.add_dummy_prefix && spec_.treat_whitespace_as_suffix) put_space();
-    return std::string_view(out, n);
+    return std::string_view(buf->data(), n);
 }
 
 void id_buffer::grow(size_t need)
@@ -321,10 +323,7 @@ Status chunked_encoder::encode(std::string_view text, id_buffer *out_buffer)
 {
     thread_local std::string normalized;
     const std::string_view s = normalize(text, &normalized);
-    // No chunk has more ids than bytes (a piece or a byte id covers at least one byte, <unk> at
-    // least one character), so this room is enough; room() grows it should that ever fail.
     id_buffer &out = *out_buffer;
-    out.room(s.size() + 1);
     lookup_tally tally;
     Status error;
     size_t start = 0, len = 0, chars = 0;
