@@ -159,11 +159,11 @@ void prep_outdir_free(prep_outdir *o)
 
 /* ---- shards ---------------------------------------------------------------------------------- */
 
-/* Sequential writer of one region of a shard: buffers writes, puts them at file_pos with pwrite
- * (so that the sections can be written by threads of their own), and keeps the FNV-1a 64 of
- * everything put. With fd < 0 it only hashes. */
+/* Sequential writer of a shard: buffers writes, puts them at file_pos with pwrite, and keeps the
+ * FNV-1a 64 of everything put unless hashing is 0. With fd < 0 it only hashes. */
 typedef struct writer {
     int fd;
+    int hashing;
     char buf[1 << 20];
     size_t used;
     uint64_t offset;   /* bytes put so far */
@@ -175,6 +175,7 @@ typedef struct writer {
 static void writer_reset(writer *w, int fd, uint64_t file_pos)
 {
     w->fd = fd;
+    w->hashing = 1;
     w->used = 0;
     w->offset = 0;
     w->file_pos = file_pos;
@@ -202,7 +203,7 @@ static void writer_flush(writer *w)
 static void writer_put(writer *w, const void *data, size_t n)
 {
     const char *p = data;
-    w->hash = zt_fnv1a64(w->hash, p, n);
+    if (w->hashing) w->hash = zt_fnv1a64(w->hash, p, n);
     w->offset += n;
     if (w->fd < 0) return;
     while (n) {
@@ -252,44 +253,57 @@ static void put_section(writer *w, const prep_sink *s, const uint8_t *spill, con
     }
 }
 
-/* One section, hashed (its checksum goes into the header) and written at its offset, followed by
- * the zeros up to the next section. The three run on threads of their own: FNV-1a is sequential
- * within a stream, and this runs when the tokenizer threads are done. */
-typedef struct section_job {
+/* One section's checksum (it goes into the header). The three are hashed on threads of their own:
+ * FNV-1a is sequential within a stream, and this runs when the tokenizer threads are done. */
+typedef struct section_hash_job {
     const prep_sink *sink;
     const uint8_t *spill;
     const uint32_t *order;
     size_t n;
     int section;
-    int fd;
-    uint64_t offset, pad_to; /* the section's place in the file and where the next one starts */
     writer *w;
-} section_job;
+} section_hash_job;
 
-static void *write_section(void *arg)
+static void *hash_section(void *arg)
 {
-    section_job *job = arg;
-    writer *w = job->w;
-    writer_reset(w, job->fd, job->offset);
-    put_section(w, job->sink, job->spill, job->order, job->n, job->section);
-    writer_flush(w);
-    static const char zeros[ZT_SHARD_ALIGN];
-    uint64_t end = job->offset + w->offset;
-    if (!w->error && job->pad_to > end && pwrite(job->fd, zeros, (size_t)(job->pad_to - end), (off_t)end) < 0)
-        w->error = errno;
+    section_hash_job *job = arg;
+    writer_reset(job->w, -1, 0);
+    put_section(job->w, job->sink, job->spill, job->order, job->n, job->section);
     return NULL;
 }
 
-/* fsync on a thread of its own while the whole file is hashed for the manifest. */
-typedef struct sync_job {
-    int fd;
-    int error;
-} sync_job;
-
-static void *sync_file(void *arg)
+/* The whole shard, header first, through writer w (which hashes it too when it writes, or only
+ * hashes with fd < 0). */
+static void put_shard(writer *w, const zt_shard_header *h, const prep_sink *s, const uint8_t *spill,
+                      const uint32_t *order, size_t n)
 {
-    sync_job *job = arg;
-    job->error = fsync(job->fd) != 0 ? errno : 0;
+    writer_put(w, h, sizeof *h);
+    for (int section = 0; section < 3; section++) {
+        put_section(w, s, spill, order, n, section);
+        if (section < SECTION_INDEX) writer_align(w);
+    }
+    writer_flush(w);
+}
+
+/* Writing the file and its fsync, on a thread of its own while the main thread hashes the whole
+ * file for the manifest: both stream the same bytes, and only the hash is a sequential chain. */
+typedef struct file_job {
+    writer *w;
+    const zt_shard_header *h;
+    const prep_sink *sink;
+    const uint8_t *spill;
+    const uint32_t *order;
+    size_t n;
+    int error;
+} file_job;
+
+static void *write_file(void *arg)
+{
+    file_job *job = arg;
+    put_shard(job->w, job->h, job->sink, job->spill, job->order, job->n);
+    job->error = job->w->error;
+    if (!job->error && job->w->offset != job->h->file_size) job->error = EIO; /* a layout bug */
+    if (!job->error && fsync(job->w->fd) != 0) job->error = errno;
     return NULL;
 }
 
@@ -318,52 +332,50 @@ static zt_status write_shard(const prep_run *run, const char *path, const uint8_
     h.index_offset = align_up(h.mask_offset + h.n_tokens);
     h.file_size = h.index_offset + (n + 1) * sizeof(uint64_t);
 
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return zt_error_set(err, ZT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-
-    /* 1. The sections, each hashed and written by a thread (or here, when none can be had). */
-    const uint64_t starts[3] = {h.tokens_offset, h.mask_offset, h.index_offset};
-    const uint64_t ends[3] = {h.mask_offset, h.index_offset, h.file_size};
+    /* 1. The section checksums for the header, each on a thread (or here, when none can be had). */
+    writer *w = prep_xmalloc(sizeof *w, "a shard write buffer");
     uint64_t *checksums[3] = {&h.tokens_checksum, &h.mask_checksum, &h.index_checksum};
-    section_job jobs[3];
+    section_hash_job jobs[3];
     pthread_t threads[3];
     int started[3] = {0, 0, 0};
     for (int section = 0; section < 3; section++) {
-        jobs[section] = (section_job){s, spill, order, n, section, fd, starts[section], ends[section],
-                                      prep_xmalloc(sizeof(writer), "a shard write buffer")};
-        started[section] = section > 0 && pthread_create(&threads[section], NULL, write_section, &jobs[section]) == 0;
-        if (!started[section] && section > 0) write_section(&jobs[section]);
+        jobs[section] = (section_hash_job){s, spill, order, n, section,
+                                           section == 0 ? w : prep_xmalloc(sizeof *w, "a shard hash buffer")};
+        started[section] = section > 0 && pthread_create(&threads[section], NULL, hash_section, &jobs[section]) == 0;
+        if (!started[section] && section > 0) hash_section(&jobs[section]);
     }
-    write_section(&jobs[0]);
-    int e = 0;
+    hash_section(&jobs[0]);
+    writer *file_writer = jobs[1].w; /* reused for the file below */
     for (int section = 0; section < 3; section++) {
         if (started[section]) pthread_join(threads[section], NULL);
         *checksums[section] = jobs[section].w->hash;
-        if (!e) e = jobs[section].w->error;
-        if (section > 0) free(jobs[section].w);
     }
+    free(jobs[2].w);
     h.header_checksum = zt_fnv1a64(ZT_FNV1A64_INIT, &h, offsetof(zt_shard_header, header_checksum));
-    if (!e && pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) e = errno ? errno : EIO;
 
-    /* 2. fsync, and meanwhile the FNV-1a of the whole file for the manifest (the header is part
-     *    of it, so this could not start earlier). */
-    sync_job sync = {fd, 0};
-    pthread_t sync_thread;
-    int syncing = !e && pthread_create(&sync_thread, NULL, sync_file, &sync) == 0;
-    writer *w = jobs[0].w;
-    writer_reset(w, -1, 0);
-    writer_put(w, &h, sizeof h);
-    for (int section = 0; section < 3; section++) {
-        put_section(w, s, spill, order, n, section);
-        if (section < SECTION_INDEX) writer_align(w);
+    /* 2. The file written and fsynced on a thread, while the whole file is hashed here for the
+     *    manifest (the header is part of it, so this could not start earlier). */
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        zt_error_set(err, ZT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+        free(w);
+        free(file_writer);
+        return ZT_ERR_IO;
     }
-    if (!e && w->offset != h.file_size) e = EIO; /* a layout bug: never write such a shard */
-    if (syncing) pthread_join(sync_thread, NULL);
-    else if (!e) sync_file(&sync);
-    if (!e) e = sync.error;
+    writer_reset(file_writer, fd, 0);
+    file_writer->hashing = 0; /* the main thread hashes */
+    file_job file = {file_writer, &h, s, spill, order, n, 0};
+    pthread_t file_thread;
+    int writing = pthread_create(&file_thread, NULL, write_file, &file) == 0;
+    writer_reset(w, -1, 0);
+    put_shard(w, &h, s, spill, order, n);
+    if (writing) pthread_join(file_thread, NULL);
+    else write_file(&file);
+    int e = file.error;
     if (close(fd) != 0 && !e) e = errno;
     uint64_t file_hash = w->hash;
     free(w);
+    free(file_writer);
     if (e) return zt_error_set(err, ZT_ERR_IO, "cannot write '%s': %s", path, strerror(e));
     info->val = val;
     info->n_samples = n;

@@ -5,7 +5,7 @@
 #            spm_bare (C++, the libsentencepiece zt's plugin links) and the pip package's batch API
 # Data, tokenized with the LLaMA-2 tokenizer, never replicated (repeated texts flatter the chunk
 # cache of the sentencepiece plugin):
-#   en      the distinct records of the 5 English Alpaca files of ../shared/data (15,014 records)
+#   en      the distinct records of the 5 English Alpaca files of ../shared/data (14,979 of 15,014)
 #   zh      the distinct records of the 3 Chinese ones (21,429 of 21,465 records)
 #           (at most RECORDS of each, default 50000: the files hold fewer)
 #   all     all 8 Alpaca files there as they are (36,479 records, duplicates included)
