@@ -4,10 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <new>
-#include <system_error>
-#include <thread>
 
 #include "utf8.h"
 
@@ -74,9 +71,8 @@ chunked_encoder::chunked_encoder(const spm_encode_spec &spec, size_t cache_bytes
 {
 }
 
-std::unique_ptr<chunked_encoder> chunked_encoder::create(
-    const spm_model_file &file, const sentencepiece::SentencePieceProcessor &whole,
-    size_t cache_bytes, std::string *why_not)
+std::unique_ptr<chunked_encoder> chunked_encoder::create(const spm_model_file &file,
+                                                         size_t cache_bytes, std::string *why_not)
 {
     const spm_encode_spec &spec = file.spec;
     if (std::strcmp(file.model_type, "unigram") == 0) {
@@ -101,49 +97,26 @@ std::unique_ptr<chunked_encoder> chunked_encoder::create(
     }
 
     std::unique_ptr<chunked_encoder> encoder(new chunked_encoder(spec, cache_bytes));
-    encoder->unk_id_ = whole.unk_id();
-
-    // The normalizer-free copy of the model loads on a thread of its own while the pairs are
-    // collected: loading is a third of open()'s time.
-    size_t size = 0;
-    std::unique_ptr<unsigned char, void (*)(void *)> copy(spm_model_file_without_normalizer(&file, &size),
-                                                          std::free);
-    if (!copy) throw std::bad_alloc();
-    Status loaded;
-    std::exception_ptr load_failure;  // rethrown here: exceptions must not leave the thread
-    const auto load = [&]() {
-        try {
-            loaded = encoder->pieces_only_.LoadFromSerializedProto(
-                std::string_view(reinterpret_cast<const char *>(copy.get()), size));
-        } catch (...) {
-            load_failure = std::current_exception();
-        }
-    };
-    std::thread loader;
-    try {
-        loader = std::thread(load);
-    } catch (const std::system_error &) {
-        load();  // no thread to be had: the same, one after the other
-    }
-    struct joiner {
-        std::thread *t;
-        ~joiner() { if (t->joinable()) t->join(); }
-    } join_loader{&loader};
-
     std::vector<uint64_t> pairs;
     std::vector<uint8_t> neighbours(chunk_cache::k_direct_limit, 0);
-    for (int id = 0; id < whole.GetPieceSize(); id++) {
+    // The pieces straight from the file (the same ModelProto libsentencepiece loaded): its API
+    // costs more per piece than all the rest of this loop.
+    size_t pos = 0, piece_len = 0;
+    const char *piece_bytes = nullptr;
+    int type = 0, id = 0;
+    for (; spm_model_file_next_piece(&file, &pos, &piece_bytes, &piece_len, &type); id++) {
+        if (type == SPM_PIECE_UNKNOWN && encoder->unk_id_ < 0) encoder->unk_id_ = id;
         // BPE never forms control, unknown or byte pieces from text: they cannot span a cut.
-        if (whole.IsControl(id) || whole.IsUnknown(id) || whole.IsByte(id)) continue;
-        const std::string &piece = whole.IdToPiece(id);
-        if (whole.IsUnused(id)) {
-            *why_not = "its piece " + std::to_string(id) + " ('" + piece +
+        if (type == SPM_PIECE_CONTROL || type == SPM_PIECE_UNKNOWN || type == SPM_PIECE_BYTE) continue;
+        const std::string_view piece(piece_bytes, piece_len);
+        if (type == SPM_PIECE_UNUSED) {
+            *why_not = "its piece " + std::to_string(id) + " ('" + std::string(piece) +
                        "') is UNUSED, and BPE re-splits such pieces with a map shared by the "
                        "whole text";
             return nullptr;
         }
-        if (piece.find(' ') != std::string::npos) {
-            *why_not = "its piece " + std::to_string(id) + " ('" + piece + "') contains a space";
+        if (piece.find(' ') != std::string_view::npos) {
+            *why_not = "its piece " + std::to_string(id) + " ('" + std::string(piece) + "') contains a space";
             return nullptr;
         }
         size_t bad_offset;
@@ -164,34 +137,38 @@ std::unique_ptr<chunked_encoder> chunked_encoder::create(
             left = right;
         }
     }
+    encoder->n_pieces_ = id;
     encoder->neighbours_ = std::move(neighbours);
-    // Most pairs occur in many pieces: drop the repeats through a table with room for all of
-    // them (cheaper than sorting), then keep the distinct ones in a table of twice their number,
-    // small enough to stay in the cache for the probes of encode().
-    std::vector<uint64_t> distinct;
-    {
-        size_t n_seen = 16;
-        while (n_seen < 2 * pairs.size()) n_seen *= 2;
-        std::vector<uint64_t> seen(n_seen, 0);
-        for (uint64_t key : pairs) {
-            size_t i = pair_slot(key, n_seen);
-            while (seen[i] != 0 && seen[i] != key) i = (i + 1) & (n_seen - 1);
-            if (seen[i] == key) continue;
-            seen[i] = key;
-            distinct.push_back(key);
+    // Most pairs occur in many pieces: the repeats are dropped as the table is filled (cheaper
+    // than sorting), and the table doubles whenever it gets half full, so it ends up at two to
+    // four slots a distinct pair: small enough to stay in the cache for the probes of encode().
+    std::vector<uint64_t> &table = encoder->pair_slots_;
+    size_t n_distinct = 0;
+    const auto place = [&table](uint64_t key) {
+        const size_t mask = table.size() - 1;
+        size_t i = pair_slot(key, table.size());
+        while (table[i] != 0 && table[i] != key) i = (i + 1) & mask;
+        const bool is_new = table[i] == 0;
+        table[i] = key;
+        return is_new;
+    };
+    table.assign(1024, 0);
+    for (uint64_t key : pairs) {
+        if (2 * (n_distinct + 1) > table.size()) {
+            std::vector<uint64_t> old(2 * table.size(), 0);
+            old.swap(table);
+            for (uint64_t k : old)
+                if (k) place(k);
         }
-    }
-    size_t n_slots = 16;
-    while (n_slots < 2 * distinct.size()) n_slots *= 2;
-    encoder->pair_slots_.assign(n_slots, 0);
-    for (uint64_t key : distinct) {
-        size_t i = pair_slot(key, n_slots);
-        while (encoder->pair_slots_[i] != 0) i = (i + 1) & (n_slots - 1);
-        encoder->pair_slots_[i] = key;
+        n_distinct += place(key);
     }
 
-    if (loader.joinable()) loader.join();
-    if (load_failure) std::rethrow_exception(load_failure);
+    size_t size = 0;
+    std::unique_ptr<unsigned char, void (*)(void *)> copy(spm_model_file_without_normalizer(&file, &size),
+                                                          std::free);
+    if (!copy) throw std::bad_alloc();
+    const Status loaded = encoder->pieces_only_.LoadFromSerializedProto(
+        std::string_view(reinterpret_cast<const char *>(copy.get()), size));
     if (!loaded.ok()) {
         *why_not = "SentencePiece rejected the model with its normalizer removed: " +
                    loaded.ToString();
@@ -359,6 +336,16 @@ Status chunked_encoder::encode(std::string_view text, id_buffer *out_buffer)
     }
     cache_.count(tally.lookups, tally.hits);
     return error;
+}
+
+bool chunked_encoder::matches(const sentencepiece::SentencePieceProcessor &whole,
+                              std::string *why_not) const
+{
+    if (n_pieces_ == whole.GetPieceSize() && unk_id_ == whole.unk_id()) return true;
+    *why_not = "reading the file found " + std::to_string(n_pieces_) + " pieces and <unk> id " +
+               std::to_string(unk_id_) + ", libsentencepiece " + std::to_string(whole.GetPieceSize()) +
+               " and " + std::to_string(whole.unk_id());
+    return false;
 }
 
 bool chunked_encoder::agrees_with(const sentencepiece::SentencePieceProcessor &whole,

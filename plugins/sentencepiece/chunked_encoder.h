@@ -54,12 +54,16 @@ struct id_buffer {
 
 class chunked_encoder {
 public:
-    // The chunked encoder of `whole` (loaded from `file`), with a cache of at most cache_bytes; or
-    // nullptr and *why_not completing "encoding in chunks would not be exact: ..." (or an error
-    // loading the normalizer-free copy of the model).
-    static std::unique_ptr<chunked_encoder> create(const spm_model_file &file,
-                                                   const sentencepiece::SentencePieceProcessor &whole,
-                                                   size_t cache_bytes, std::string *why_not);
+    // The chunked encoder of the model in `file`, with a cache of at most cache_bytes; or nullptr
+    // and *why_not completing "encoding in chunks would not be exact: ..." (or an error loading
+    // the normalizer-free copy of the model). It reads the pieces from the file itself, so it can
+    // be made while libsentencepiece loads the model for whole-text encoding.
+    static std::unique_ptr<chunked_encoder> create(const spm_model_file &file, size_t cache_bytes,
+                                                   std::string *why_not);
+
+    // The whole-text model has the pieces and <unk> id this encoder read from the file (else
+    // *why_not says what differs).
+    bool matches(const sentencepiece::SentencePieceProcessor &whole, std::string *why_not) const;
 
     // Encode valid UTF-8 text, appending its ids to *out. Thread-safe.
     sentencepiece::util::Status encode(std::string_view text, id_buffer *out);
@@ -88,6 +92,7 @@ private:
 
     spm_encode_spec spec_;
     int unk_id_ = -1;
+    int n_pieces_ = 0;
     sentencepiece::SentencePieceProcessor pieces_only_;  // the model with a do-nothing normalizer
     // The adjacent character pairs of all pieces BPE can form, as pair_key()s in an open-addressing
     // table (0 = empty) of pair_slots_.size() = a power of two slots.

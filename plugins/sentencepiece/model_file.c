@@ -352,6 +352,33 @@ void spm_model_file_free(spm_model_file *f)
     memset(f, 0, sizeof *f);
 }
 
+int spm_model_file_next_piece(const spm_model_file *f, size_t *pos, const char **piece, size_t *len,
+                              int *type)
+{
+    enum { PIECE_PIECE = 1, PIECE_TYPE = 3 };
+    while (*pos < f->size) { /* the file passed the scan: every top-level field is well formed */
+        wire_field field = {0};
+        next_field(f->bytes, f->size, pos, &field);
+        if (field.number != MODEL_PIECES) continue;
+        *piece = "";
+        *len = 0;
+        *type = SPM_PIECE_NORMAL;
+        size_t at = field.body, end = field.body + field.body_len;
+        while (at < end) {
+            wire_field sub;
+            if (next_field(f->bytes, end, &at, &sub) != FIELD_OK) break;
+            if (sub.number == PIECE_PIECE && sub.wire_type == WIRE_BYTES) {
+                *piece = (const char *)f->bytes + sub.body;
+                *len = sub.body_len;
+            } else if (sub.number == PIECE_TYPE && sub.wire_type == WIRE_VARINT) {
+                *type = (int)sub.varint;
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
 unsigned char *spm_model_file_without_normalizer(const spm_model_file *f, size_t *out_size)
 {
     /* NormalizerSpec{name: "identity", add_dummy_prefix: false, remove_extra_whitespaces: false}:
