@@ -34,6 +34,9 @@ if ! python3 -c "import sentencepiece, numpy" 2>/dev/null; then
     echo "bench: installing the Python packages the comparison script uses: pip install sentencepiece numpy" >&2
     python3 -m pip install --quiet sentencepiece numpy
 fi
+# The interpreter itself, not a wrapper such as a pyenv shim, whose start-up (a shell script, about
+# 70 ms) would be counted against the Python script.
+python=$(python3 -c "import sys; print(sys.executable)")
 mkdir -p "$work"
 : > "$work/log"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -76,21 +79,21 @@ for lang in "${langs[@]}"; do
     read -r zt_records zt_tokens < <(python3 -c "import json; s = json.load(open('$work/out_$lang/manifest.json'))['statistics']; print(s['records_kept'], s['tokens'])")
     cache[$lang]=$(grep -o 'chunk cache: .*' "$work/log" | tail -n 1 || true)
 
-    time_best python3 "$here/prep_python.py" "$tok" "$work/py_$lang" "${inputs[@]}"
+    time_best "$python" "$here/prep_python.py" "$tok" "$work/py_$lang" "${inputs[@]}"
     py="$wall $cpu"
     read -r py_records py_tokens <<<"$last"
 
     time_best "$work/spm_bare" "$tok" "$work/texts_$lang.bin" "$threads"
     cpp="$wall $cpu"
     cpp_ids=$(echo "$last" | awk '{print $2}')
-    time_best python3 "$here/bare_encode.py" "$tok" "$work/texts_$lang.bin" "$threads"
+    time_best "$python" "$here/bare_encode.py" "$tok" "$work/texts_$lang.bin" "$threads"
     pyb="$wall $cpu"
     pyb_ids=$(echo "$last" | awk '{print $2}')
 
     rows[$lang]="$zt $zt_records $zt_tokens $py $py_records $py_tokens $cpp $cpp_ids $pyb $pyb_ids"
 done
 
-spm_py=$(python3 -c "import sentencepiece; print(sentencepiece.__version__)")
+spm_py=$("$python" -c "import sentencepiece; print(sentencepiece.__version__)")
 spm_c=$(pkg-config --modversion sentencepiece)
 echo
 echo "zt-prep benchmark: en ${counts[en]}, zh ${counts[zh]}, all ${counts[all]} records; none replicated;"
