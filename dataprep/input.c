@@ -131,12 +131,12 @@ const char *prep_field_name(int field)
 /* Keys that other instruction data sets use for a field, most common first: "response" in
  * GPTeacher, Dolly and LLaMA-Factory's alpaca columns (prompt/query/response), prompt/completion
  * in OpenAI's legacy fine-tuning files, question/answer in QA sets, inputs/targets in T0/xP3,
- * context in Dolly. A record that lacks a field but has one of these gets a hint naming the
+ * context in Dolly, prompt/chosen in preference data (chosen is the preferred answer). A record that lacks a field but has one of these gets a hint naming the
  * --field option that reads it; one key hints at one field only. */
 const char *const prep_field_variants[PREP_FIELD_COUNT][PREP_MAX_VARIANTS] = {
     [PREP_FIELD_INSTRUCTION] = {"prompt", "question", "inputs", "query", NULL},
     [PREP_FIELD_INPUT] = {"context", "query", NULL},
-    [PREP_FIELD_OUTPUT] = {"response", "completion", "answer", "targets", "target", NULL},
+    [PREP_FIELD_OUTPUT] = {"response", "completion", "answer", "targets", "target", "chosen", NULL},
 };
 
 /* The key field f is read from (--field NAME=KEY, else the field's name). */
@@ -328,7 +328,7 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
     int value[F_COUNT] = {-1, -1, -1, -1, -1};
     int variant_at[F_COUNT][PREP_MAX_VARIANTS];
     memset(variant_at, 0, sizeof variant_at);
-    int duplicate = -1, has_conversations = 0, has_messages = 0, has_instances = 0;
+    int duplicate = -1, has_conversations = 0, has_messages = 0, has_instances = 0, has_text = 0;
     for (int k = obj + 1, i = 0; i < o->size; i++) {
         int v = k + 1, field = -1;
         for (int f = 0; f < F_COUNT; f++)
@@ -343,6 +343,7 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
             if (zt_json_eq(j, k, "conversations")) has_conversations = 1;
             if (zt_json_eq(j, k, "messages")) has_messages = 1;
             if (zt_json_eq(j, k, "instances")) has_instances = 1;
+            if (zt_json_eq(j, k, "text")) has_text = 1;
             for (int f = 0; f < F_COUNT; f++)
                 for (int x = 0; x < PREP_MAX_VARIANTS && prep_field_variants[f][x]; x++)
                     if (zt_json_eq(j, k, prep_field_variants[f][x])) variant_at[f][x] = 1;
@@ -397,6 +398,11 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
                 s->looks_selfinstruct++;
                 hint = "; it has \"instances\", so it looks like Self-Instruct seed tasks (give "
                        "each instance its own record with \"output\")";
+            } else if (has_text) {
+                s->looks_text++;
+                hint = "; it has \"text\", a prompt and answer already rendered into one string, "
+                       "which zt-prep cannot split (it needs the answer on its own to put the loss "
+                       "on it): give the instruction and the output as separate keys";
             }
             char key[160];
             quote_key(rd->opt, f, key, sizeof key);

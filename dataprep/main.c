@@ -208,6 +208,7 @@ static void explain_no_samples(const prep_options *opt, const prep_stats *st, zt
                  " dropped", st->records_read, st->bad_total, dropped);
     /* Most records lack a required key but have another data set's name for it. */
     static const int required[] = {PREP_FIELD_INSTRUCTION, PREP_FIELD_OUTPUT};
+    int hinted = 0;
     for (size_t r = 0; r < sizeof required / sizeof required[0]; r++) {
         uint64_t with_variant = 0;
         for (int v = 0; v < PREP_MAX_VARIANTS; v++) with_variant += st->variant_seen[required[r]][v];
@@ -215,9 +216,10 @@ static void explain_no_samples(const prep_options *opt, const prep_stats *st, zt
         if (with_variant * 2 >= st->records_read &&
             prep_field_hint(opt, st, required[r], hint, sizeof hint)) {
             zt_error_append(err, "; %s", hint);
-            return;
+            hinted = 1;
         }
     }
+    if (hinted) return;
     if (st->looks_sharegpt * 2 >= st->records_read)
         zt_error_append(err, "; these look like ShareGPT conversations (\"conversations\": [{\"from\", "
                         "\"value\"}]); zt-prep reads Alpaca format (instruction/input/output, optional "
@@ -228,6 +230,10 @@ static void explain_no_samples(const prep_options *opt, const prep_stats *st, zt
     else if (st->looks_selfinstruct * 2 >= st->records_read)
         zt_error_append(err, "; these look like Self-Instruct seed tasks (\"instances\"); zt-prep reads "
                         "Alpaca format: write one {instruction, input, output} record per instance");
+    else if (st->looks_text * 2 >= st->records_read)
+        zt_error_append(err, "; these hold pre-rendered \"text\" (prompt and answer in one string), "
+                        "which zt-prep cannot split into the part that carries loss and the part "
+                        "that does not: give instruction/input/output records instead");
     else if (st->dropped[PREP_DROP_OVERLONG])
         zt_error_append(err, "; every sample is longer than --max-len: raise it or use --overlong truncate");
     else if (st->bad_total == 0)

@@ -88,7 +88,7 @@ const char *prep_field_name(int field); /* "instruction", ... */
 /* Keys other instruction data sets use for a field ("response" for output, ...; NULL-terminated
  * lists, input.c): a record that lacks a field's key but has one of these is counted in
  * prep_stats.variant_seen, so that messages can name the --field option that reads it. */
-#define PREP_MAX_VARIANTS 6
+#define PREP_MAX_VARIANTS 8
 extern const char *const prep_field_variants[PREP_FIELD_COUNT][PREP_MAX_VARIANTS];
 
 typedef struct prep_options {
@@ -232,7 +232,7 @@ typedef struct prep_stats {
     uint64_t with_history, with_system;
     prep_counter unknown_fields;
     /* Records that look like another chat format, for the "no usable records" hint. */
-    uint64_t looks_sharegpt, looks_messages, looks_selfinstruct;
+    uint64_t looks_sharegpt, looks_messages, looks_selfinstruct, looks_text;
     /* Records that lack field f's key but have prep_field_variants[f][v]. */
     uint64_t variant_seen[PREP_FIELD_COUNT][PREP_MAX_VARIANTS];
     /* Samples equal (tokens and loss mask before truncation) to an earlier record's: kept and

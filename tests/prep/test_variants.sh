@@ -60,6 +60,17 @@ expect_ok "1 records read from 1 file(s): 1 kept" \
 printf '{"prompt": "Translate.", "query": "Hallo", "response": "Hello"}\n' > lf.jsonl
 expect_fail "pass --field instruction=prompt --field input=query --field output=response" -- \
     "$prep" lf.jsonl -t "$tok" -o out-lf
+# Preference data (prompt/chosen/rejected): the chosen answer can be the output.
+printf '{"prompt": "Which is better?", "chosen": "This one.", "rejected": "That one."}\n' > dpo.jsonl
+expect_fail "pass --field instruction=prompt --field output=chosen" \
+    "have no \"instruction\" key but have \"prompt\": pass --field instruction=prompt" \
+    "have no \"output\" key but have \"chosen\": pass --field output=chosen" -- "$prep" dpo.jsonl -t "$tok" -o out-dpo
+expect_ok "1 records read from 1 file(s): 1 kept" -- \
+    "$prep" dpo.jsonl -t "$tok" -o dpo --field instruction=prompt --field output=chosen
+# Pre-rendered "text" (prompt and answer in one string) cannot be split: said so.
+printf '{"text": "### Human: hi ### Assistant: hello"}\n{"text": "### Human: bye ### Assistant: ciao"}\n' > text.jsonl
+expect_fail "record 0: the record has no \"instruction\" key; it has \"text\", a prompt and answer already rendered into one string" \
+    "no usable records: 2 read, 2 bad, 0 dropped; these hold pre-rendered \"text\"" -- "$prep" text.jsonl -t "$tok" -o out-text
 # A renamed key that is missing says which key it looked for.
 expect_fail "the record has no \"answer\" (read as \"output\", --field output=answer) key" -- \
     "$prep" response.json -t "$tok" -o out-answer --field output=answer
