@@ -1,10 +1,13 @@
 /* Reading Alpaca records from JSON arrays and JSON Lines files (main thread).
  *
  * A record is an object with "instruction" and "output" strings, optional "input" and "system"
- * strings and an optional "history": [[user, assistant], ...] of earlier turns. Other keys are
- * ignored and counted by name. A record that breaks these rules is a bad record: it is counted by
- * reason, the first ten are shown, and --strict makes the first one fatal. Strings are unescaped
- * straight into the batch's text arena (no allocation per record).
+ * strings and an optional "history": [[user, assistant], ...] of earlier turns (each read from the
+ * key --field names, the field's own name by default). Other keys are ignored and counted by name;
+ * keys other data sets use for a field ("response", "prompt", ...) are noted for the hints. A
+ * record that breaks these rules is a bad record: it is counted by reason, the first ten are shown,
+ * and --strict makes the first one fatal. Strings are unescaped straight into the batch's text
+ * arena (no allocation per record). A JSON array is read record by record; a Git LFS pointer in
+ * place of the data is named as such.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "prep.h"
@@ -131,8 +134,9 @@ const char *prep_field_name(int field)
 /* Keys that other instruction data sets use for a field, most common first: "response" in
  * GPTeacher, Dolly and LLaMA-Factory's alpaca columns (prompt/query/response), prompt/completion
  * in OpenAI's legacy fine-tuning files, question/answer in QA sets, inputs/targets in T0/xP3,
- * context in Dolly, prompt/chosen in preference data (chosen is the preferred answer). A record that lacks a field but has one of these gets a hint naming the
- * --field option that reads it; one key hints at one field only. */
+ * context in Dolly, prompt/chosen in preference data (chosen is the preferred answer). A record
+ * that lacks a field but has one of these gets a hint naming the --field option that reads it; one
+ * key hints at one field only. */
 const char *const prep_field_variants[PREP_FIELD_COUNT][PREP_MAX_VARIANTS] = {
     [PREP_FIELD_INSTRUCTION] = {"prompt", "question", "inputs", "query", NULL},
     [PREP_FIELD_INPUT] = {"context", "query", NULL},
@@ -185,7 +189,8 @@ int prep_field_hint(const prep_options *opt, const prep_stats *st, int field, ch
 {
     int best = -1;
     for (int v = 0; v < PREP_MAX_VARIANTS && prep_field_variants[field][v]; v++)
-        if (st->variant_seen[field][v] && (best < 0 || st->variant_seen[field][v] > st->variant_seen[field][best]))
+        if (st->variant_seen[field][v] &&
+            (best < 0 || st->variant_seen[field][v] > st->variant_seen[field][best]))
             best = v;
     if (best < 0) return 0;
     const char *key = prep_field_variants[field][best];
@@ -360,7 +365,8 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
             if (!variant_at[f][x]) continue;
             int used = 0;
             for (int g = 0; g < f; g++)
-                if (variant[g] >= 0 && strcmp(prep_field_variants[g][variant[g]], prep_field_variants[f][x]) == 0)
+                if (variant[g] >= 0 &&
+                    strcmp(prep_field_variants[g][variant[g]], prep_field_variants[f][x]) == 0)
                     used = 1;
             if (!used) variant[f] = x;
         }
@@ -468,7 +474,8 @@ static zt_status read_record(reader *rd, const zt_json *j, int obj, zt_error *er
         for (int k = hist + 1, i = 0; i < j->tok[hist].size; i++) {
             for (int side = 0; side < 2; side++) {
                 prep_span sp;
-                if (take_string(rd, j, k + 1 + side, F_HISTORY, i, side, b, &sp, &reason, msg, sizeof msg) != 0)
+                if (take_string(rd, j, k + 1 + side, F_HISTORY, i, side, b, &sp, &reason, msg,
+                                sizeof msg) != 0)
                     goto bad;
                 add_turn(b, sp);
             }

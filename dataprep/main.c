@@ -129,7 +129,8 @@ static int parse_field(const char *v, prep_options *opt)
                            "output from the key \"response\"", v);
     int field = -1;
     for (int f = 0; f < PREP_FIELD_COUNT; f++)
-        if ((size_t)(eq - v) == strlen(prep_field_name(f)) && strncmp(v, prep_field_name(f), (size_t)(eq - v)) == 0)
+        if ((size_t)(eq - v) == strlen(prep_field_name(f)) &&
+            strncmp(v, prep_field_name(f), (size_t)(eq - v)) == 0)
             field = f;
     if (field < 0)
         return usage_error("--field: '%.*s' is not a field zt-prep reads; NAME is one of instruction, "
