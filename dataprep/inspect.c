@@ -353,12 +353,18 @@ int prep_stats_main(const char *dir)
            raw(&m, get(&m, "options.val_fraction"), d, sizeof d),
            raw(&m, get(&m, "options.seed"), e, sizeof e),
            raw(&m, get(&m, "options.shuffle"), f, sizeof f));
+    if (get(&m, "options.fields") >= 0) { /* manifests of zt-prep before --field and --dedup lack them */
+        char fields[512];
+        printf("           dedup %s, fields %s\n", raw(&m, get(&m, "options.dedup"), a, sizeof a),
+               raw(&m, get(&m, "options.fields"), fields, sizeof fields));
+    }
 
     uint64_t read = get_u64(&m, "statistics.records_read");
     printf("\nrecords\n");
     const char *rows[][2] = {{"read", "statistics.records_read"},
                              {"kept", "statistics.records_kept"},
                              {"truncated", "statistics.records_truncated"},
+                             {"duplicate (same sample)", "statistics.records_duplicate"},
                              {"dropped", "statistics.records_dropped"},
                              {"bad", "statistics.records_bad"},
                              {"with history", "statistics.records_with_history"},

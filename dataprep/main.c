@@ -25,7 +25,7 @@ static void on_signal(int sig)
 enum {
     O_OUT, O_TOKENIZER, O_MAX_LEN, O_TEMPLATE, O_PACK, O_PAD, O_VAL_FRACTION, O_THREADS, O_SEED,
     O_NO_SHUFFLE, O_STRICT, O_OVERLONG, O_SHARD_TOKENS, O_HISTORY_LOSS, O_FORCE, O_PLUGIN_PATH,
-    O_TOKENIZER_PLUGIN, O_NO_PROGRESS, O_INSPECT, O_N, O_TOKENS, O_SPLIT, O_STATS,
+    O_TOKENIZER_PLUGIN, O_NO_PROGRESS, O_FIELD, O_DEDUP, O_INSPECT, O_N, O_TOKENS, O_SPLIT, O_STATS,
     O_HELP, O_VERSION, O_COUNT
 };
 
@@ -48,6 +48,8 @@ static const zt_cli_option options[O_COUNT] = {
     [O_PLUGIN_PATH] = {"--plugin-path", NULL, "DIR", "extra directory of plugin descriptors (repeatable)"},
     [O_TOKENIZER_PLUGIN] = {"--tokenizer-plugin", NULL, "NAME", "tokenizer plugin (default sentencepiece)"},
     [O_NO_PROGRESS] = {"--no-progress", NULL, NULL, "show no progress (default: a bar on a terminal, a log line every 5 s otherwise)"},
+    [O_FIELD] = {"--field", NULL, "NAME=KEY", "read field NAME (instruction, input, output, system, history) from record key KEY, e.g. output=response (repeatable)"},
+    [O_DEDUP] = {"--dedup", NULL, NULL, "drop samples that repeat an earlier record (default: keep them; they are counted either way)"},
     [O_INSPECT] = {"--inspect", NULL, "DIR", "decode samples of a zt-prep directory and show which tokens carry loss"},
     [O_N] = {"--n", NULL, "K", "--inspect: number of samples to show (default 3)"},
     [O_TOKENS] = {"--tokens", NULL, NULL, "--inspect: also list every token with its id and loss flag"},
@@ -118,6 +120,39 @@ static int parse_count(const char *opt, const char *s, uint64_t *out)
     return 0;
 }
 
+/* --field NAME=KEY: read field NAME from the record key KEY. */
+static int parse_field(const char *v, prep_options *opt)
+{
+    const char *eq = strchr(v, '=');
+    if (!eq)
+        return usage_error("--field: '%s' must be NAME=KEY, e.g. --field output=response to read the "
+                           "output from the key \"response\"", v);
+    int field = -1;
+    for (int f = 0; f < PREP_FIELD_COUNT; f++)
+        if ((size_t)(eq - v) == strlen(prep_field_name(f)) &&
+            strncmp(v, prep_field_name(f), (size_t)(eq - v)) == 0)
+            field = f;
+    if (field < 0)
+        return usage_error("--field: '%.*s' is not a field zt-prep reads; NAME is one of instruction, "
+                           "input, output, system, history (e.g. --field output=response)",
+                           (int)(eq - v), v);
+    const char *key = eq + 1;
+    if (!*key) return usage_error("--field %s=: the key name is empty", prep_field_name(field));
+    for (const char *c = key; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
+            return usage_error("--field %s: the key '%s' holds a quote, backslash or control "
+                               "character; give the key as the file spells it, without JSON escapes",
+                               prep_field_name(field), key);
+    if (opt->field_keys[field])
+        return usage_error("--field %s is given more than once", prep_field_name(field));
+    for (int f = 0; f < PREP_FIELD_COUNT; f++)
+        if (opt->field_keys[f] && strcmp(opt->field_keys[f], key) == 0)
+            return usage_error("--field: %s and %s both read the key \"%s\"; a key feeds one field",
+                               prep_field_name(f), prep_field_name(field), key);
+    opt->field_keys[field] = key;
+    return 0;
+}
+
 static zt_status check_inputs(const prep_options *opt, zt_error *err)
 {
     zt_error_clear(err);
@@ -134,7 +169,8 @@ static zt_status check_inputs(const prep_options *opt, zt_error *err)
     return missing ? ZT_ERR_NOT_FOUND : ZT_OK;
 }
 
-static void print_summary(const prep_stats *st, const prep_input_file *inputs, int n_inputs)
+static void print_summary(const prep_options *opt, const prep_stats *st, const prep_input_file *inputs,
+                          int n_inputs)
 {
     uint64_t dropped = 0;
     for (int r = 0; r < PREP_DROP_COUNT; r++) dropped += st->dropped[r];
@@ -150,10 +186,17 @@ static void print_summary(const prep_stats *st, const prep_input_file *inputs, i
     for (int i = 0; i < n_inputs; i++)
         if (inputs[i].bad) prep_info("  %s: %" PRIu64 " of %" PRIu64 " records bad", inputs[i].path,
                                      inputs[i].bad, inputs[i].records);
+    if (st->duplicates)
+        prep_info("  duplicates: %" PRIu64 " record(s) give the same sample as an earlier one (%s)",
+                  st->duplicates, opt->dedup ? "dropped, --dedup" : "kept; --dedup drops them");
+    for (int f = 0; f < PREP_FIELD_COUNT; f++) {
+        char hint[1024];
+        if (prep_field_hint(opt, st, f, hint, sizeof hint)) prep_warn("%s", hint);
+    }
 }
 
 /* The error for a run that produced no sample, saying what the records looked like. */
-static void explain_no_samples(const prep_stats *st, zt_error *err)
+static void explain_no_samples(const prep_options *opt, const prep_stats *st, zt_error *err)
 {
     if (st->records_read == 0) {
         zt_error_set(err, ZT_ERR_FORMAT, "the input holds no records; give Alpaca JSON: an array of "
@@ -164,6 +207,20 @@ static void explain_no_samples(const prep_stats *st, zt_error *err)
     for (int r = 0; r < PREP_DROP_COUNT; r++) dropped += st->dropped[r];
     zt_error_set(err, ZT_ERR_FORMAT, "no usable records: %" PRIu64 " read, %" PRIu64 " bad, %" PRIu64
                  " dropped", st->records_read, st->bad_total, dropped);
+    /* Most records lack a required key but have another data set's name for it. */
+    static const int required[] = {PREP_FIELD_INSTRUCTION, PREP_FIELD_OUTPUT};
+    int hinted = 0;
+    for (size_t r = 0; r < sizeof required / sizeof required[0]; r++) {
+        uint64_t with_variant = 0;
+        for (int v = 0; v < PREP_MAX_VARIANTS; v++) with_variant += st->variant_seen[required[r]][v];
+        char hint[1024];
+        if (with_variant * 2 >= st->records_read &&
+            prep_field_hint(opt, st, required[r], hint, sizeof hint)) {
+            zt_error_append(err, "; %s", hint);
+            hinted = 1;
+        }
+    }
+    if (hinted) return;
     if (st->looks_sharegpt * 2 >= st->records_read)
         zt_error_append(err, "; these look like ShareGPT conversations (\"conversations\": [{\"from\", "
                         "\"value\"}]); zt-prep reads Alpaca format (instruction/input/output, optional "
@@ -174,6 +231,10 @@ static void explain_no_samples(const prep_stats *st, zt_error *err)
     else if (st->looks_selfinstruct * 2 >= st->records_read)
         zt_error_append(err, "; these look like Self-Instruct seed tasks (\"instances\"); zt-prep reads "
                         "Alpaca format: write one {instruction, input, output} record per instance");
+    else if (st->looks_text * 2 >= st->records_read)
+        zt_error_append(err, "; these hold pre-rendered \"text\" (prompt and answer in one string), "
+                        "which zt-prep cannot split into the part that carries loss and the part "
+                        "that does not: give instruction/input/output records instead");
     else if (st->dropped[PREP_DROP_OVERLONG])
         zt_error_append(err, "; every sample is longer than --max-len: raise it or use --overlong truncate");
     else if (st->bad_total == 0)
@@ -243,13 +304,14 @@ static int run_prep(const prep_options *opt)
     prep_pipeline_free(pipe);
     pipe = NULL;
     if (st != ZT_OK) goto done;
+    prep_tokenizer_release_model(&tok); /* nothing encodes from here on */
     if (prep_interrupted) {
         st = zt_error_set(&err, ZT_ERR_CANCELLED, "interrupted");
         goto done;
     }
-    print_summary(&stats, inputs, opt->n_inputs);
+    print_summary(opt, &stats, inputs, opt->n_inputs);
     if (sink.n_samples == 0) {
-        explain_no_samples(&stats, &err);
+        explain_no_samples(opt, &stats, &err);
         st = err.status;
         goto done;
     }
@@ -334,7 +396,7 @@ static int parse_and_run(const zt_cli_arg *args, int n_args, const char **files,
         const char *v = args[i].value;
         long long x;
         int o = args[i].option;
-        if (seen[o]++ && o != O_PLUGIN_PATH)
+        if (seen[o]++ && o != O_PLUGIN_PATH && o != O_FIELD)
             return usage_error("%s is given more than once", options[o].name);
         switch (o) {
         case O_OUT: opt.out_dir = v; break;
@@ -384,6 +446,10 @@ static int parse_and_run(const zt_cli_arg *args, int n_args, const char **files,
         case O_PLUGIN_PATH: plugin_dirs[opt.n_plugin_dirs++] = v; break;
         case O_TOKENIZER_PLUGIN: opt.tokenizer_plugin = v; break;
         case O_NO_PROGRESS: opt.progress = 0; break;
+        case O_FIELD:
+            if (parse_field(v, &opt)) return 2;
+            break;
+        case O_DEDUP: opt.dedup = 1; break;
         case O_INSPECT: inspect_dir = v; break;
         case O_N:
             if (parse_int("--n", v, 0, 1000000, &x)) return 2;

@@ -159,22 +159,26 @@ void prep_outdir_free(prep_outdir *o)
 
 /* ---- shards ---------------------------------------------------------------------------------- */
 
-/* Sequential writer of one shard: buffers writes and keeps the FNV-1a 64 of everything written
- * (the whole file). With fd < 0 it only hashes. */
+/* Sequential writer of a shard: buffers writes, puts them at file_pos with pwrite, and keeps the
+ * FNV-1a 64 of everything put unless hashing is 0. With fd < 0 it only hashes. */
 typedef struct writer {
     int fd;
+    int hashing;
     char buf[1 << 20];
     size_t used;
-    uint64_t offset;
+    uint64_t offset;   /* bytes put so far */
+    uint64_t file_pos; /* where the buffered bytes go */
     uint64_t hash;
     int error; /* errno of the first failed write */
 } writer;
 
-static void writer_reset(writer *w, int fd)
+static void writer_reset(writer *w, int fd, uint64_t file_pos)
 {
     w->fd = fd;
+    w->hashing = 1;
     w->used = 0;
     w->offset = 0;
+    w->file_pos = file_pos;
     w->hash = ZT_FNV1A64_INIT;
     w->error = 0;
 }
@@ -183,7 +187,7 @@ static void writer_flush(writer *w)
 {
     const char *p = w->buf;
     while (w->used && !w->error) {
-        ssize_t n = write(w->fd, p, w->used);
+        ssize_t n = pwrite(w->fd, p, w->used, (off_t)w->file_pos);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             w->error = errno;
@@ -191,6 +195,7 @@ static void writer_flush(writer *w)
         }
         p += n;
         w->used -= (size_t)n;
+        w->file_pos += (uint64_t)n;
     }
     w->used = 0;
 }
@@ -198,7 +203,7 @@ static void writer_flush(writer *w)
 static void writer_put(writer *w, const void *data, size_t n)
 {
     const char *p = data;
-    w->hash = zt_fnv1a64(w->hash, p, n);
+    if (w->hashing) w->hash = zt_fnv1a64(w->hash, p, n);
     w->offset += n;
     if (w->fd < 0) return;
     while (n) {
@@ -214,7 +219,7 @@ static void writer_put(writer *w, const void *data, size_t n)
 
 static uint64_t align_up(uint64_t x) { return (x + ZT_SHARD_ALIGN - 1) / ZT_SHARD_ALIGN * ZT_SHARD_ALIGN; }
 
-/* Zero bytes up to the next multiple of ZT_SHARD_ALIGN. */
+/* Zero bytes up to the next multiple of ZT_SHARD_ALIGN of w->offset. */
 static void writer_align(writer *w)
 {
     static const char zeros[ZT_SHARD_ALIGN];
@@ -227,9 +232,7 @@ typedef struct shard_info {
     uint64_t n_samples, n_tokens, n_loss, bytes, checksum;
 } shard_info;
 
-/* The sections after the header, in file order; each is hashed on its own into *h. Writing the
- * header first needs these checksums, so a shard is streamed twice: once through a hash-only
- * writer (section checksums), once to the file (whole-file checksum for the manifest). */
+/* The sections after the header, in file order; each is hashed on its own into *h. */
 enum section { SECTION_TOKENS, SECTION_MASK, SECTION_INDEX };
 static void put_section(writer *w, const prep_sink *s, const uint8_t *spill, const uint32_t *order,
                         size_t n, int section)
@@ -250,8 +253,8 @@ static void put_section(writer *w, const prep_sink *s, const uint8_t *spill, con
     }
 }
 
-/* One section's checksum pass. The three sections are hashed on threads of their own: FNV-1a is
- * sequential within a stream, and this pass runs while the tokenizer threads are already done. */
+/* One section's checksum (it goes into the header). The three are hashed on threads of their own:
+ * FNV-1a is sequential within a stream, and this runs when the tokenizer threads are done. */
 typedef struct section_hash_job {
     const prep_sink *sink;
     const uint8_t *spill;
@@ -264,8 +267,43 @@ typedef struct section_hash_job {
 static void *hash_section(void *arg)
 {
     section_hash_job *job = arg;
-    writer_reset(job->w, -1);
+    writer_reset(job->w, -1, 0);
     put_section(job->w, job->sink, job->spill, job->order, job->n, job->section);
+    return NULL;
+}
+
+/* The whole shard, header first, through writer w (which hashes it too when it writes, or only
+ * hashes with fd < 0). */
+static void put_shard(writer *w, const zt_shard_header *h, const prep_sink *s, const uint8_t *spill,
+                      const uint32_t *order, size_t n)
+{
+    writer_put(w, h, sizeof *h);
+    for (int section = 0; section < 3; section++) {
+        put_section(w, s, spill, order, n, section);
+        if (section < SECTION_INDEX) writer_align(w);
+    }
+    writer_flush(w);
+}
+
+/* Writing the file and its fsync, on a thread of its own while the main thread hashes the whole
+ * file for the manifest: both stream the same bytes, and only the hash is a sequential chain. */
+typedef struct file_job {
+    writer *w;
+    const zt_shard_header *h;
+    const prep_sink *sink;
+    const uint8_t *spill;
+    const uint32_t *order;
+    size_t n;
+    int error;
+} file_job;
+
+static void *write_file(void *arg)
+{
+    file_job *job = arg;
+    put_shard(job->w, job->h, job->sink, job->spill, job->order, job->n);
+    job->error = job->w->error;
+    if (!job->error && job->w->offset != job->h->file_size) job->error = EIO; /* a layout bug */
+    if (!job->error && fsync(job->w->fd) != 0) job->error = errno;
     return NULL;
 }
 
@@ -294,6 +332,7 @@ static zt_status write_shard(const prep_run *run, const char *path, const uint8_
     h.index_offset = align_up(h.mask_offset + h.n_tokens);
     h.file_size = h.index_offset + (n + 1) * sizeof(uint64_t);
 
+    /* 1. The section checksums for the header, each on a thread (or here, when none can be had). */
     writer *w = prep_xmalloc(sizeof *w, "a shard write buffer");
     uint64_t *checksums[3] = {&h.tokens_checksum, &h.mask_checksum, &h.index_checksum};
     section_hash_job jobs[3];
@@ -302,36 +341,41 @@ static zt_status write_shard(const prep_run *run, const char *path, const uint8_
     for (int section = 0; section < 3; section++) {
         jobs[section] = (section_hash_job){s, spill, order, n, section,
                                            section == 0 ? w : prep_xmalloc(sizeof *w, "a shard hash buffer")};
-        /* Without a thread (resources exhausted) the section is hashed here: same result. */
         started[section] = section > 0 && pthread_create(&threads[section], NULL, hash_section, &jobs[section]) == 0;
         if (!started[section] && section > 0) hash_section(&jobs[section]);
     }
     hash_section(&jobs[0]);
+    writer *file_writer = jobs[1].w; /* reused for the file below */
     for (int section = 0; section < 3; section++) {
         if (started[section]) pthread_join(threads[section], NULL);
         *checksums[section] = jobs[section].w->hash;
-        if (section > 0) free(jobs[section].w);
     }
+    free(jobs[2].w);
     h.header_checksum = zt_fnv1a64(ZT_FNV1A64_INIT, &h, offsetof(zt_shard_header, header_checksum));
 
-    writer_reset(w, open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (w->fd < 0) {
+    /* 2. The file written and fsynced on a thread, while the whole file is hashed here for the
+     *    manifest (the header is part of it, so this could not start earlier). */
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
         zt_error_set(err, ZT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
         free(w);
+        free(file_writer);
         return ZT_ERR_IO;
     }
-    writer_put(w, &h, sizeof h);
-    for (int section = 0; section < 3; section++) {
-        put_section(w, s, spill, order, n, section);
-        if (section < SECTION_INDEX) writer_align(w);
-    }
-    writer_flush(w);
-    int e = w->error;
-    if (!e && w->offset != h.file_size) e = EIO; /* a layout bug: never write such a shard */
-    if (!e && fsync(w->fd) != 0) e = errno;
-    if (close(w->fd) != 0 && !e) e = errno;
+    writer_reset(file_writer, fd, 0);
+    file_writer->hashing = 0; /* the main thread hashes */
+    file_job file = {file_writer, &h, s, spill, order, n, 0};
+    pthread_t file_thread;
+    int writing = pthread_create(&file_thread, NULL, write_file, &file) == 0;
+    writer_reset(w, -1, 0);
+    put_shard(w, &h, s, spill, order, n);
+    if (writing) pthread_join(file_thread, NULL);
+    else write_file(&file);
+    int e = file.error;
+    if (close(fd) != 0 && !e) e = errno;
     uint64_t file_hash = w->hash;
     free(w);
+    free(file_writer);
     if (e) return zt_error_set(err, ZT_ERR_IO, "cannot write '%s': %s", path, strerror(e));
     info->val = val;
     info->n_samples = n;
@@ -431,11 +475,19 @@ static void write_manifest(FILE *f, const prep_run *run, const shard_info *shard
     fprintf(f, ",\n  \"options\": {\n    \"max_len\": %d,\n    \"layout\": \"%s\",\n"
                "    \"val_fraction\": %.17g,\n    \"seed\": %" PRIu64 ",\n    \"shuffle\": %s,\n"
                "    \"strict\": %s,\n    \"overlong\": \"%s\",\n    \"shard_tokens\": %" PRIu64 ",\n"
-               "    \"history_loss\": %s,\n    \"bos\": %s,\n    \"min_prompt_tokens_on_truncation\": %d\n  },\n",
+               "    \"history_loss\": %s,\n    \"bos\": %s,\n    \"min_prompt_tokens_on_truncation\": %d,\n"
+               "    \"dedup\": %s,\n    \"fields\": {",
             opt->max_len, opt->pad ? "padded" : "packed", opt->val_fraction, opt->seed,
             opt->shuffle ? "true" : "false", opt->strict ? "true" : "false",
             opt->overlong == PREP_OVERLONG_DROP ? "drop" : "truncate", opt->shard_tokens,
-            opt->history_loss ? "true" : "false", ti->bos_id >= 0 ? "true" : "false", opt->max_len / 4);
+            opt->history_loss ? "true" : "false", ti->bos_id >= 0 ? "true" : "false", opt->max_len / 4,
+            opt->dedup ? "true" : "false");
+    /* The record key each field was read from (--field). */
+    for (int field = 0; field < PREP_FIELD_COUNT; field++) {
+        fprintf(f, "%s\"%s\": ", field ? ", " : "", prep_field_name(field));
+        write_jstr(f, opt->field_keys[field] ? opt->field_keys[field] : prep_field_name(field));
+    }
+    fputs("}\n  },\n", f);
     fprintf(f, "  \"token_dtype\": \"%s\",\n", sink->token_bytes == 2 ? "uint16" : "uint32");
 
     fprintf(f, "  \"statistics\": {\n    \"records_read\": %" PRIu64 ",\n    \"records_kept\": %" PRIu64
@@ -446,6 +498,7 @@ static void write_manifest(FILE *f, const prep_run *run, const shard_info *shard
     fprintf(f, "    \"records_dropped\": %" PRIu64 ",\n", dropped);
     fprintf(f, "    \"records_truncated\": %" PRIu64 ",\n",
             st->truncated[PREP_TRUNC_PROMPT] + st->truncated[PREP_TRUNC_RESPONSE]);
+    fprintf(f, "    \"records_duplicate\": %" PRIu64 ",\n", st->duplicates);
     fprintf(f, "    \"truncated\": {\"prompt_only\": %" PRIu64 ", \"prompt_and_response\": %" PRIu64 "},\n",
             st->truncated[PREP_TRUNC_PROMPT], st->truncated[PREP_TRUNC_RESPONSE]);
     fputs("    \"dropped\": {", f);

@@ -55,6 +55,11 @@ struct prep_pipeline {
     progress prog;
     uint64_t records_drained;
     uint64_t input_done;
+
+    /* Digests of the kept samples so far (main thread only): open addressing, {0, 0} = empty,
+     * at most half full. */
+    uint64_t (*seen)[2];
+    size_t n_seen, n_seen_slots;
 };
 
 /* ---- one record -> one sample ----------------------------------------------------------------- */
@@ -83,15 +88,64 @@ static zt_status encode_into(prep_tokenizer *tok, worker_scratch *w, prep_batch 
     size_t n = 0;
     zt_status st = prep_tokenizer_encode(tok, text, len, &w->ids, &w->cap_ids, &n, err);
     if (st != ZT_OK) return st;
-    const int32_t vocab = tok->info.vocab_size;
-    for (size_t i = 0; i < n; i++) {
-        if (w->ids[i] < 0 || w->ids[i] >= vocab)
-            return zt_error_set(err, ZT_ERR_INTERNAL,
-                                "the tokenizer returned id %d, outside its vocabulary of %d",
-                                w->ids[i], vocab);
-        batch_push(b, w->ids[i], loss);
+    const uint32_t vocab = (uint32_t)tok->info.vocab_size;
+    if (b->n_ids + n > b->cap_ids) {
+        while (b->n_ids + n > b->cap_ids) b->cap_ids = b->cap_ids ? b->cap_ids * 2 : 65536;
+        b->ids = prep_xrealloc(b->ids, b->cap_ids * sizeof *b->ids, "batch token ids");
+        b->mask = prep_xrealloc(b->mask, b->cap_ids, "batch loss mask");
     }
+    /* Copy first, check once: the check is for a broken plugin, not for data. */
+    int32_t *to = b->ids + b->n_ids;
+    uint32_t outside = 0;
+    for (size_t i = 0; i < n; i++) {
+        to[i] = w->ids[i];
+        outside |= (uint32_t)w->ids[i] >= vocab;
+    }
+    if (outside) {
+        for (size_t i = 0; i < n; i++)
+            if ((uint32_t)w->ids[i] >= vocab)
+                return zt_error_set(err, ZT_ERR_INTERNAL,
+                                    "the tokenizer returned id %d, outside its vocabulary of %d",
+                                    w->ids[i], (int)vocab);
+    }
+    memset(b->mask + b->n_ids, loss, n);
+    b->n_ids += n;
     return ZT_OK;
+}
+
+/* 128 bits of two independent multiply-rotate lanes over (id, loss) words, finished with
+ * MurmurHash3's fmix64: not cryptographic, but for data that is not built to collide two different
+ * samples share a digest with a probability near 2^-128. */
+static uint64_t fmix64(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h;
+}
+
+static void sample_digest(const int32_t *ids, const uint8_t *mask, size_t n, uint64_t out[2])
+{
+    uint64_t a = 0x243f6a8885a308d3ull, b = 0x13198a2e03707344ull;
+    /* Two (id, loss) words per step: an id has at most 31 bits, so id << 1 | loss fits 32. */
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        uint64_t x = ((uint64_t)(uint32_t)ids[i] << 1 | mask[i]) |
+                     ((uint64_t)(uint32_t)ids[i + 1] << 1 | mask[i + 1]) << 32;
+        a = (a ^ x) * 0x9e3779b97f4a7c15ull;
+        a ^= a >> 29;
+        b = (b + x) * 0xc2b2ae3d27d4eb4full;
+        b = b << 31 | b >> 33;
+    }
+    if (i < n) {
+        uint64_t x = (uint64_t)(uint32_t)ids[i] << 1 | mask[i];
+        a = (a ^ x) * 0x9e3779b97f4a7c15ull;
+        b = (b + x) * 0xc2b2ae3d27d4eb4full;
+    }
+    out[0] = fmix64(a ^ n) | 1; /* never {0, 0}, the empty slot */
+    out[1] = fmix64(b + n * 0x9e3779b97f4a7c15ull);
 }
 
 static int only_whitespace(const char *s, size_t n)
@@ -191,6 +245,7 @@ static zt_status build_sample(const prep_pipeline *p, worker_scratch *w, prep_ba
     }
     if (st != ZT_OK) return st;
     batch_push(b, info->eos_id, 1);
+    sample_digest(b->ids + res->ids_off, b->mask + res->ids_off, b->n_ids - res->ids_off, res->digest);
 
     const uint32_t n_bos = has_bos ? 1 : 0;
     uint64_t total = b->n_ids - res->ids_off;
@@ -212,7 +267,9 @@ static zt_status build_sample(const prep_pipeline *p, worker_scratch *w, prep_ba
         b->n_ids = res->ids_off + n_bos + keep_p + keep_r;
     }
     res->len = (uint32_t)(b->n_ids - res->ids_off);
-    for (uint64_t i = res->ids_off; i < b->n_ids; i++) res->n_loss += b->mask[i];
+    uint32_t n_loss = 0; /* a local sum: the compiler vectorizes it */
+    for (uint64_t i = res->ids_off; i < b->n_ids; i++) n_loss += b->mask[i];
+    res->n_loss = n_loss;
     if (res->n_loss == 0) {
         b->n_ids = res->ids_off;
         res->len = 0;
@@ -307,6 +364,38 @@ static void progress_show(prep_pipeline *p, int final)
 
 /* ---- draining -------------------------------------------------------------------------------- */
 
+/* 1 when a sample with this digest was kept before; else remembers it and returns 0. */
+static int seen_before(prep_pipeline *p, const uint64_t d[2])
+{
+    if (2 * (p->n_seen + 1) > p->n_seen_slots) {
+        size_t n_slots = p->n_seen_slots ? 2 * p->n_seen_slots : 1 << 14;
+        /* Zeroed by writing, not calloc: probing calloc'ed zero pages maps the shared zero page,
+         * and the first store then has to replace it, flushing the TLBs of the worker cores. */
+        uint64_t (*slots)[2] = malloc(n_slots * sizeof *slots);
+        if (!slots) prep_out_of_memory("the digests that find duplicate samples");
+        memset(slots, 0, n_slots * sizeof *slots);
+        for (size_t i = 0; i < p->n_seen_slots; i++) {
+            if (!p->seen[i][0]) continue;
+            size_t k = (size_t)p->seen[i][1] & (n_slots - 1);
+            while (slots[k][0]) k = (k + 1) & (n_slots - 1);
+            slots[k][0] = p->seen[i][0];
+            slots[k][1] = p->seen[i][1];
+        }
+        free(p->seen);
+        p->seen = slots;
+        p->n_seen_slots = n_slots;
+    }
+    size_t k = (size_t)d[1] & (p->n_seen_slots - 1);
+    while (p->seen[k][0]) {
+        if (p->seen[k][0] == d[0] && p->seen[k][1] == d[1]) return 1;
+        k = (k + 1) & (p->n_seen_slots - 1);
+    }
+    p->seen[k][0] = d[0];
+    p->seen[k][1] = d[1];
+    p->n_seen++;
+    return 0;
+}
+
 static zt_status drain_batch(prep_pipeline *p, prep_batch *b, zt_error *err)
 {
     if (b->status != ZT_OK) {
@@ -321,6 +410,13 @@ static zt_status drain_batch(prep_pipeline *p, prep_batch *b, zt_error *err)
         if (r->outcome == PREP_DROPPED) {
             stats->dropped[r->drop_reason]++;
             continue;
+        }
+        if (seen_before(p, r->digest)) {
+            stats->duplicates++;
+            if (p->opt->dedup) {
+                stats->dropped[PREP_DROP_DUPLICATE]++;
+                continue;
+            }
         }
         stats->kept++;
         if (r->truncation) stats->truncated[r->truncation]++;
@@ -492,6 +588,7 @@ void prep_pipeline_free(prep_pipeline *p)
     free(p->ring);
     free(p->state);
     free(p->threads);
+    free(p->seen);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->work_ready);
     pthread_cond_destroy(&p->work_done);

@@ -13,6 +13,7 @@
 #ifndef ZT_DATAPREP_PREP_H
 #define ZT_DATAPREP_PREP_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,6 +74,23 @@ size_t *prep_counter_sorted(const prep_counter *c);
 
 enum prep_overlong { PREP_OVERLONG_TRUNCATE = 0, PREP_OVERLONG_DROP = 1 };
 
+/* The fields of a record, in the order messages and the manifest list them. */
+enum prep_field {
+    PREP_FIELD_INSTRUCTION,
+    PREP_FIELD_INPUT,
+    PREP_FIELD_OUTPUT,
+    PREP_FIELD_SYSTEM,
+    PREP_FIELD_HISTORY,
+    PREP_FIELD_COUNT
+};
+const char *prep_field_name(int field); /* "instruction", ... */
+
+/* Keys other instruction data sets use for a field ("response" for output, ...; NULL-terminated
+ * lists, input.c): a record that lacks a field's key but has one of these is counted in
+ * prep_stats.variant_seen, so that messages can name the --field option that reads it. */
+#define PREP_MAX_VARIANTS 8
+extern const char *const prep_field_variants[PREP_FIELD_COUNT][PREP_MAX_VARIANTS];
+
 typedef struct prep_options {
     const char **inputs;
     int n_inputs;
@@ -94,6 +112,9 @@ typedef struct prep_options {
     int history_loss;     /* 1: earlier assistant answers carry loss too */
     int force;
     int progress;         /* 1: a bar on a terminal, log lines otherwise; 0: none */
+    int dedup;            /* 1: drop samples that repeat an earlier one (they are counted either way) */
+    /* The record key each field is read from: the field's own name unless --field NAME=KEY. */
+    const char *field_keys[PREP_FIELD_COUNT];
 } prep_options;
 
 /* ---- tokenizer (tokenizer.c) -------------------------------------------------------------------- */
@@ -106,11 +127,17 @@ typedef struct prep_tokenizer {
     zt_tokenizer_model *model;
     zt_tokenizer_info info;
     char *path;              /* absolute when it could be resolved, so the manifest works from anywhere */
+    pthread_t closer;        /* prep_tokenizer_release_model's thread, while `closing` */
+    int closing;
 } prep_tokenizer;
 
 zt_status prep_tokenizer_open(prep_tokenizer *t, const char *plugin_name, const char **plugin_dirs,
                               int n_plugin_dirs, const char *model_path, zt_error *err);
 void prep_tokenizer_close(prep_tokenizer *t);
+/* Close the model on a thread of its own once nothing encodes any more (freeing a SentencePiece
+ * model and its cache takes a while, and the output can be written meanwhile); info, path and the
+ * plugin stay. prep_tokenizer_close waits for it. */
+void prep_tokenizer_release_model(prep_tokenizer *t);
 /* Encode text into *ids (grown as needed, *cap its capacity); *n the id count. */
 zt_status prep_tokenizer_encode(prep_tokenizer *t, const char *text, size_t len, int32_t **ids,
                                 size_t *cap, size_t *n, zt_error *err);
@@ -144,6 +171,7 @@ enum prep_drop_reason {
     PREP_DROP_EMPTY_OUTPUT,   /* output empty or only whitespace: nothing to learn */
     PREP_DROP_OVERLONG,       /* --overlong drop and longer than --max-len */
     PREP_DROP_NO_LOSS_TOKENS, /* truncation left no token that carries loss */
+    PREP_DROP_DUPLICATE,      /* --dedup and the same sample as an earlier record */
     PREP_DROP_COUNT
 };
 const char *prep_drop_reason_name(int reason);
@@ -171,6 +199,7 @@ typedef struct prep_result {
     uint8_t outcome;    /* prep_outcome */
     uint8_t drop_reason;
     uint8_t truncation; /* prep_truncation */
+    uint64_t digest[2]; /* of the tokens and mask before truncation: finds duplicate samples */
 } prep_result;
 
 /* A group of records tokenized by one worker. */
@@ -203,7 +232,12 @@ typedef struct prep_stats {
     uint64_t with_history, with_system;
     prep_counter unknown_fields;
     /* Records that look like another chat format, for the "no usable records" hint. */
-    uint64_t looks_sharegpt, looks_messages, looks_selfinstruct;
+    uint64_t looks_sharegpt, looks_messages, looks_selfinstruct, looks_text;
+    /* Records that lack field f's key but have prep_field_variants[f][v]. */
+    uint64_t variant_seen[PREP_FIELD_COUNT][PREP_MAX_VARIANTS];
+    /* Samples equal (tokens and loss mask before truncation) to an earlier record's: kept and
+     * counted, or with --dedup dropped (also counted in dropped[PREP_DROP_DUPLICATE]). */
+    uint64_t duplicates;
 } prep_stats;
 
 /* One kept sample in the spill file: tokens (token_bytes each) then its mask bytes. */
@@ -254,6 +288,10 @@ void prep_pipeline_free(prep_pipeline *p);
  * syntax error in a JSON array) return an error status. */
 zt_status prep_read_input(const prep_options *opt, prep_input_file *file, prep_pipeline *p,
                           prep_stats *stats, zt_error *err);
+
+/* For a field whose key some records lack while they have a variant of it (the most common one):
+ * writes a one-line hint naming the --field option into out and returns 1; else returns 0. */
+int prep_field_hint(const prep_options *opt, const prep_stats *st, int field, char *out, size_t cap);
 
 /* ---- output (output.c) -------------------------------------------------------------------------- */
 

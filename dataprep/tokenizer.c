@@ -5,6 +5,7 @@
 #include "prep.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -89,8 +90,36 @@ zt_status prep_tokenizer_open(prep_tokenizer *t, const char *plugin_name, const 
     return ZT_OK;
 }
 
+typedef struct close_job {
+    const zt_tokenizer_ops *ops;
+    zt_tokenizer_model *model;
+} close_job;
+
+static void *close_model(void *arg)
+{
+    close_job *job = arg;
+    job->ops->close(job->model);
+    free(job);
+    return NULL;
+}
+
+void prep_tokenizer_release_model(prep_tokenizer *t)
+{
+    if (!t->ops || !t->model || t->closing) return;
+    close_job *job = malloc(sizeof *job);
+    if (!job) return; /* closed by prep_tokenizer_close instead */
+    *job = (close_job){t->ops, t->model};
+    if (pthread_create(&t->closer, NULL, close_model, job) != 0) {
+        free(job);
+        return;
+    }
+    t->closing = 1;
+    t->model = NULL;
+}
+
 void prep_tokenizer_close(prep_tokenizer *t)
 {
+    if (t->closing) pthread_join(t->closer, NULL);
     if (t->ops && t->model) t->ops->close(t->model);
     t->model = NULL;
     zt_plugin_unload(&t->plugin);

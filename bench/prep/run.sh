@@ -3,11 +3,12 @@
 #   python   prep_python.py: json.load + template + sentencepiece (pip) per record + numpy, 1 process
 #   bare     SentencePiece encoding alone of the same prompt and response texts, on all cores:
 #            spm_bare (C++, the libsentencepiece zt's plugin links) and the pip package's batch API
-# Data, tokenized with the LLaMA-2 tokenizer:
-#   en, zh  the real English and Chinese Alpaca demo files of ../shared/data (999 and 1000 records),
-#           each replicated to RECORDS records (default 50000), as the issue asks
-#   all     all 8 Alpaca files there as they are (36,479 records, not replicated): how zt-prep's
-#           chunk cache does on text it has not seen before
+# Data, tokenized with the LLaMA-2 tokenizer, never replicated (repeated texts flatter the chunk
+# cache of the sentencepiece plugin):
+#   en      the distinct records of the 5 English Alpaca files of ../shared/data (14,979 of 15,014)
+#   zh      the distinct records of the 3 Chinese ones (21,429 of 21,465 records)
+#           (at most RECORDS of each, default 50000: the files hold fewer)
+#   all     all 8 Alpaca files there as they are (36,479 records, duplicates included)
 # Prints records/s and tokens/s for each, the ratios zt/python and zt/bare, and the chunk cache's
 # hit rate (the sentencepiece plugin's close() log line).
 #
@@ -33,8 +34,12 @@ if ! python3 -c "import sentencepiece, numpy" 2>/dev/null; then
     echo "bench: installing the Python packages the comparison script uses: pip install sentencepiece numpy" >&2
     python3 -m pip install --quiet sentencepiece numpy
 fi
+# The interpreter itself, not a wrapper such as a pyenv shim, whose start-up (a shell script, about
+# 70 ms) would be counted against the Python script.
+python=$(python3 -c "import sys; print(sys.executable)")
 mkdir -p "$work"
 : > "$work/log"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 c++ -O2 -std=c++17 -o "$work/spm_bare" "$here/spm_bare.cc" $(pkg-config --cflags --libs sentencepiece) -pthread
 
 # Run a command $repeats times (stderr to $work/log) and keep the fastest run by wall-clock time:
@@ -52,14 +57,19 @@ time_best() {
     done
 }
 
-declare -A rows cache
+declare -A rows cache sources counts
+a=$shared/alpaca
+sources[en]="$a/alpaca_data_cleaned_1000.json $a/gpteacher_roleplay.json $a/gpteacher_toolformer_sim0.6.json $a/gsm8k_train_alpaca.json $a/lf_alpaca_en_demo.json"
+sources[zh]="$a/alpaca_zh_translated_part00.json $a/alpaca_zh_translated_part01.json $a/lf_alpaca_zh_demo.json"
 langs=(en zh all)
 for lang in "${langs[@]}"; do
     if [ "$lang" = all ]; then
         inputs=("$shared"/alpaca/*.json)
+        counts[$lang]="36479 (the files as they are)"
     else
-        inputs=("$work/alpaca_${lang}_${records}.json")
-        [ -f "${inputs[0]}" ] || python3 "$here/make_inputs.py" "$shared/alpaca/lf_alpaca_${lang}_demo.json" "$records" "${inputs[0]}"
+        inputs=("$work/alpaca_${lang}_distinct_${records}.json")
+        # shellcheck disable=SC2086  # the file list is meant to split
+        counts[$lang]="$(python3 "$here/make_inputs.py" "${inputs[0]}" "$records" ${sources[$lang]}) distinct"
     fi
     python3 "$here/prep_python.py" --dump-texts "$work/texts_$lang.bin" "${inputs[@]}"
 
@@ -69,25 +79,25 @@ for lang in "${langs[@]}"; do
     read -r zt_records zt_tokens < <(python3 -c "import json; s = json.load(open('$work/out_$lang/manifest.json'))['statistics']; print(s['records_kept'], s['tokens'])")
     cache[$lang]=$(grep -o 'chunk cache: .*' "$work/log" | tail -n 1 || true)
 
-    time_best python3 "$here/prep_python.py" "$tok" "$work/py_$lang" "${inputs[@]}"
+    time_best "$python" "$here/prep_python.py" "$tok" "$work/py_$lang" "${inputs[@]}"
     py="$wall $cpu"
     read -r py_records py_tokens <<<"$last"
 
     time_best "$work/spm_bare" "$tok" "$work/texts_$lang.bin" "$threads"
     cpp="$wall $cpu"
     cpp_ids=$(echo "$last" | awk '{print $2}')
-    time_best python3 "$here/bare_encode.py" "$tok" "$work/texts_$lang.bin" "$threads"
+    time_best "$python" "$here/bare_encode.py" "$tok" "$work/texts_$lang.bin" "$threads"
     pyb="$wall $cpu"
     pyb_ids=$(echo "$last" | awk '{print $2}')
 
     rows[$lang]="$zt $zt_records $zt_tokens $py $py_records $py_tokens $cpp $cpp_ids $pyb $pyb_ids"
 done
 
-spm_py=$(python3 -c "import sentencepiece; print(sentencepiece.__version__)")
+spm_py=$("$python" -c "import sentencepiece; print(sentencepiece.__version__)")
 spm_c=$(pkg-config --modversion sentencepiece)
 echo
-echo "zt-prep benchmark: en, zh: $records records each (replicated); all: the 8 Alpaca files as they are;"
-echo "LLaMA-2 tokenizer, $threads threads, best of $repeats"
+echo "zt-prep benchmark: en ${counts[en]}, zh ${counts[zh]}, all ${counts[all]} records; none replicated;"
+echo "LLaMA-2 tokenizer, $threads threads, best of $repeats; load average before: $load_before"
 echo "python = prep_python.py (sentencepiece $spm_py, 1 process); bare = encoding only, $threads threads"
 echo "(wall seconds include loading the model and, for bare, the texts; records/s and tokens/s use wall time)"
 printf "\n%-4s %-30s %8s %8s %11s %12s\n" "lang" "what" "wall s" "CPU s" "records/s" "tokens/s"

@@ -15,8 +15,9 @@ namespace {
 const char k_visible_space[] = "\xe2\x96\x81";  // U+2581: how SentencePiece writes a space
 constexpr size_t k_visible_space_len = 3;
 
-// The code point starting at s[i] of valid UTF-8, and its length in *len.
-char32_t decode_utf8(std::string_view s, size_t i, size_t *len)
+// The code point starting at s[i] of valid UTF-8, and its length in *len. Inlined into the loop
+// that visits every character of every text.
+__attribute__((always_inline)) inline char32_t decode_utf8(std::string_view s, size_t i, size_t *len)
 {
     const auto byte = [&](size_t k) {
         return static_cast<char32_t>(static_cast<unsigned char>(s[i + k]));
@@ -70,9 +71,8 @@ chunked_encoder::chunked_encoder(const spm_encode_spec &spec, size_t cache_bytes
 {
 }
 
-std::unique_ptr<chunked_encoder> chunked_encoder::create(
-    const spm_model_file &file, const sentencepiece::SentencePieceProcessor &whole,
-    size_t cache_bytes, std::string *why_not)
+std::unique_ptr<chunked_encoder> chunked_encoder::create(const spm_model_file &file,
+                                                         size_t cache_bytes, std::string *why_not)
 {
     const spm_encode_spec &spec = file.spec;
     if (std::strcmp(file.model_type, "unigram") == 0) {
@@ -97,20 +97,26 @@ std::unique_ptr<chunked_encoder> chunked_encoder::create(
     }
 
     std::unique_ptr<chunked_encoder> encoder(new chunked_encoder(spec, cache_bytes));
-    encoder->unk_id_ = whole.unk_id();
     std::vector<uint64_t> pairs;
-    for (int id = 0; id < whole.GetPieceSize(); id++) {
+    std::vector<uint8_t> neighbours(chunk_cache::k_direct_limit, 0);
+    // The pieces straight from the file (the same ModelProto libsentencepiece loaded): its API
+    // costs more per piece than all the rest of this loop.
+    size_t pos = 0, piece_len = 0;
+    const char *piece_bytes = nullptr;
+    int type = 0, id = 0;
+    for (; spm_model_file_next_piece(&file, &pos, &piece_bytes, &piece_len, &type); id++) {
+        if (type == SPM_PIECE_UNKNOWN && encoder->unk_id_ < 0) encoder->unk_id_ = id;
         // BPE never forms control, unknown or byte pieces from text: they cannot span a cut.
-        if (whole.IsControl(id) || whole.IsUnknown(id) || whole.IsByte(id)) continue;
-        const std::string &piece = whole.IdToPiece(id);
-        if (whole.IsUnused(id)) {
-            *why_not = "its piece " + std::to_string(id) + " ('" + piece +
+        if (type == SPM_PIECE_CONTROL || type == SPM_PIECE_UNKNOWN || type == SPM_PIECE_BYTE) continue;
+        const std::string_view piece(piece_bytes, piece_len);
+        if (type == SPM_PIECE_UNUSED) {
+            *why_not = "its piece " + std::to_string(id) + " ('" + std::string(piece) +
                        "') is UNUSED, and BPE re-splits such pieces with a map shared by the "
                        "whole text";
             return nullptr;
         }
-        if (piece.find(' ') != std::string::npos) {
-            *why_not = "its piece " + std::to_string(id) + " ('" + piece + "') contains a space";
+        if (piece.find(' ') != std::string_view::npos) {
+            *why_not = "its piece " + std::to_string(id) + " ('" + std::string(piece) + "') contains a space";
             return nullptr;
         }
         size_t bad_offset;
@@ -123,27 +129,46 @@ std::unique_ptr<chunked_encoder> chunked_encoder::create(
         char32_t left = 0;
         for (size_t i = 0; i < piece.size(); i += len) {
             const char32_t right = decode_utf8(piece, i, &len);
-            if (i > 0) pairs.push_back(pair_key(left, right));
+            if (i > 0) {
+                pairs.push_back(pair_key(left, right));
+                if (left < chunk_cache::k_direct_limit) neighbours[left] |= k_left;
+                if (right < chunk_cache::k_direct_limit) neighbours[right] |= k_right;
+            }
             left = right;
         }
     }
-    std::sort(pairs.begin(), pairs.end());
-    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-    size_t n_slots = 16;
-    while (n_slots < 2 * pairs.size()) n_slots *= 2;
-    encoder->pair_slots_.assign(n_slots, 0);
+    encoder->n_pieces_ = id;
+    encoder->neighbours_ = std::move(neighbours);
+    // Most pairs occur in many pieces: the repeats are dropped as the table is filled (cheaper
+    // than sorting), and the table doubles whenever it gets half full, so it ends up at two to
+    // four slots a distinct pair: small enough to stay in the cache for the probes of encode().
+    std::vector<uint64_t> &table = encoder->pair_slots_;
+    size_t n_distinct = 0;
+    const auto place = [&table](uint64_t key) {
+        const size_t mask = table.size() - 1;
+        size_t i = pair_slot(key, table.size());
+        while (table[i] != 0 && table[i] != key) i = (i + 1) & mask;
+        const bool is_new = table[i] == 0;
+        table[i] = key;
+        return is_new;
+    };
+    table.assign(1024, 0);
     for (uint64_t key : pairs) {
-        size_t i = pair_slot(key, n_slots);
-        while (encoder->pair_slots_[i] != 0) i = (i + 1) & (n_slots - 1);
-        encoder->pair_slots_[i] = key;
+        if (2 * (n_distinct + 1) > table.size()) {
+            std::vector<uint64_t> old(2 * table.size(), 0);
+            old.swap(table);
+            for (uint64_t k : old)
+                if (k) place(k);
+        }
+        n_distinct += place(key);
     }
 
     size_t size = 0;
-    unsigned char *copy = spm_model_file_without_normalizer(&file, &size);
+    std::unique_ptr<unsigned char, void (*)(void *)> copy(spm_model_file_without_normalizer(&file, &size),
+                                                          std::free);
     if (!copy) throw std::bad_alloc();
     const Status loaded = encoder->pieces_only_.LoadFromSerializedProto(
-        std::string_view(reinterpret_cast<const char *>(copy), size));
-    std::free(copy);
+        std::string_view(reinterpret_cast<const char *>(copy.get()), size));
     if (!loaded.ok()) {
         *why_not = "SentencePiece rejected the model with its normalizer removed: " +
                    loaded.ToString();
@@ -152,8 +177,11 @@ std::unique_ptr<chunked_encoder> chunked_encoder::create(
     return encoder;
 }
 
-bool chunked_encoder::is_cut_point(char32_t left, char32_t right) const
+
+inline bool chunked_encoder::is_cut_point(char32_t left, char32_t right) const
 {
+    if (left < chunk_cache::k_direct_limit && !(neighbours_[left] & k_left)) return true;
+    if (right < chunk_cache::k_direct_limit && !(neighbours_[right] & k_right)) return true;
     const uint64_t key = pair_key(left, right);
     const size_t mask = pair_slots_.size() - 1;
     for (size_t i = pair_slot(key, pair_slots_.size());; i = (i + 1) & mask) {
@@ -164,88 +192,172 @@ bool chunked_encoder::is_cut_point(char32_t left, char32_t right) const
 
 // What SentencePiece's normalizer does when it has no rewriting rules (normalizer.cc): optionally
 // drop leading, trailing and repeated spaces, write each space as U+2581, and add one U+2581 in
-// front (or at the end, with treat_whitespace_as_suffix) of a text that is not empty.
-void chunked_encoder::normalize(std::string_view text, std::string *out) const
+// front (or at the end, with treat_whitespace_as_suffix) of a text that is not empty. Written into
+// *buf (which only ever grows, so a thread reuses it without refilling it) through a pointer:
+// the text is copied run by run between spaces.
+std::string_view chunked_encoder::normalize(std::string_view text, std::string *buf) const
 {
-    out->clear();
     const bool trim = spec_.remove_extra_whitespaces;
     if (trim) text.remove_prefix(std::min(text.size(), text.find_first_not_of(' ')));
-    if (text.empty()) return;
-    const bool dummy_in_front = spec_.add_dummy_prefix && !spec_.treat_whitespace_as_suffix;
-    if (dummy_in_front) out->append(k_visible_space, k_visible_space_len);
-    size_t pos = 0;
-    while (pos < text.size()) {
-        const size_t space = std::min(text.size(), text.find(' ', pos));
-        out->append(text.data() + pos, space - pos);
-        if (space == text.size()) break;
-        const size_t run_end = std::min(text.size(), text.find_first_not_of(' ', space));
-        for (size_t n = trim ? 1 : run_end - space; n > 0; n--)
-            out->append(k_visible_space, k_visible_space_len);
-        pos = run_end;
+    if (text.empty()) return std::string_view();
+    size_t n = 0;
+    const auto room = [&](size_t more) {  // grows by doubling; retains what the longest text needs
+        if (n + more > buf->size()) buf->resize(std::max(n + more, 2 * buf->size()));
+        return buf->data() + n;
+    };
+    const auto put_space = [&]() {
+        std::memcpy(room(k_visible_space_len), k_visible_space, k_visible_space_len);
+        n += k_visible_space_len;
+    };
+    if (spec_.add_dummy_prefix && !spec_.treat_whitespace_as_suffix) put_space();
+    const char *p = text.data(), *end = p + text.size();
+    while (p < end) {
+        const char *space = static_cast<const char *>(std::memchr(p, ' ', static_cast<size_t>(end - p)));
+        if (!space) space = end;
+        const size_t run = static_cast<size_t>(space - p);
+        std::memcpy(room(run), p, run);
+        n += run;
+        if (space == end) break;
+        p = space;
+        while (p < end && *p == ' ') {
+            if (!trim || p == space) put_space();
+            p++;
+        }
     }
+    const char *out = buf->data();
     if (trim) {  // every trailing U+2581 goes, also one the text itself contained
-        while (out->size() >= k_visible_space_len &&
-               out->compare(out->size() - k_visible_space_len, k_visible_space_len,
-                            k_visible_space) == 0)
-            out->resize(out->size() - k_visible_space_len);
+        while (n >= k_visible_space_len &&
+               std::memcmp(out + n - k_visible_space_len, k_visible_space, k_visible_space_len) == 0)
+            n -= k_visible_space_len;
     }
-    if (spec_.add_dummy_prefix && spec_.treat_whitespace_as_suffix)
-        out->append(k_visible_space, k_visible_space_len);
+    if (spec_.add_dummy_prefix && spec_.treat_whitespace_as_suffix) put_space();
+    return std::string_view(buf->data(), n);
 }
 
-Status chunked_encoder::append_chunk(std::string_view chunk, std::vector<int> *ids,
-                                     lookup_tally *tally)
+void id_buffer::grow(size_t need)
 {
-    const size_t first = ids->size();
-    const bool cacheable = chunk.size() <= chunk_cache::k_longest_chunk;
-    const uint64_t hash = cacheable ? spm_fnv1a64(chunk.data(), chunk.size()) : 0;
-    tally->lookups += cacheable;
-    if (cacheable && cache_.find(chunk, hash, ids)) {
-        tally->hits++;
-    } else {
-        thread_local std::vector<int> chunk_ids;
-        const Status st = pieces_only_.Encode(chunk, &chunk_ids);
-        if (!st.ok()) return st;
-        if (cacheable) cache_.insert(chunk, hash, chunk_ids.data(), chunk_ids.size());
-        ids->insert(ids->end(), chunk_ids.begin(), chunk_ids.end());
-    }
-    // Without byte fallback SentencePiece turns a run of unknown pieces into one <unk>; a run
-    // may continue across the cut.
-    if (!spec_.byte_fallback && first > 0 && ids->size() > first &&
-        (*ids)[first - 1] == unk_id_ && (*ids)[first] == unk_id_)
-        ids->erase(ids->begin() + static_cast<std::ptrdiff_t>(first));
+    size_t new_cap = cap ? 2 * cap : 1024;
+    while (new_cap < need) new_cap *= 2;
+    std::unique_ptr<int[]> bigger(new int[new_cap]);
+    if (n) std::memcpy(bigger.get(), data.get(), n * sizeof(int));
+    data = std::move(bigger);
+    cap = new_cap;
+}
+
+Status chunked_encoder::encode_uncached(std::string_view chunk, int32_t one_cp, bool cacheable,
+                                        uint64_t hash, id_buffer *out)
+{
+    thread_local std::vector<int> chunk_ids;
+    const Status st = pieces_only_.Encode(chunk, &chunk_ids);
+    if (!st.ok()) return st;
+    if (cacheable) cache_.insert(chunk, hash, chunk_ids.data(), chunk_ids.size(), one_cp);
+    int *to = out->room(chunk_ids.size());
+    if (!chunk_ids.empty()) std::memcpy(to, chunk_ids.data(), chunk_ids.size() * sizeof *to);
+    out->n += chunk_ids.size();
     return Status();
 }
 
-Status chunked_encoder::encode(std::string_view text, std::vector<int> *ids)
+bool chunked_encoder::append_chunk(std::string_view chunk, int32_t one_cp, id_buffer *out,
+                                   lookup_tally *tally, Status *error)
+{
+    const size_t first = out->n;
+    tally->lookups++;
+    const int *cached = nullptr;
+    uint32_t n_cached = 0;
+    uint64_t hash = 0;
+    const bool direct = one_cp >= 0 && cache_.has_direct() &&
+                        static_cast<char32_t>(one_cp) < chunk_cache::k_direct_limit;
+    const bool cacheable = direct || chunk.size() <= chunk_cache::k_longest_chunk;
+    if (direct) {
+        cached = cache_.find_one(static_cast<char32_t>(one_cp), &n_cached);
+    } else if (cacheable) {
+        hash = chunk_hash(chunk.data(), chunk.size());
+        cached = cache_.find(chunk, hash, &n_cached);
+    } else {
+        tally->lookups--;  // too long to be cached: not a lookup
+    }
+    if (cached) {
+        tally->hits++;
+        int *to = out->room(n_cached);
+        for (uint32_t k = 0; k < n_cached; k++) to[k] = cached[k];
+        out->n += n_cached;
+    } else {
+        *error = encode_uncached(chunk, direct ? one_cp : -1, cacheable, hash, out);
+        if (!error->ok()) return false;
+    }
+    // Without byte fallback SentencePiece turns a run of unknown pieces into one <unk>; a run
+    // may continue across the cut.
+    int *ids = out->data.get();
+    if (!spec_.byte_fallback && first > 0 && out->n > first && ids[first - 1] == unk_id_ &&
+        ids[first] == unk_id_) {
+        std::memmove(ids + first, ids + first + 1, (out->n - first - 1) * sizeof *ids);
+        out->n--;
+    }
+    return true;
+}
+
+Status chunked_encoder::encode(std::string_view text, id_buffer *out_buffer)
 {
     thread_local std::string normalized;
-    normalize(text, &normalized);
-    const std::string_view s = normalized;
+    const std::string_view s = normalize(text, &normalized);
+    id_buffer &out = *out_buffer;
     lookup_tally tally;
-    Status st;
-    size_t start = 0, len = 0;
-    char32_t left = 0;
-    for (size_t i = 0; i < s.size() && st.ok(); i += len) {
+    Status error;
+    size_t start = 0, len = 0, chars = 0;
+    char32_t left = 0, first_cp = 0;
+    // A cached chunk of one code point is handled here, without a call: that is most chunks of
+    // CJK text. The <unk> run rule of append_chunk only matters without byte fallback.
+    const bool direct = cache_.has_direct() && spec_.byte_fallback;
+    for (size_t i = 0; i < s.size(); i += len) {
         const char32_t right = decode_utf8(s, i, &len);
         if (i > 0 && is_cut_point(left, right)) {
-            st = append_chunk(s.substr(start, i - start), ids, &tally);
+            uint32_t n_cached;
+            const int *cached;
+            if (chars == 1 && direct && first_cp < chunk_cache::k_direct_limit &&
+                (cached = cache_.find_one(first_cp, &n_cached)) != nullptr) {
+                int *to = out.room(n_cached);
+                for (uint32_t k = 0; k < n_cached; k++) to[k] = cached[k];
+                out.n += n_cached;
+                tally.lookups++;
+                tally.hits++;
+            } else {
+                const int32_t one = chars == 1 ? static_cast<int32_t>(first_cp) : -1;
+                if (!append_chunk(s.substr(start, i - start), one, &out, &tally, &error)) return error;
+            }
             start = i;
+            chars = 0;
         }
+        if (chars++ == 0) first_cp = right;
         left = right;
     }
-    if (st.ok() && start < s.size()) st = append_chunk(s.substr(start), ids, &tally);
+    if (start < s.size()) {
+        const int32_t one = chars == 1 ? static_cast<int32_t>(first_cp) : -1;
+        if (!append_chunk(s.substr(start), one, &out, &tally, &error)) return error;
+    }
     cache_.count(tally.lookups, tally.hits);
-    return st;
+    return error;
+}
+
+bool chunked_encoder::matches(const sentencepiece::SentencePieceProcessor &whole,
+                              std::string *why_not) const
+{
+    if (n_pieces_ == whole.GetPieceSize() && unk_id_ == whole.unk_id()) return true;
+    *why_not = "reading the file found " + std::to_string(n_pieces_) + " pieces and <unk> id " +
+               std::to_string(unk_id_) + ", libsentencepiece " + std::to_string(whole.GetPieceSize()) +
+               " and " + std::to_string(whole.unk_id());
+    return false;
 }
 
 bool chunked_encoder::agrees_with(const sentencepiece::SentencePieceProcessor &whole,
                                   std::string *text)
 {
-    std::vector<int> want, got;
+    std::vector<int> want;
+    id_buffer got;
     for (const char *awkward : k_awkward_texts) {
-        got.clear();
-        if (whole.Encode(awkward, &want).ok() && encode(awkward, &got).ok() && want == got) continue;
+        got.n = 0;
+        if (whole.Encode(awkward, &want).ok() && encode(awkward, &got).ok() &&
+            std::vector<int>(got.data.get(), got.data.get() + got.n) == want)
+            continue;
         // For a one-line message: control characters as \xHH.
         text->clear();
         for (const char *c = awkward; *c; c++) {

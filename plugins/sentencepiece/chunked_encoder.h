@@ -38,17 +38,35 @@
 #include "chunk_cache.h"
 #include "model_file.h"
 
+// A thread's buffer of ids: grown by doubling and never zero-filled (std::vector::resize would
+// write every int before the encoder does).
+struct id_buffer {
+    std::unique_ptr<int[]> data;
+    size_t cap = 0;
+    size_t n = 0;  // ids written
+    int *room(size_t more)
+    {
+        if (n + more > cap) grow(n + more);
+        return data.get() + n;
+    }
+    void grow(size_t need);
+};
+
 class chunked_encoder {
 public:
-    // The chunked encoder of `whole` (loaded from `file`), with a cache of at most cache_bytes; or
-    // nullptr and *why_not completing "encoding in chunks would not be exact: ..." (or an error
-    // loading the normalizer-free copy of the model).
-    static std::unique_ptr<chunked_encoder> create(const spm_model_file &file,
-                                                   const sentencepiece::SentencePieceProcessor &whole,
-                                                   size_t cache_bytes, std::string *why_not);
+    // The chunked encoder of the model in `file`, with a cache of at most cache_bytes; or nullptr
+    // and *why_not completing "encoding in chunks would not be exact: ..." (or an error loading
+    // the normalizer-free copy of the model). It reads the pieces from the file itself, so it can
+    // be made while libsentencepiece loads the model for whole-text encoding.
+    static std::unique_ptr<chunked_encoder> create(const spm_model_file &file, size_t cache_bytes,
+                                                   std::string *why_not);
 
-    // Encode valid UTF-8 text, appending its ids to *ids. Thread-safe.
-    sentencepiece::util::Status encode(std::string_view text, std::vector<int> *ids);
+    // The whole-text model has the pieces and <unk> id this encoder read from the file (else
+    // *why_not says what differs).
+    bool matches(const sentencepiece::SentencePieceProcessor &whole, std::string *why_not) const;
+
+    // Encode valid UTF-8 text, appending its ids to *out. Thread-safe.
+    sentencepiece::util::Status encode(std::string_view text, id_buffer *out);
 
     // Encode a set of awkward built-in texts both ways: false (and *text set to the first one that
     // differs, control characters escaped) means this libsentencepiece does not behave as the
@@ -63,17 +81,27 @@ private:
     struct lookup_tally {
         uint64_t lookups = 0, hits = 0;
     };
-    void normalize(std::string_view text, std::string *out) const;
-    bool is_cut_point(char32_t left, char32_t right) const;
-    sentencepiece::util::Status append_chunk(std::string_view chunk, std::vector<int> *ids,
-                                             lookup_tally *tally);
+    std::string_view normalize(std::string_view text, std::string *buf) const;
+    __attribute__((always_inline)) bool is_cut_point(char32_t left, char32_t right) const;
+    // Append the ids of one chunk; one_cp is its code point when it is a single one, else -1.
+    // False with *error set when libsentencepiece fails (no Status is made on the hot path).
+    bool append_chunk(std::string_view chunk, int32_t one_cp, id_buffer *out, lookup_tally *tally,
+                      sentencepiece::util::Status *error);
+    sentencepiece::util::Status encode_uncached(std::string_view chunk, int32_t one_cp,
+                                                bool cacheable, uint64_t hash, id_buffer *out);
 
     spm_encode_spec spec_;
     int unk_id_ = -1;
+    int n_pieces_ = 0;
     sentencepiece::SentencePieceProcessor pieces_only_;  // the model with a do-nothing normalizer
     // The adjacent character pairs of all pieces BPE can form, as pair_key()s in an open-addressing
     // table (0 = empty) of pair_slots_.size() = a power of two slots.
     std::vector<uint64_t> pair_slots_;
+    // For code points below chunk_cache::k_direct_limit: k_left when the character is followed by
+    // another one in some piece, k_right when it follows another one. Most CJK characters have
+    // neither, so most cut points are found without probing pair_slots_.
+    static constexpr uint8_t k_left = 1, k_right = 2;
+    std::vector<uint8_t> neighbours_;
     chunk_cache cache_;
 };
 

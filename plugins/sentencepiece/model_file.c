@@ -184,10 +184,40 @@ static const char *wrong_file_hint(const unsigned char *b, size_t size)
     return "; the file looks like text (e.g. a .vocab file), not a binary .model";
 }
 
+/* A Git LFS pointer in place of the model: Hugging Face and other repositories keep
+ * tokenizer.model in LFS, and a clone without git-lfs leaves this small text file instead. */
+static int lfs_pointer_problem(const unsigned char *b, size_t size, char *why, size_t why_cap)
+{
+    static const char magic[] = "version https://git-lfs.github.com/spec/";
+    if (size < sizeof magic - 1 || memcmp(b, magic, sizeof magic - 1) != 0) return 0;
+    unsigned long long real_size = 0;
+    for (size_t i = 0; i + 6 < size; i++)
+        if (b[i] == '\n' && memcmp(b + i + 1, "size ", 5) == 0) {
+            char digits[24] = "";
+            size_t n = 0;
+            while (i + 6 + n < size && n + 1 < sizeof digits && b[i + 6 + n] >= '0' && b[i + 6 + n] <= '9') {
+                digits[n] = (char)b[i + 6 + n];
+                n++;
+            }
+            real_size = strtoull(digits, NULL, 10);
+            break;
+        }
+    char real[64] = "";
+    if (real_size) snprintf(real, sizeof real, " for a file of %llu bytes", real_size);
+    snprintf(why, why_cap,
+             "it is a Git LFS pointer (a %zu-byte stand-in%s), not the model: the repository was "
+             "cloned or downloaded without its LFS files. Fetch them with 'git lfs pull' in that "
+             "repository ('git lfs pull --include=<path>' for this file alone; 'git lfs install' "
+             "first if git-lfs is new there)",
+             size, real);
+    return 1;
+}
+
 static zt_status scan_model_proto(const unsigned char *b, size_t size, spm_model_file *out, char *why,
                                   size_t why_cap)
 {
     int have_trainer_spec = 0, have_normalizer_spec = 0;
+    if (lfs_pointer_problem(b, size, why, why_cap)) return ZT_ERR_FORMAT;
     size_t pos = 0;
     while (pos < size) {
         size_t at = pos;
@@ -320,6 +350,33 @@ void spm_model_file_free(spm_model_file *f)
 {
     free(f->bytes);
     memset(f, 0, sizeof *f);
+}
+
+int spm_model_file_next_piece(const spm_model_file *f, size_t *pos, const char **piece, size_t *len,
+                              int *type)
+{
+    enum { PIECE_PIECE = 1, PIECE_TYPE = 3 };
+    while (*pos < f->size) { /* the file passed the scan: every top-level field is well formed */
+        wire_field field = {0};
+        next_field(f->bytes, f->size, pos, &field);
+        if (field.number != MODEL_PIECES) continue;
+        *piece = "";
+        *len = 0;
+        *type = SPM_PIECE_NORMAL;
+        size_t at = field.body, end = field.body + field.body_len;
+        while (at < end) {
+            wire_field sub;
+            if (next_field(f->bytes, end, &at, &sub) != FIELD_OK) break;
+            if (sub.number == PIECE_PIECE && sub.wire_type == WIRE_BYTES) {
+                *piece = (const char *)f->bytes + sub.body;
+                *len = sub.body_len;
+            } else if (sub.number == PIECE_TYPE && sub.wire_type == WIRE_VARINT) {
+                *type = (int)sub.varint;
+            }
+        }
+        return 1;
+    }
+    return 0;
 }
 
 unsigned char *spm_model_file_without_normalizer(const spm_model_file *f, size_t *out_size)

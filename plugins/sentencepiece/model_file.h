@@ -49,6 +49,21 @@ void spm_model_file_free(spm_model_file *f);
  * Returns a malloc'ed serialized ModelProto in *out (*out_size bytes), or NULL when out of memory. */
 unsigned char *spm_model_file_without_normalizer(const spm_model_file *f, size_t *out_size);
 
+/* The vocabulary pieces in id order, read from the file (a scanned one) without libsentencepiece:
+ * start with *pos = 0; each call sets *piece, *len and *type (sentencepiece_model.proto's
+ * SentencePiece.Type: 1 NORMAL, 2 UNKNOWN, 3 CONTROL, 4 USER_DEFINED, 5 UNUSED, 6 BYTE; NORMAL when
+ * absent) and returns 1, or returns 0 after the last piece. */
+enum {
+    SPM_PIECE_NORMAL = 1,
+    SPM_PIECE_UNKNOWN = 2,
+    SPM_PIECE_CONTROL = 3,
+    SPM_PIECE_USER_DEFINED = 4,
+    SPM_PIECE_UNUSED = 5,
+    SPM_PIECE_BYTE = 6
+};
+int spm_model_file_next_piece(const spm_model_file *f, size_t *pos, const char **piece, size_t *len,
+                              int *type);
+
 /* FNV-1a 64, the checksum zt uses everywhere (framework/base/checksum.c); a plugin links nothing from
  * the host, so it carries its own copy of these few lines. */
 uint64_t spm_fnv1a64(const void *data, size_t n);

@@ -13,6 +13,8 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "chunked_encoder.h"
@@ -81,7 +83,8 @@ zt_status copy_text_out(const zt_tokenizer_model *m, std::string_view text, char
 
 // Encode in chunks when that gives exactly the ids of whole-text encoding (chunked_encoder.h), and
 // say in the log which way this model is encoded.
-void choose_encoding(zt_tokenizer_model *m, const spm_model_file &file, uint64_t cache_bytes)
+void choose_encoding(zt_tokenizer_model *m, std::unique_ptr<chunked_encoder> chunked,
+                     std::string why_not, uint64_t cache_bytes)
 {
     const zt_host *host = m->host;
     const char *path = m->path.c_str();
@@ -90,8 +93,9 @@ void choose_encoding(zt_tokenizer_model *m, const spm_model_file &file, uint64_t
                   SPM_CHUNK_CACHE_KEY);
         return;
     }
-    std::string why_not, differing;
-    m->chunked = chunked_encoder::create(file, m->processor, cache_bytes, &why_not);
+    std::string differing;
+    if (chunked && !chunked->matches(m->processor, &why_not)) chunked.reset();
+    m->chunked = std::move(chunked);
     if (!m->chunked) {
         host->log(host->ctx, ZT_LOG_INFO,
                   "'%s': encoding every text whole; encoding in chunks would not be exact: %s",
@@ -147,8 +151,37 @@ zt_status spm_open(void *state, const char *path, zt_tokenizer_model **out)
         m->host = host;
         m->path = path;
         const spm_model_file &file = guard.file;
+        // The chunked encoder (whose second copy of the model is a third of open()'s time) is
+        // made on a thread of its own while libsentencepiece loads the model here.
+        std::unique_ptr<chunked_encoder> chunked;
+        std::string why_not;
+        std::exception_ptr chunk_failure;  // rethrown here: exceptions must not leave the thread
+        const auto make_chunked = [&]() {
+            try {
+                chunked = chunked_encoder::create(file, plugin->chunk_cache_bytes, &why_not);
+            } catch (...) {
+                chunk_failure = std::current_exception();
+            }
+        };
+        std::thread maker;
+        struct joiner {  // joined on every way out, exceptions included
+            std::thread *t;
+            ~joiner()
+            {
+                if (t->joinable()) t->join();
+            }
+        } join_maker{&maker};
+        if (plugin->chunk_cache_bytes) {
+            try {
+                maker = std::thread(make_chunked);
+            } catch (const std::system_error &) {
+                make_chunked();  // no thread to be had: the same, one after the other
+            }
+        }
         sentencepiece::util::Status loaded = m->processor.LoadFromSerializedProto(
             std::string_view(reinterpret_cast<const char *>(file.bytes), file.size));
+        if (maker.joinable()) maker.join();
+        if (chunk_failure) std::rethrow_exception(chunk_failure);
         if (!loaded.ok()) {
             host->error(host->ctx, ZT_ERR_FORMAT,
                         "cannot load tokenizer model '%s': SentencePiece rejected it: %s; %s", path,
@@ -166,7 +199,7 @@ zt_status spm_open(void *state, const char *path, zt_tokenizer_model **out)
         std::snprintf(info.model_type, sizeof info.model_type, "%s", file.model_type);
         host->log(host->ctx, ZT_LOG_DEBUG, "opened '%s': %s, %d pieces, FNV-1a %016llx", path,
                   info.model_type, info.vocab_size, static_cast<unsigned long long>(info.model_hash));
-        choose_encoding(m.get(), file, plugin->chunk_cache_bytes);
+        choose_encoding(m.get(), std::move(chunked), std::move(why_not), plugin->chunk_cache_bytes);
         *out = m.release();
         return ZT_OK;
     });
@@ -237,21 +270,24 @@ zt_status spm_encode(zt_tokenizer_model *m, const char *text, uint64_t len, int3
         }
         // Encode is const and thread-safe; one buffer per thread keeps the hot path free of
         // allocations once it has grown to the longest text seen.
-        thread_local std::vector<int> encoded;
-        encoded.clear();
+        thread_local std::vector<int> encoded_whole;
+        thread_local id_buffer encoded_chunks;
         const std::string_view whole(text, static_cast<size_t>(len));
-        sentencepiece::util::Status st =
-            m->chunked ? m->chunked->encode(whole, &encoded) : m->processor.Encode(whole, &encoded);
+        encoded_chunks.n = 0;
+        sentencepiece::util::Status st = m->chunked ? m->chunked->encode(whole, &encoded_chunks)
+                                                    : m->processor.Encode(whole, &encoded_whole);
+        const int *encoded = m->chunked ? encoded_chunks.data.get() : encoded_whole.data();
+        const size_t n_encoded = m->chunked ? encoded_chunks.n : encoded_whole.size();
         if (!st.ok()) {
             host->error(host->ctx, ZT_ERR_INTERNAL,
                         "SentencePiece failed to encode %llu bytes with tokenizer model '%s': %s",
                         static_cast<unsigned long long>(len), m->path.c_str(), st.ToString().c_str());
             return ZT_ERR_INTERNAL;
         }
-        const uint64_t needed = encoded.size();
+        const uint64_t needed = n_encoded;
         *n_out = needed;
         const size_t n_copy = static_cast<size_t>(std::min(needed, cap));
-        if (n_copy) std::memcpy(ids, encoded.data(), n_copy * sizeof *ids);  // ids may be NULL at cap 0
+        if (n_copy) std::memcpy(ids, encoded, n_copy * sizeof *ids);  // ids may be NULL at cap 0
         if (needed <= cap) return ZT_OK;
         host->error(host->ctx, ZT_ERR_BUFFER_TOO_SMALL,
                     "encode needs room for %llu ids but the buffer holds %llu; call again with "

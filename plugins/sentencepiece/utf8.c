@@ -1,5 +1,8 @@
 #include "utf8.h"
 
+#include <stdint.h>
+#include <string.h>
+
 /* The valid range of a sequence's second byte depends on its first byte (Unicode Table 3-7): that
  * is how overlong forms (E0 80..9F, F0 80..8F), surrogates (ED A0..BF) and code points above
  * U+10FFFF (F4 90..BF) are excluded. Every later byte is a plain continuation byte 80..BF. */
@@ -24,9 +27,23 @@ int spm_utf8_valid(const char *s, size_t n, size_t *bad_offset, const char **why
         unsigned char lead = p[i];
         size_t len;
         if (lead < 0x80) {
+            /* Runs of ASCII (English text, templates) 8 bytes at a time. */
             i++;
+            while (i + 8 <= n) {
+                uint64_t word;
+                memcpy(&word, p + i, 8);
+                if (word & 0x8080808080808080ull) break;
+                i += 8;
+            }
             continue;
-        } else if (lead >= 0xC2 && lead <= 0xDF) {
+        }
+        /* The common 3-byte sequences (CJK) whose second byte may be any continuation byte. */
+        if (lead >= 0xE1 && lead != 0xED && lead <= 0xEF && n - i >= 3 && (p[i + 1] & 0xC0) == 0x80 &&
+            (p[i + 2] & 0xC0) == 0x80) {
+            i += 3;
+            continue;
+        }
+        if (lead >= 0xC2 && lead <= 0xDF) {
             len = 2;
         } else if (lead >= 0xE0 && lead <= 0xEF) {
             len = 3;

@@ -2,7 +2,8 @@
 """zt-prep on the real third-party data of ../shared/data (PROVENANCE.md there), with the LLaMA,
 Chinese-LLaMA and T5 tokenizers. Documented outcomes (docs/zt-prep.md, "Real data sets"):
 
-  alpaca/*.json                      all prep without a bad record; 11 empty outputs dropped
+  alpaca/*.json                      all prep without a bad record; 11 empty outputs dropped;
+                                     repeated records counted (and dropped with --dedup)
   variants/lima_history.json,
   variants/oaast_sft_zh_history.json history turns used (ids checked against the reference)
   variants/alpaca_libre_tasks_v1     empty outputs dropped, "status"/"similarity" counted as unknown
@@ -70,6 +71,30 @@ check_eq(st["dropped"]["empty_output"], 11, "empty outputs in the zh_translated 
 check_eq(st["unknown_fields"], {"example_input": 1}, "unknown fields in alpaca/")
 n = compare_some("alpaca/ with LLaMA", alpaca, splits, sp_llama, every=20)
 check(n > 1500, f"compared {n} samples")
+
+
+def repeats(files):
+    """Kept records whose instruction, input and output repeat an earlier kept record's (with the
+    Alpaca template and the lossless LLaMA tokenizer exactly the samples that repeat)."""
+    seen, n = set(), 0
+    for f in files:
+        for rec in load_records(f):
+            if rec["output"].strip(" \t\n\r") == "":
+                continue
+            key = (rec["instruction"], rec.get("input", ""), rec["output"])
+            n += key in seen
+            seen.add(key)
+    return n
+
+
+check_eq(st["records_duplicate"], repeats(alpaca), "duplicate records in alpaca/")
+demos = [os.path.join(SHARED, "alpaca", f) for f in ("lf_alpaca_en_demo.json", "lf_alpaca_zh_demo.json")]
+out = ref.fresh(WORK, "dedup")
+run(demos + ["-t", LLAMA, "-o", out, "--dedup"])
+dst = json.load(open(os.path.join(out, "manifest.json")))["statistics"]
+check_eq((dst["records_duplicate"], dst["dropped"]["duplicate"], dst["records_kept"]),
+         (22, 22, 999 + 1000 - 22), "--dedup on the demo files (14 + 8 exact duplicates, PROVENANCE.md)")
+check_eq(repeats(demos), 22, "repeats in the demo files")
 
 # 2. History variants: history is used, ids match the reference.
 for name, model in (("lima_history.json", LLAMA),

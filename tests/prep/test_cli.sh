@@ -57,6 +57,34 @@ expect_fail "malformed.json:3:50: expected ',' or '}' after the value of key \"i
     "in JSON Lines, one record per line, a broken line only skips that record" -- \
     "$prep" "$data/malformed.json" -t "$tok" -o out
 test -e out/manifest.json && { echo "FAIL: a failed run left out/manifest.json"; zt_failures=$((zt_failures+1)); }
+# JSON arrays are read record by record; a syntax error anywhere still gets the message of the whole
+# array's parse (line and column in the file), also after records that were read.
+printf '[{"instruction": "a", "output": "b"},\n {"instruction": "c", "output": "d"},\n]\n' > trailing.json
+expect_fail "trailing.json:3:1: expected a value, found ']' (trailing commas are not allowed in JSON)" -- \
+    "$prep" trailing.json -t "$tok" -o out
+printf '[{"instruction": "a", "output": "b"}\n {"instruction": "c", "output": "d"}]' > nocomma.json
+expect_fail "nocomma.json:2:2: expected ',' or ']' after an array item, found '{' (a comma is probably missing before it)" -- \
+    "$prep" nocomma.json -t "$tok" -o out
+printf '[{"instruction": "a", "output": "b"}] x' > after.json
+expect_fail "after.json:1:39: expected end of input after the top-level value, found 'x'" -- "$prep" after.json -t "$tok" -o out
+printf '[{"instruction": "a", "output": "b"}}]' > closing.json
+expect_fail "closing.json:1:37: expected ',' or ']' after an array item, found '}'" -- "$prep" closing.json -t "$tok" -o out
+printf '[{"instruction": "a", "output": "b"]' > mismatch.json
+expect_fail "mismatch.json:1:36: expected ',' or '}' after the value of key \"output\", found ']'" -- "$prep" mismatch.json -t "$tok" -o out
+printf '[{"instruction": "a", "output": "b"},\n {"instruction": "c", "output": "d"' > cut.json
+expect_fail "cut.json:2:36: expected ',' or '}' after the value of key \"output\", found end of input" "is never closed" -- "$prep" cut.json -t "$tok" -o out
+printf '[{"instruction": 5, "output": "b"},\n {"instruction": "c", "output": "d"},]' > bad-then-syntax.json
+expect_fail "bad-then-syntax.json:1:18: record 0: \"instruction\" is a number" \
+    "bad-then-syntax.json:2:38: expected a value, found ']' (trailing commas are not allowed in JSON)" -- \
+    "$prep" bad-then-syntax.json -t "$tok" -o out
+test -e out/manifest.json && { echo "FAIL: a failed run left out/manifest.json"; zt_failures=$((zt_failures+1)); }
+# Brackets, quotes and backslashes inside strings do not end a record; nested values are skipped.
+printf '[ {"instruction": "a ] } [ {", "input": "q\\"]\\\\", "output": "x\\\\\\"}", "meta": {"k": [1, {"z": "]"}]}} ,\n\t{"instruction": "b", "output": "c"} ]\n\n' > brackets.json
+expect_ok "2 records read from 1 file(s): 2 kept" -- "$prep" brackets.json -t "$tok" -o brackets --no-shuffle
+grep -q '"unknown_fields": {"meta": 1}' brackets/manifest.json || { echo "FAIL: brackets.json: \"meta\" not counted"; zt_failures=$((zt_failures+1)); }
+expect_ok '⟦x\"}</s>⟧' 'q"]\' 'a ] } [ {' -- "$prep" --inspect brackets --n 1
+printf ' [ ] ' > empty-array.json
+expect_fail "the input holds no records" -- "$prep" empty-array.json -t "$tok" -o out
 
 # Bad records: skipped, counted and the first ten shown; --strict stops at the first.
 expect_ok "skipping bad record: $data/bad_records.json:3:69: record 1: \"output\" is a number; it must be a string" \
