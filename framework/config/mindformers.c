@@ -937,6 +937,11 @@ void cfg_mindformers_apply(cfg_yaml_tree *t, cfg_mf_result *out, problem_list *p
     for (size_t k = 0; k < sizeof k_rules / sizeof k_rules[0]; k++) apply_rule(&c, &k_rules[k]);
     optimizer_defaults(&c);
     model_defaults(&c);
+    const cfg_yaml_pair *epochs = cfg_yaml_find(c.root, "epochs");
+    if (epochs && epochs->note && !cfg_yaml_find(c.root, "steps"))
+        say(&c, epochs->line, epochs->col,
+            "runner_config.epochs is zt's epochs: zt stops after that many epochs or `steps` optimizer steps (default "
+            "1000), whichever comes first; set steps too to train every epoch");
     for (int k = 0; k < c.n_groups; k++) {
         const note_group *g = &c.groups[k];
         say(&c, g->line, g->col, "%s (MindFormers) %s no effect in zt: %s", g->keys, g->n > 1 ? "have" : "has", g->why);

@@ -375,6 +375,11 @@ static void test_mindformers_renames(void)
     EXPECT_IN(text, "\"parallel_config.data_parallel\": \"file:run.yaml:8\"");
     free(text);
     EXPECT_IN(zt_config_notes(cfg), "run.yaml:9:20: parallel_config.optimizer_shard: true is ZeRO stage 1");
+    EXPECT_IN(zt_config_notes(cfg), "run.yaml:2:3: runner_config.epochs is zt's epochs: zt stops after that many "
+              "epochs or `steps`");
+    zt_config_free(cfg);
+    cfg = EXPECT_OK("steps: 50\nrunner_config:\n  epochs: 3\n");
+    ZT_CHECK(!strstr(zt_config_notes(cfg), "runner_config.epochs"));
     zt_config_free(cfg);
 
     /* a mapped value is checked as the zt key, placed at the MindFormers key */
