@@ -69,8 +69,7 @@ struct mf_ctx {
     int model_config;              /* model.model_config was given */
     int said_shard;                /* the note on optimizer parallelism is out */
     cfg_yaml_pair multiple_of, ffn_dim_multiplier;
-    int have_multiple_of, have_ffn_dim_multiplier, seq_line, seq_col;
-    cfg_yaml_node *seq_length;
+    int have_multiple_of, have_ffn_dim_multiplier;
 };
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
@@ -436,17 +435,6 @@ static void h_compute_dtype(mf_ctx *c, const mf_rule *r)
             "the CPU, \"float32\"", r->key, shown);
 }
 
-/* model.model_config.seq_length: data.seq_len, and max_position_embeddings' default as in MindFormers. */
-static void h_seq_length(mf_ctx *c, const mf_rule *r)
-{
-    cfg_yaml_pair p;
-    cfg_yaml_take(c->root, r->key, &p);
-    c->seq_length = p.value;
-    c->seq_line = p.line;
-    c->seq_col = p.col;
-    put(c, "data.seq_len", p.value, p.line, p.col, mf_note(c, r->key));
-}
-
 /* multiple_of and ffn_dim_multiplier: kept for ffn_size. */
 static void h_ffn_parts(mf_ctx *c, const mf_rule *r)
 {
@@ -462,16 +450,11 @@ static void h_model_config(mf_ctx *c, const mf_rule *r)
     c->model_config = 1;
 }
 
-/* After the rules: the sizes MindFormers' LlamaConfig derives when they are not given. */
+/* After the rules: the feed-forward width MindFormers' LLaMA derives when it is not given (its other
+ * defaults, as max_position_embedding = seq_length, are MindFormers' own: an HF model's config.json,
+ * which --model checks the config against, may well say otherwise). */
 static void model_defaults(mf_ctx *c)
 {
-    if (c->seq_length && c->seq_length->kind == CFG_YAML_NUMBER &&
-        !cfg_yaml_get(c->root, "model.max_position_embeddings", NULL)) {
-        cfg_yaml_node *v = number(c, c->seq_length->text, c->seq_length->line, c->seq_length->col);
-        if (v)
-            put(c, "model.max_position_embeddings", v, c->seq_line, c->seq_col,
-                mf_note(c, "model.model_config.seq_length: MindFormers' default max_position_embedding"));
-    }
     if (!c->model_config) return;
     cfg_yaml_node *hidden = cfg_yaml_get(c->root, "model.hidden_size", NULL);
     const cfg_yaml_pair *mult = c->have_multiple_of ? &c->multiple_of : NULL;
@@ -875,7 +858,7 @@ static const mf_rule k_rules[] = {
     {"model.model_config.theta", RENAME, "model.rope_theta", NULL, NULL},
     {"model.model_config.max_position_embedding", RENAME, "model.max_position_embeddings", NULL, NULL},
     {"model.model_config.tie_word_embeddings", RENAME, "model.tie_word_embeddings", NULL, NULL},
-    {"model.model_config.seq_length", CUSTOM, NULL, NULL, h_seq_length},
+    {"model.model_config.seq_length", RENAME, "data.seq_len", NULL, NULL},
     {"model.model_config.multiple_of", CUSTOM, NULL, NULL, h_ffn_parts},
     {"model.model_config.ffn_dim_multiplier", CUSTOM, NULL, NULL, h_ffn_parts},
     {"model.model_config.compute_dtype", CUSTOM, NULL, NULL, h_compute_dtype},

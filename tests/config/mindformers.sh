@@ -99,7 +99,7 @@ check_resolved "$r" \
     'model.num_attention_heads=32@file:run_llama_7b.yaml:122 (MindFormers model.model_config.num_heads)' \
     'model.vocab_size=32000@file:run_llama_7b.yaml:123 (MindFormers model.model_config.vocab_size)' \
     'model.intermediate_size=11008@-' \
-    'model.max_position_embeddings=2048@-' \
+    'model.max_position_embeddings=null@default' \
     'model.rms_norm_eps=1e-6@file:run_llama_7b.yaml:125 (MindFormers model.model_config.rms_norm_eps)' \
     'bf16.enabled=true@file:run_llama_7b.yaml:130 (MindFormers model.model_config.compute_dtype bfloat16)' \
     'fp16.enabled=false@-' \
@@ -180,7 +180,7 @@ cat >"$work/mf/run.json" <<EOF
                "params": {"warmup_max_lr": 2e-3, "cos_min_ratio": 0.25, "warmup_num_steps": 1, "total_num_steps": 4}},
  "data": {"path": "$data", "shuffle": true, "seq_len": 128},
  "model": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "intermediate_size": 192, "rms_norm_eps": 1e-5, "max_position_embeddings": 128},
+           "intermediate_size": 192, "rms_norm_eps": 1e-5},
  "bf16": {"enabled": true}, "fp16": {"enabled": false}, "recompute": true,
  "checkpoint": {"every": 2, "keep": 2},
  "parallel_config": {"data_parallel": 1, "model_parallel": 1, "pipeline_stage": 1},
