@@ -127,7 +127,8 @@ char *zt_cli_plugins_json(const zt_plugin_set *set);
  * resume_training, use_parallel) turned into zt-run's own options: --device_num N with use_parallel is
  * --nproc N, --run_mode predict is --generate, load_checkpoint is --model or --resume by what the path
  * holds. Called by the parser before it checks which options go with which action; `given` marks the
- * options given (an option this turns into another is unmarked). Returns -1 when fine, else the exit status (after the message). */
+ * options given (an option this turns into another is unmarked). Returns -1 when fine, else the exit
+ * status (after the message). */
 int zt_cli_mindformers(run_args *a, int *given);
 
 /* ---- the actions ------------------------------------------------------------------------------------- */
