@@ -6,10 +6,11 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config git
   libjsmn-dev                         # JSON tokenizer used by the config and data readers
+  libyaml-dev                         # YAML configs (MindFormers-style run.yaml)
   libsentencepiece-dev sentencepiece  # tokenizer library + spm_train/spm_encode used by the tests
   libopenmpi-dev openmpi-bin          # CPU ranks (multi-process tests)
   clang libclang-rt-dev               # libFuzzer targets
-  python3 python3-numpy python3-sentencepiece  # independent references in tests
+  python3 python3-numpy python3-sentencepiece python3-yaml  # independent references in tests
 )
 
 missing=()

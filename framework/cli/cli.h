@@ -6,6 +6,7 @@
  *   inspect.c  --list-plugins, --env (with env.c, the machine) and --describe
  *   check.c    --check
  *   train.c    training and --dry-run (the loop itself is framework/train/)
+ *   mindformers.c  MindFormers' launcher flags and a YAML config's launch keys, as zt-run's options
  */
 #ifndef ZT_FRAMEWORK_CLI_H
 #define ZT_FRAMEWORK_CLI_H
@@ -26,7 +27,10 @@ enum option_id {
     OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR,
     OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_DRY_RUN, OPT_GPU_MEM_LIMIT,
     OPT_GENERATE, OPT_TOKENIZER, OPT_PROMPT, OPT_INPUT, OPT_PROMPT_IDS, OPT_TEMPLATE, OPT_RAW, OPT_MAX_NEW_TOKENS,
-    OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_PRINT_IDS, N_OPTIONS
+    OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_PRINT_IDS,
+    /* MindFormers' launcher flags (mindformers.c) */
+    OPT_MF_USE_PARALLEL, OPT_MF_DEVICE_NUM, OPT_MF_RUN_MODE, OPT_MF_LOAD_CHECKPOINT,
+    N_OPTIONS
 };
 
 typedef struct run_args {
@@ -43,6 +47,9 @@ typedef struct run_args {
     int dry_run;
     zt_generate_options gen; /* --generate */
     int probe_timeout_s;
+    struct {                 /* MindFormers' launcher flags as typed (mindformers.c) */
+        const char *use_parallel, *device_num, *run_mode, *load_checkpoint;
+    } mf;
 } run_args;
 
 /* "zt-run: error: ..." and the pointer to --help; returns ZT_EXIT_USAGE. */
@@ -113,6 +120,16 @@ zt_status zt_cli_create_runtime(const zt_config *cfg, const zt_host_settings *se
 /* "_plugins" of the resolved config: [{"name", "kind", "version", "abi", "path"}, ...]; NULL when out
  * of memory. The caller frees it. */
 char *zt_cli_plugins_json(const zt_plugin_set *set);
+
+/* ---- mindformers.c --------------------------------------------------------------------------------- */
+
+/* MindFormers' launcher flags (a->mf) and the launch keys of a YAML --config (run_mode, load_checkpoint,
+ * resume_training, use_parallel) turned into zt-run's own options: --device_num N with use_parallel is
+ * --nproc N, --run_mode predict is --generate, load_checkpoint is --model or --resume by what the path
+ * holds. Called by the parser before it checks which options go with which action; `given` marks the
+ * options given (an option this turns into another is unmarked). Returns -1 when fine, else the exit
+ * status (after the message). */
+int zt_cli_mindformers(run_args *a, int *given);
 
 /* ---- the actions ------------------------------------------------------------------------------------- */
 

@@ -71,6 +71,13 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_TOP_P] = {"--top-p", NULL, "P", "generation: sample among the most likely tokens holding probability P (1)"},
     [OPT_SEED] = {"--seed", NULL, "S", "generation: sampling seed (default: the config key seed)"},
     [OPT_PRINT_IDS] = {"--print-ids", NULL, NULL, "generation: write the generated token ids instead of text"},
+    /* MindFormers compatibility (run_mindformer.py's flags; cli/mindformers.c, docs/cli.md) */
+    [OPT_MF_USE_PARALLEL] = {"--use_parallel", NULL, "True|False", "MindFormers: with --device_num N, train on N ranks (zt: --nproc N)"},
+    [OPT_MF_DEVICE_NUM] = {"--device_num", NULL, "N", "MindFormers: the number of ranks (zt: --nproc N)"},
+    [OPT_MF_RUN_MODE] = {"--run_mode", NULL, "MODE", "MindFormers: train or finetune (zt: train), predict (zt: --generate)"},
+    [OPT_MF_LOAD_CHECKPOINT] = {"--load_checkpoint", NULL, "PATH",
+                                "MindFormers: the weights to start from: an HF model directory (zt: --model) or a zt "
+                                "checkpoint (zt: --resume)"},
 };
 
 static void print_help(FILE *f)
@@ -202,8 +209,14 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_TOP_P: a->gen.top_p = v; break;
         case OPT_SEED: a->gen.seed = v; break;
         case OPT_PRINT_IDS: a->gen.print_ids = 1; break;
+        case OPT_MF_USE_PARALLEL: a->mf.use_parallel = v; break;
+        case OPT_MF_DEVICE_NUM: a->mf.device_num = v; break;
+        case OPT_MF_RUN_MODE: a->mf.run_mode = v; break;
+        case OPT_MF_LOAD_CHECKPOINT: a->mf.load_checkpoint = v; break;
         }
     }
+    /* MindFormers' flags become zt's options before the checks of which options go together. */
+    if (status < 0) status = zt_cli_mindformers(a, given);
     /* Options only --check (the run) reads: silently ignoring them elsewhere would hide mistakes. */
     static const int run_only[] = {OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR};
     for (size_t i = 0; i < sizeof run_only / sizeof run_only[0] && status < 0; i++)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "base/log.h"
 #include "cli/cli.h"
 #include "host/select.h"
 
@@ -15,6 +16,12 @@ zt_status zt_cli_load_config(const run_args *a, int training, zt_config *cfg, zt
     const zt_option *host_opts = zt_host_options(&n_host);
     zt_status st = zt_config_add_schema(cfg, "host", host_opts, n_host, err);
     if (st == ZT_OK && a->config_path) st = zt_config_load_file(cfg, a->config_path, err);
+    /* What the file gives that zt accepts without effect (MindFormers' keys): said once, by rank 0. */
+    for (const char *line = zt_config_notes(cfg); st == ZT_OK && *line && zt_log_rank() <= 0;) {
+        size_t n = strcspn(line, "\n");
+        zt_log(ZT_LOG_INFO, "%.*s", (int)n, line);
+        line += n + (line[n] == '\n');
+    }
     for (int i = 0; i < a->n_sets && st == ZT_OK; i++) st = zt_config_set(cfg, a->sets[i], err);
     /* The options that stand for a key count as a --set of it. */
     if (st == ZT_OK && a->output_dir)

@@ -26,6 +26,7 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "config/config_internal.h"
+#include "config/yaml.h"
 
 int cfg_grow(void **items, int *cap, int need, size_t item_size)
 {
@@ -128,6 +129,8 @@ void cfg_doc_free(config_doc *d)
     zt_json_free(&d->json);
     free(d->text);
     free(d->origin);
+    for (int k = 0; k < d->n_places; k++) free(d->places[k].note);
+    free(d->places);
 }
 
 /* A command-line style value: JSON when it is a valid JSON scalar or array, else the text itself
@@ -248,11 +251,12 @@ static void flatten(zt_config *cfg, int doc, int obj, const char *prefix, proble
         }
         if (name[0] == '\0' || strchr(name, '.')) {
             int line, col;
-            zt_json_line_col(j->text, cfg_token_offset(j, k), &line, &col);
-            cfg_problem_add(problems,
-                        "%s:%d:%d: %s; nest objects instead, e.g. {\"zero_optimization\": {\"stage\": 2}}",
-                        j->origin, line, col,
-                        name[0] ? "a config key cannot contain '.'" : "a config key cannot be empty");
+            cfg_doc_line_col(&cfg->docs[doc], cfg_token_offset(j, k), &line, &col, NULL);
+            cfg_problem_add(problems, "%s:%d:%d: %s; nest %s instead, e.g. %s", j->origin, line, col,
+                            name[0] ? "a config key cannot contain '.'" : "a config key cannot be empty",
+                            cfg->docs[doc].n_places ? "mappings" : "objects",
+                            cfg->docs[doc].n_places ? "\"zero_optimization:\" with \"stage: 2\" indented below it"
+                                                    : "{\"zero_optimization\": {\"stage\": 2}}");
             free(name);
             continue;
         }
@@ -268,12 +272,13 @@ static void flatten(zt_config *cfg, int doc, int obj, const char *prefix, proble
     }
 }
 
-/* Take ownership of `text` (NUL-terminated, len bytes), parse it and record its values. */
-static zt_status load_text(zt_config *cfg, char *text, size_t len, const char *origin, zt_error *err)
+/* Take ownership of `text` (NUL-terminated, len bytes) and `places`, parse it and record its values. */
+zt_status cfg_load_document(zt_config *cfg, char *text, size_t len, const char *origin, cfg_place *places,
+                            int n_places, zt_error *err)
 {
-    config_doc d = {text, strdup(origin), 0, 0, {0}};
+    config_doc d = {text, strdup(origin), 0, 0, {0}, places, n_places};
     if (!d.origin) {
-        free(text);
+        cfg_doc_free(&d);
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory", origin);
     }
     zt_status st = zt_json_parse(d.text, len, d.origin, &d.json, err);
@@ -283,7 +288,7 @@ static zt_status load_text(zt_config *cfg, char *text, size_t len, const char *o
     }
     if (d.json.tok[0].type != ZT_JSON_OBJECT) {
         int line, col;
-        zt_json_line_col(d.text, cfg_token_offset(&d.json, 0), &line, &col);
+        cfg_doc_line_col(&d, cfg_token_offset(&d.json, 0), &line, &col, NULL);
         st = zt_error_set(err, ZT_ERR_CONFIG,
                           "%s:%d:%d: a config must be a JSON object ({\"key\": value, ...}), found %s",
                           origin, line, col,
@@ -323,6 +328,13 @@ void zt_config_free(zt_config *cfg)
     for (int k = 0; k < cfg->n_given; k++) free(cfg->given[k].key);
     for (int k = 0; k < cfg->n_decl; k++) free(cfg->decl[k].problem);
     for (int k = 0; k < cfg->n_arena; k++) free(cfg->arena[k]);
+    for (int k = 0; k < cfg->n_launch; k++) {
+        free(cfg->launch[k].key);
+        free(cfg->launch[k].value);
+        free(cfg->launch[k].place);
+    }
+    free(cfg->launch);
+    free(cfg->notes);
     free(cfg->docs);
     free(cfg->given);
     free(cfg->decl);
@@ -341,7 +353,7 @@ zt_status zt_config_load_file(zt_config *cfg, const char *path, zt_error *err)
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
         fclose(f);
         return zt_error_set(err, ZT_ERR_IO,
-                            "config file '%s' is a directory; give the path of the JSON file", path);
+                            "config file '%s' is a directory; give the path of the config file (JSON or YAML)", path);
     }
     size_t len = 0, cap = 1 << 16;
     char *text = malloc(cap);
@@ -363,14 +375,49 @@ zt_status zt_config_load_file(zt_config *cfg, const char *path, zt_error *err)
                             strerror(saved_errno));
     }
     text[len] = '\0';
-    return load_text(cfg, text, len, path, err);
+    if (cfg_is_yaml_path(path)) return cfg_yaml_load(cfg, text, len, path, err);
+    /* A YAML file under another name: JSON's error alone would not say what to do. */
+    size_t first = strspn(text, " \t\r\n");
+    int looks_yaml = first < len && text[first] != '{' && text[first] != '[' && strchr(text, ':');
+    zt_status loaded = cfg_load_document(cfg, text, len, path, NULL, 0, err);
+    if (loaded == ZT_ERR_FORMAT && looks_yaml)
+        zt_error_append(err, "; if '%s' is a YAML config, give it the extension .yaml or .yml (zt chooses the "
+                        "format by the file name)", path);
+    return loaded;
 }
 
 zt_status zt_config_load_string(zt_config *cfg, const char *json, const char *origin, zt_error *err)
 {
     char *text = strdup(json);
     if (!text) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory", origin);
-    return load_text(cfg, text, strlen(text), origin, err);
+    return cfg_load_document(cfg, text, strlen(text), origin, NULL, 0, err);
+}
+
+zt_status zt_config_load_yaml_string(zt_config *cfg, const char *yaml, const char *origin, zt_error *err)
+{
+    char *text = strdup(yaml);
+    if (!text) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "%s: out of memory", origin);
+    return cfg_yaml_load(cfg, text, strlen(text), origin, err);
+}
+
+int zt_config_path_is_yaml(const char *path)
+{
+    return cfg_is_yaml_path(path);
+}
+
+const char *zt_config_notes(const zt_config *cfg)
+{
+    return cfg->notes ? cfg->notes : "";
+}
+
+const char *zt_config_launch_key(const zt_config *cfg, const char *key, const char **place)
+{
+    for (int k = cfg->n_launch - 1; k >= 0; k--) {
+        if (strcmp(cfg->launch[k].key, key) != 0) continue;
+        if (place) *place = cfg->launch[k].place;
+        return cfg->launch[k].value;
+    }
+    return NULL;
 }
 
 zt_status zt_config_set(zt_config *cfg, const char *assignment, zt_error *err)
@@ -423,7 +470,7 @@ static zt_status put_value(zt_config *cfg, const char *key, const char *json_tex
     if (rank != ZT_CONFIG_RANK_FILE && rank != ZT_CONFIG_RANK_SET)
         return zt_error_set(err, ZT_ERR_INVALID_ARG, "zt_config_put of '%s': rank %d is not a ZT_CONFIG_RANK_*",
                             key, rank);
-    config_doc d = {NULL, strdup(origin), rank == ZT_CONFIG_RANK_SET, 1, {0}};
+    config_doc d = {NULL, strdup(origin), rank == ZT_CONFIG_RANK_SET, 1, {0}, NULL, 0};
     char *k = strdup(key);
     d.text = malloc(len + 1);
     if (!d.origin || !d.text || !k) {

@@ -1,6 +1,8 @@
-/* Run configuration: a JSON file (parsed with jsmn) plus `--set a.b.c=value` overrides.
+/* Run configuration: a JSON file (parsed with jsmn) or a YAML file (libyaml), plus `--set a.b.c=value`
+ * overrides.
  *
- * Keys are dotted paths into the JSON object ("zero_optimization.offload_optimizer.device").
+ * Keys are dotted paths into the JSON object ("zero_optimization.offload_optimizer.device"); a YAML
+ * mapping is the same object. MindFormers' spellings in a YAML file reach zt's keys (mindformers.c).
  * Every key is owned by exactly one schema: the host's (host_options.c) or one loaded plugin's
  * zt_option table. Validation, before any plugin's init, rejects unknown keys (naming the nearest
  * valid key), DeepSpeed keys zt does not support (named as such), wrong types, out-of-range values
@@ -18,11 +20,28 @@ typedef struct zt_config zt_config;
 zt_config *zt_config_new(void);
 void zt_config_free(zt_config *cfg);
 
-/* Read a JSON object from `path` (a DeepSpeed ds_config.json works as is). Syntax errors report
- * path:line:column and what was expected. Values are kept as given until validation. */
+/* Read a config from `path`: YAML when the name ends in .yaml or .yml (any case), JSON otherwise (a
+ * DeepSpeed ds_config.json works as is). Syntax errors report path:line:column and what was expected.
+ * Values are kept as given until validation. A YAML file is read as PyYAML reads YAML 1.1 (the
+ * scalars' types, anchors, aliases and << merges; docs/config.md has the exact rules), must hold one
+ * mapping, and its MindFormers spellings are rewritten to zt's keys, each value's place then naming
+ * the MindFormers key ("run.yaml:12:3 (MindFormers runner_config.batch_size)"). */
 zt_status zt_config_load_file(zt_config *cfg, const char *path, zt_error *err);
 /* Same, from a string; `origin` names it in messages. */
 zt_status zt_config_load_string(zt_config *cfg, const char *json, const char *origin, zt_error *err);
+zt_status zt_config_load_yaml_string(zt_config *cfg, const char *yaml, const char *origin, zt_error *err);
+/* 1 when zt_config_load_file reads `path` as YAML (.yaml, .yml). */
+int zt_config_path_is_yaml(const char *path);
+
+/* What the YAML files loaded so far gave that has no effect in zt, and why: one line each, every line
+ * ending in '\n' ("run.yaml:80:3: context.device_target (MindFormers) has no effect in zt: ...");
+ * "" when nothing. The command line logs them. */
+const char *zt_config_notes(const zt_config *cfg);
+/* A launch key of a MindFormers YAML file: run_mode, load_checkpoint, resume_training or use_parallel,
+ * which are options of the command line rather than config keys (cli/mindformers.c). Its value as text
+ * ("finetune", "true", "false", a path; "" for null) and its place ("run.yaml:4:18"), from the last file
+ * that gives it; NULL when none does. */
+const char *zt_config_launch_key(const zt_config *cfg, const char *key, const char **place);
 
 /* Apply one "a.b.c=value" override (command line --set). The value is parsed as JSON when it is a
  * valid JSON scalar or array (3, 1e-4, true, [0.9,0.95], "x"), else taken as a string (cpu).
@@ -75,7 +94,8 @@ zt_status zt_config_get_floats(const zt_config *cfg, const char *key, double *ou
 int zt_config_is_set(const zt_config *cfg, const char *key);
 
 /* Write the fully resolved config as a JSON object: every declared key with its value, plus a
- * "_sources" object (key -> "default" | "file:PATH:LINE" | "--set") and the "_plugins" JSON text
+ * "_sources" object (key -> "default" | "file:PATH:LINE" | "file:PATH:LINE (MindFormers KEY)" | "--set"
+ * | the origin of a value the host put) and the "_plugins" JSON text
  * given by the caller (name, kind, version, path of each loaded plugin; may be NULL). */
 zt_status zt_config_write_resolved(const zt_config *cfg, FILE *out, const char *plugins_json,
                                    zt_error *err);

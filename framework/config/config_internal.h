@@ -1,9 +1,11 @@
 /* Private to framework/config/: the data model of a zt_config that its files share.
  *
- *   config.c    documents (files, --set, values the host puts), building a config, typed access
- *   values.c    checking one value against its option, and describing values and places in messages
- *   schema.c    keys, schemas, the DeepSpeed keys zt does not implement, validation
- *   resolved.c  writing the resolved config
+ *   config.c       documents (files, --set, values the host puts), building a config, typed access
+ *   values.c       checking one value against its option, and describing values and places in messages
+ *   schema.c       keys, schemas, the DeepSpeed keys zt does not implement, validation
+ *   resolved.c     writing the resolved config
+ *   yaml.c         YAML files: read into a tree, written as the JSON text of a document (yaml.h)
+ *   mindformers.c  MindFormers' spellings in a YAML file rewritten to zt's keys (yaml.h)
  */
 #ifndef ZT_FRAMEWORK_CONFIG_INTERNAL_H
 #define ZT_FRAMEWORK_CONFIG_INTERNAL_H
@@ -17,13 +19,34 @@
  * key's meaning, as data.seq_len's is). */
 int cfg_host_option_capped(const zt_option *opt);
 
+/* Where a JSON token of a YAML document came from: the token starting at `offset` of the document's
+ * JSON text (a string's opening quote) was written at line:col of the YAML file. `note`, when not
+ * NULL, follows the place in messages: "MindFormers runner_config.batch_size". */
+typedef struct cfg_place {
+    size_t offset;
+    int line, col;
+    char *note;
+} cfg_place;
+
 typedef struct config_doc {
     char *text;   /* owned; the tokens point into it */
     char *origin; /* the file path, "--set KEY=VALUE", or where a value the host put came from */
     int from_set; /* ranks as a --set: wins over every file */
     int put;      /* one value the host put (zt_config_put_*): its place is `origin` alone */
     zt_json json;
+    /* A YAML file: `text` is the JSON yaml.c wrote for it, and places[] (by offset) says where each
+     * token was in the YAML file. 0 places: a JSON document, whose places are its own text's. */
+    cfg_place *places;
+    int n_places;
 } config_doc;
+
+/* A launch key of a MindFormers YAML config (run_mode, load_checkpoint, ...): not a config key but an
+ * option of the command line, which reads it with zt_config_launch_key. */
+typedef struct cfg_launch_key {
+    char *key;
+    char *value; /* as text: "finetune", "true", a path; "" for null */
+    char *place; /* "run.yaml:4:18" */
+} cfg_launch_key;
 
 typedef struct given_entry {
     char *key;         /* dotted path */
@@ -65,6 +88,11 @@ struct zt_config {
     void **arena;
     int n_arena, cap_arena;
     int validated;
+    /* What the YAML files said that has no effect in zt, one line each (zt_config_notes). */
+    char *notes;
+    size_t notes_len;
+    cfg_launch_key *launch;
+    int n_launch, cap_launch;
 };
 
 /* Every problem is one line of the final message. */
@@ -92,6 +120,10 @@ void *cfg_arena_keep(zt_config *cfg, void *p);
 /* Append a document / a given entry (taking `key`); -1 / 0 when out of memory. */
 int cfg_add_doc(zt_config *cfg, config_doc *d);
 int cfg_add_entry(zt_config *cfg, char *key, int doc, int value_tok, size_t key_offset, int is_object);
+/* Parse the JSON text of a file document (taking `text`, len bytes, NUL-terminated; and `places`, a YAML
+ * file's, n_places of them, or NULL) and record its values; on failure the config is as it was. */
+zt_status cfg_load_document(zt_config *cfg, char *text, size_t len, const char *origin, cfg_place *places,
+                            int n_places, zt_error *err);
 char *cfg_arena_strndup(zt_config *cfg, const char *s, size_t n);
 void cfg_doc_free(config_doc *d);
 /* The entry whose value counts for `key`: the last --set, else the last file entry; -1 if none. */
@@ -112,7 +144,11 @@ void cfg_resolve_all(zt_config *cfg);
 
 /* What the user gave: "string \"abc\"", "number 1.5", "boolean true", "null", "an array". */
 void cfg_describe_json_value(const zt_json *j, int tok, char *buf, size_t cap);
-/* "run.json:4:24" for an offset in a file, or "--set key=value". */
+/* The 1-based line and column of `offset` in a file document's text, as the file had it (a YAML
+ * file's, for a YAML document), and the note of its place (NULL for none). */
+void cfg_doc_line_col(const config_doc *d, size_t offset, int *line, int *col, const char **note);
+/* "run.json:4:24" for an offset in a file, "run.yaml:4:3 (MindFormers runner_config.epochs)", or
+ * "--set key=value". */
 void cfg_describe_place(const zt_config *cfg, const given_entry *e, size_t offset, char *buf, size_t cap);
 /* "an integer", "one of \"packed\", \"padded\"", ... */
 void cfg_describe_type(const zt_option *opt, char *buf, size_t cap);

@@ -69,8 +69,10 @@ static void write_source(const zt_config *cfg, FILE *out, const declared_option 
         return;
     }
     int line, col;
-    zt_json_line_col(doc->text, e->key_offset, &line, &col);
-    char *source = cfg_format_alloc("file:%s:%d", doc->origin, line);
+    const char *note;
+    cfg_doc_line_col(doc, e->key_offset, &line, &col, &note);
+    char *source = note ? cfg_format_alloc("file:%s:%d (%s)", doc->origin, line, note)
+                        : cfg_format_alloc("file:%s:%d", doc->origin, line);
     if (source) zt_json_write_string(out, source, strlen(source));
     else fputs("\"file\"", out);
     free(source);

@@ -376,8 +376,8 @@ zt_status zt_config_validate(zt_config *cfg, zt_error *err)
             const given_entry *f = &cfg->given[earlier];
             if (f->doc != e->doc || strcmp(f->key, e->key) != 0) continue;
             int line1, line2, col;
-            zt_json_line_col(doc->text, f->key_offset, &line1, &col);
-            zt_json_line_col(doc->text, e->key_offset, &line2, &col);
+            cfg_doc_line_col(doc, f->key_offset, &line1, &col, NULL);
+            cfg_doc_line_col(doc, e->key_offset, &line2, &col, NULL);
             cfg_problem_add(&problems, "config key '%s' is given twice in %s (lines %d and %d); keep one",
                         e->key, doc->origin, line1, line2);
             duplicate = 1;

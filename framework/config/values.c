@@ -20,7 +20,27 @@ size_t cfg_token_offset(const zt_json *j, int tok)
     return (size_t)j->tok[tok].start - (j->tok[tok].type == ZT_JSON_STRING ? 1 : 0);
 }
 
-/* "run.json:4:24" for an offset in a file, "--set key=value", or the origin of a value the host put. */
+void cfg_doc_line_col(const config_doc *d, size_t offset, int *line, int *col, const char **note)
+{
+    if (note) *note = NULL;
+    if (!d->n_places) {
+        zt_json_line_col(d->text, offset, line, col);
+        return;
+    }
+    /* The last place at or before the offset: a token's own, or (inside a string) its string's. */
+    int lo = 0, hi = d->n_places - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (d->places[mid].offset <= offset) lo = mid;
+        else hi = mid - 1;
+    }
+    *line = d->places[lo].line;
+    *col = d->places[lo].col;
+    if (note) *note = d->places[lo].note;
+}
+
+/* "run.json:4:24" for an offset in a file, "run.yaml:4:3 (MindFormers runner_config.epochs)", "--set
+ * key=value", or the origin of a value the host put. */
 void cfg_describe_place(const zt_config *cfg, const given_entry *e, size_t offset, char *buf,
                         size_t cap)
 {
@@ -30,8 +50,10 @@ void cfg_describe_place(const zt_config *cfg, const given_entry *e, size_t offse
         return;
     }
     int line, col;
-    zt_json_line_col(d->text, offset, &line, &col);
-    snprintf(buf, cap, "%s:%d:%d", d->origin, line, col);
+    const char *note;
+    cfg_doc_line_col(d, offset, &line, &col, &note);
+    if (note) snprintf(buf, cap, "%s:%d:%d (%s)", d->origin, line, col, note);
+    else snprintf(buf, cap, "%s:%d:%d", d->origin, line, col);
 }
 
 void cfg_describe_value_place(const zt_config *cfg, const given_entry *e, int tok, char *buf,
@@ -135,6 +157,20 @@ static int fail_type(value_problem *vp, const zt_option *opt, const zt_json *j, 
     } else if (zt_json_is_null(j, tok)) {
         snprintf(vp->hint, sizeof vp->hint, "remove the key to use the default (%s)",
                  opt->default_value ? opt->default_value : "unset");
+    } else if (t->type == ZT_JSON_ARRAY && opt->type == ZT_OPT_STRING && t->size > 0) {
+        /* a list of names (MindFormers' trainable_params: [layers.31, layers.30]) where zt takes one string */
+        char joined[160] = "";
+        size_t used = 0;
+        int item = tok + 1, all_text = 1;
+        for (int k = 0; k < t->size && all_text; k++, item = zt_json_skip(j, item)) {
+            const zt_json_tok *it = &j->tok[item];
+            all_text = it->type == ZT_JSON_STRING && !memchr(j->text + it->start, ',', (size_t)(it->end - it->start));
+            if (all_text && used < sizeof joined)
+                used += (size_t)snprintf(joined + used, sizeof joined - used, "%s%.*s", k ? "," : "",
+                                         it->end - it->start, j->text + it->start);
+        }
+        if (all_text && used < sizeof joined)
+            snprintf(vp->hint, sizeof vp->hint, "it takes one string: write the list comma-separated, \"%s\"", joined);
     }
     return 0;
 }
