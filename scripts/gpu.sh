@@ -42,6 +42,10 @@ configure=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON)
 if [ ! -f /usr/include/jsmn.h ] && [ -f .deps/include/jsmn.h ]; then
     configure+=("-DJSMN_INCLUDE_DIR=$PWD/.deps/include")
 fi
+# libyaml (libyaml-dev) likewise: the device tool carries yaml.h and the static libyaml.a in .deps.
+if [ ! -f /usr/include/yaml.h ] && [ -f .deps/include/yaml.h ] && [ -f .deps/lib/libyaml.a ]; then
+    configure+=("-DYAML_INCLUDE_DIR=$PWD/.deps/include" "-DYAML_LIBRARY=$PWD/.deps/lib/libyaml.a")
+fi
 # Everything: the GPU tests need the plugins, modules and test programs of every area. `-k 0` keeps
 # building past a failure elsewhere (e.g. a CPU-only tool), and the failure is reported.
 [ -f .deps/gpu-data/examples/manifest.json ] && export ZT_GPU_TEST_DATA=$PWD/.deps/gpu-data/examples
