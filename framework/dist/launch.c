@@ -452,26 +452,46 @@ static zt_status nccl_comm_create(const zt_launch *launch, double timeout_s, zt_
     return st;
 }
 
+/* This process's command line (/proc/self/cmdline) as a shell command, for messages; "zt-run ARGS"
+ * when it cannot be read. */
+static void own_command(char *out, size_t cap)
+{
+    snprintf(out, cap, "zt-run ARGS");
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f) return;
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    if (n == 0) return;
+    buf[n] = '\0';
+    char *words[512];
+    int argc = 0;
+    for (size_t i = 0; i < n && argc < 512; i += strlen(buf + i) + 1) words[argc++] = buf + i;
+    zt_launch_command_text(argc, words, out, cap);
+}
+
 /* CPU ranks that torchrun (RANK, WORLD_SIZE) started: MPI connects only the processes its own
- * launcher starts, so they could never meet; say how to start them instead. */
+ * launcher starts, so they could never meet; say how to start them instead, with this command. */
 static zt_status torchrun_cpu_error(const zt_launch *launch, zt_error *err)
 {
     int32_t world = launch->world_size, per_node = launch->local_world_size;
+    char command[2048];
+    own_command(command, sizeof command);
     zt_error_set(err, ZT_ERR_UNSUPPORTED,
                  "this process is rank %d of %d by torchrun's variables (RANK, WORLD_SIZE) and runs on the CPU, "
                  "where ranks talk through MPI, which connects only the processes its own launcher starts "
                  "(mpirun, srun), never those torchrun starts. ", launch->rank, world);
     if (per_node > 0 && per_node < world && world % per_node == 0)
         zt_error_append(err, "Start these %d ranks on %d machines once, from one of them: mpirun -np %d --hostfile "
-                        "HOSTS --map-by ppr:%d:node zt-run ARGS (HOSTS: one line per machine, 'node0 slots=%d'), "
-                        "or srun -N %d --ntasks-per-node %d --mpi=pmix zt-run ARGS under Slurm", world,
-                        world / per_node, world, per_node, per_node, world / per_node, per_node);
+                        "HOSTS --map-by ppr:%d:node %s (HOSTS: one line per machine, 'node0 slots=%d'), or srun "
+                        "-N %d --ntasks-per-node %d --mpi=pmix %s under Slurm", world, world / per_node, world,
+                        per_node, command, per_node, world / per_node, per_node, command);
     else if (per_node == world)
-        zt_error_append(err, "On one machine: zt-run --nproc %d --set device=cpu ARGS, without torchrun", world);
+        zt_error_append(err, "On one machine, without torchrun: %s --nproc %d --set device=cpu", command, world);
     else
-        zt_error_append(err, "On one machine: zt-run --nproc %d --set device=cpu ARGS, without torchrun; on several: "
-                        "mpirun -np %d --hostfile HOSTS zt-run ARGS, or srun -n %d --mpi=pmix zt-run ARGS", world,
-                        world, world);
+        zt_error_append(err, "On one machine, without torchrun: %s --nproc %d --set device=cpu; on several: "
+                        "mpirun -np %d --hostfile HOSTS %s, or srun -n %d --mpi=pmix %s", command, world, world,
+                        command, world, command);
     zt_error_append(err, " (docs/distributed.md, 'CPU ranks on several machines'). GPU ranks (--set device=cuda) "
                     "run under torchrun as they are");
     return ZT_ERR_UNSUPPORTED;

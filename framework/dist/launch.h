@@ -120,6 +120,11 @@ zt_status zt_launch_plan_make(const zt_launch_request *req, zt_launch_plan *out,
  * argv and the machine (ZT_NPROC_AUTO, what zt-run uses); the others are for test programs. */
 zt_status zt_launch_start(const zt_launch_request *req, int mode, int argc, char **argv, zt_error *err);
 
+/* argv[0] and argv[1..] less zt-run's launch options (both spellings of torchrun's) as one shell
+ * command line into out[cap]: words the shell would split or expand in single quotes, "..." at the
+ * end when it does not fit. For messages that give the command to run instead. */
+void zt_launch_command_text(int argc, char **argv, char *out, size_t cap);
+
 /* `zt-run --nproc N`: zt_launch_start with only --nproc, `nproc_text` being N as typed. */
 zt_status zt_launch_local(const char *nproc_text, int argc, char **argv, zt_error *err);
 zt_status zt_launch_local_mode(const char *nproc_text, int mode, int argc, char **argv, zt_error *err);

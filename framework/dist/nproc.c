@@ -775,14 +775,14 @@ zt_status zt_launch_plan_make(const zt_launch_request *req, zt_launch_plan *out,
     return ZT_OK;
 }
 
-/* Appends `arg` to out[*len..cap), in single quotes when the shell would split or expand it. */
-static void append_shell_word(char *out, size_t cap, size_t *len, const char *arg)
+/* Appends " arg" to out[*len..cap), in single quotes when the shell would split or expand it. */
+static void append_shell_word(char *out, size_t cap, size_t *len, const char *arg, int first)
 {
     int plain = *arg != '\0';
     for (const char *c = arg; *c && plain; c++)
         plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
                 strchr("-_./=:,+@%", *c) != NULL;
-    zt_job_append(out, cap, len, " ");
+    if (!first) zt_job_append(out, cap, len, " ");
     if (plain) {
         zt_job_append(out, cap, len, arg);
         return;
@@ -795,18 +795,25 @@ static void append_shell_word(char *out, size_t cap, size_t *len, const char *ar
     zt_job_append(out, cap, len, "'");
 }
 
+void zt_launch_command_text(int argc, char **argv, char *out, size_t cap)
+{
+    size_t len = 0;
+    if (!cap) return;
+    out[0] = '\0';
+    append_shell_word(out, cap, &len, argc > 0 ? argv[0] : "zt-run", 1);
+    char **rest = ranks_command(NULL, 0, argc, argv);
+    for (int i = 0; rest && rest[i]; i++) append_shell_word(out, cap, &len, rest[i], 0);
+    free(rest);
+    if (len + 1 >= cap && cap > 4) snprintf(out + cap - 4, 4, "...");
+}
+
 /* CPU ranks on several machines: MPI connects only the processes its own launcher starts, so a
  * zt-run on each machine cannot join them. The message gives the commands that can, with this
  * command line in them. */
 static zt_status several_cpu_nodes_error(const zt_launch_plan *plan, int argc, char **argv, zt_error *err)
 {
-    char args[2048] = "";
-    size_t len = 0;
-    char **rest = ranks_command(NULL, 0, argc, argv);
-    for (int i = 0; rest && rest[i]; i++) append_shell_word(args, sizeof args, &len, rest[i]);
-    free(rest);
-    if (len + 1 >= sizeof args) snprintf(args + sizeof args - 5, 5, "...");
-    const char *prog = argc > 0 ? argv[0] : "zt-run";
+    char command[2048];
+    zt_launch_command_text(argc, argv, command, sizeof command);
     int cores = zt_online_cores(), pe = cores / plan->per_node > 0 ? cores / plan->per_node : 1;
     return zt_error_set(err, ZT_ERR_INVALID_ARG,
                         "--nnodes %d --nproc-per-node %d asks for CPU ranks on %d machines, which a zt-run on each "
@@ -814,14 +821,14 @@ static zt_status several_cpu_nodes_error(const zt_launch_plan *plan, int argc, c
                         "own launcher starts. Start the whole job once, from one machine, with mpirun and a "
                         "hostfile HOSTS naming the %d machines, one line each ('node0 slots=%d'; ssh from that "
                         "machine to the others without a password):\n"
-                        "    mpirun -np %d --hostfile HOSTS --map-by ppr:%d:node:PE=%d --bind-to core %s%s\n"
+                        "    mpirun -np %d --hostfile HOSTS --map-by ppr:%d:node:PE=%d --bind-to core %s\n"
                         "or under Slurm:\n"
-                        "    srun -N %d --ntasks-per-node %d --cpus-per-task %d --mpi=pmix %s%s\n"
+                        "    srun -N %d --ntasks-per-node %d --cpus-per-task %d --mpi=pmix %s\n"
                         "(PE and --cpus-per-task: each rank's share of a machine's cores, %d on this one; docs/distributed.md, "
                         "'CPU ranks on several machines'). For GPU ranks, which zt-run starts on each machine, "
                         "--set device=cuda",
                         plan->nnodes, plan->per_node, plan->nnodes, plan->nnodes, plan->per_node, plan->world_size,
-                        plan->per_node, pe, prog, args, plan->nnodes, plan->per_node, pe, prog, args, pe);
+                        plan->per_node, pe, command, plan->nnodes, plan->per_node, pe, command, pe);
 }
 
 zt_status zt_launch_local(const char *nproc_text, int argc, char **argv, zt_error *err)
