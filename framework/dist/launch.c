@@ -481,17 +481,19 @@ static zt_status torchrun_cpu_error(const zt_launch *launch, zt_error *err)
                  "this process is rank %d of %d by torchrun's variables (RANK, WORLD_SIZE) and runs on the CPU, "
                  "where ranks talk through MPI, which connects only the processes its own launcher starts "
                  "(mpirun, srun), never those torchrun starts. ", launch->rank, world);
+    /* --nproc starts CPU ranks when the command line says device=cpu (else GPUs, where there are some). */
+    const char *cpu = strstr(command, "device=cpu") ? "" : " --set device=cpu";
     if (per_node > 0 && per_node < world && world % per_node == 0)
         zt_error_append(err, "Start these %d ranks on %d machines once, from one of them: mpirun -np %d --hostfile "
                         "HOSTS --map-by ppr:%d:node %s (HOSTS: one line per machine, 'node0 slots=%d'), or srun "
                         "-N %d --ntasks-per-node %d --mpi=pmix %s under Slurm", world, world / per_node, world,
                         per_node, command, per_node, world / per_node, per_node, command);
     else if (per_node == world)
-        zt_error_append(err, "On one machine, without torchrun: %s --nproc %d --set device=cpu", command, world);
+        zt_error_append(err, "On one machine, without torchrun: %s --nproc %d%s", command, world, cpu);
     else
-        zt_error_append(err, "On one machine, without torchrun: %s --nproc %d --set device=cpu; on several: "
-                        "mpirun -np %d --hostfile HOSTS %s, or srun -n %d --mpi=pmix %s", command, world, world,
-                        command, world, command);
+        zt_error_append(err, "On one machine, without torchrun: %s --nproc %d%s; on several: mpirun -np %d "
+                        "--hostfile HOSTS %s, or srun -n %d --mpi=pmix %s", command, world, cpu, world, command,
+                        world, command);
     zt_error_append(err, " (docs/distributed.md, 'CPU ranks on several machines'). GPU ranks (--set device=cuda) "
                     "run under torchrun as they are");
     return ZT_ERR_UNSUPPORTED;

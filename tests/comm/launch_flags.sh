@@ -2,7 +2,8 @@
 # torchrun's launch flags and variables through zt-run on CPU ranks (docs/distributed.md, "torchrun's
 # flags"): --nnodes 1 --nproc-per-node 2 trains exactly as --nproc 2 does (the same per-step losses,
 # read from metrics.jsonl by losses.py); CPU ranks on several machines, and CPU ranks that torchrun's
-# RANK/WORLD_SIZE describe, stop with the mpirun and srun commands that start them instead; every
+# RANK/WORLD_SIZE describe (set here, and under torchrun where PyTorch is installed), stop with the
+# mpirun and srun commands that start them instead; every
 # malformed or conflicting flag is a usage error naming it, before anything starts.
 # usage: launch_flags.sh ZT_RUN ZT_PREP SOURCE_DIR TEST_LIB
 set -u
@@ -49,8 +50,20 @@ expect_fail "zt[rank 1] error: this process is rank 1 of 4 by torchrun's variabl
     env RANK=1 WORLD_SIZE=4 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
     "$zt_run" "${run[@]}" --output-dir "$work/torchrun"
 expect_fail "zt[rank 0] error: this process is rank 0 of 2 by torchrun's variables" \
-            "On one machine, without torchrun: $zt_run --data $work/data" "--nproc 2 --set device=cpu" -- \
+            "On one machine, without torchrun: $zt_run --data $work/data" \
+            "--set device=cpu --output-dir $work/torchrun --nproc 2 (docs/distributed.md" -- \
     env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 "$zt_run" "${run[@]}" --output-dir "$work/torchrun"
+# The same under torchrun itself, where it is installed (PyTorch): its ranks say so, and it fails.
+if command -v torchrun >/dev/null; then
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    expect_fail "zt[rank 0] error: this process is rank 0 of 2 by torchrun's variables" \
+                "zt[rank 1] error: this process is rank 1 of 2 by torchrun's variables" \
+                "--output-dir $work/torchrun --nproc 2 (docs/distributed.md" -- \
+        timeout 60 torchrun --no-python --nnodes 1 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port "$port" \
+        "$zt_run" "${run[@]}" --output-dir "$work/torchrun"
+else
+    echo "note: torchrun (PyTorch) is not installed: CPU ranks under torchrun itself are not tried"
+fi
 
 # Malformed and conflicting flags: usage errors (exit 2) before anything starts.
 bad() {
