@@ -142,7 +142,7 @@ static int takes_next_argument(const char *arg)
 {
     if (strncmp(arg, "--", 2) == 0 && strchr(arg, '=')) return 0;
     for (int i = 0; i < N_OPTIONS; i++)
-        if ((strcmp(arg, options[i].name) == 0 || (options[i].short_name && strcmp(arg, options[i].short_name) == 0)))
+        if (strcmp(arg, options[i].name) == 0 || (options[i].short_name && strcmp(arg, options[i].short_name) == 0))
             return options[i].value_name != NULL;
     return 0;
 }
@@ -281,9 +281,9 @@ static int parse_args(int argc, char **argv, run_args *a)
         if (given[run_only[i]] && a->action >= 0 && a->action != OPT_CHECK &&
             !(a->action == OPT_GENERATE && (run_only[i] == OPT_PLUGINS || run_only[i] == OPT_SET)))
             status = zt_cli_usage_error("%s has no effect with %s", options[run_only[i]].name, options[a->action].name);
-    static const int train_only[] = {OPT_DATA,        OPT_MODEL,          OPT_RESUME,    OPT_EXPORT,
-                                     OPT_NPROC,       OPT_NNODES,         OPT_NPROC_PER_NODE, OPT_NODE_RANK,
-                                     OPT_MASTER_ADDR, OPT_MASTER_PORT,    OPT_DRY_RUN,   OPT_GPU_MEM_LIMIT};
+    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_NNODES,
+                                     OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT,
+                                     OPT_DRY_RUN, OPT_GPU_MEM_LIMIT};
     for (size_t i = 0; i < sizeof train_only / sizeof train_only[0] && status < 0; i++)
         if (given[train_only[i]] && a->action >= 0 &&
             !(a->action == OPT_GENERATE && (train_only[i] == OPT_DATA || train_only[i] == OPT_MODEL ||
