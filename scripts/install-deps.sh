@@ -9,6 +9,7 @@ pkgs=(
   libyaml-dev                         # YAML configs (MindFormers-style run.yaml)
   libsentencepiece-dev sentencepiece  # tokenizer library + spm_train/spm_encode used by the tests
   libopenmpi-dev openmpi-bin          # CPU ranks (multi-process tests)
+  openssh-server openssh-client iproute2  # CPU ranks on two hosts: network namespaces with an sshd each
   clang libclang-rt-dev               # libFuzzer targets
   python3 python3-numpy python3-sentencepiece python3-yaml  # independent references in tests
 )

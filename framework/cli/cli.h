@@ -25,7 +25,9 @@ enum { ZT_EXIT_OK = 0, ZT_EXIT_ERROR = 1, ZT_EXIT_USAGE = 2, ZT_EXIT_INTERRUPTED
 enum option_id {
     OPT_HELP, OPT_VERSION, OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK,
     OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR,
-    OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_DRY_RUN, OPT_GPU_MEM_LIMIT,
+    OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC,
+    OPT_NNODES, OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, /* torchrun's flags */
+    OPT_DRY_RUN, OPT_GPU_MEM_LIMIT,
     OPT_GENERATE, OPT_TOKENIZER, OPT_PROMPT, OPT_INPUT, OPT_PROMPT_IDS, OPT_TEMPLATE, OPT_RAW, OPT_MAX_NEW_TOKENS,
     OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_PRINT_IDS,
     /* MindFormers' launcher flags (mindformers.c) */
@@ -44,6 +46,9 @@ typedef struct run_args {
     int n_sets;
     const char *output_dir;
     const char *data, *model, *resume, *export_dir, *nproc, *gpu_mem_limit; /* training */
+    /* torchrun's flags (training); with --dry-run, nproc becomes their world size */
+    const char *nnodes, *nproc_per_node, *node_rank, *master_addr, *master_port;
+    char world_text[16];
     int dry_run;
     zt_generate_options gen; /* --generate */
     int probe_timeout_s;

@@ -53,6 +53,15 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_NPROC] = {"--nproc", NULL, "N",
                    "train with N ranks on this machine (GPU runs: one rank per GPU over NCCL; CPU runs: "
                    "through mpirun; docs/distributed.md)"},
+    /* torchrun's flags (also as --nproc_per_node, --node_rank, --master_addr, --master_port) */
+    [OPT_NNODES] = {"--nnodes", NULL, "N", "torchrun-style: the job spans N machines, each running zt-run (1)"},
+    [OPT_NPROC_PER_NODE] = {"--nproc-per-node", NULL, "P",
+                            "torchrun-style: P ranks on this machine (1); --nnodes 1 --nproc-per-node P is --nproc P"},
+    [OPT_NODE_RANK] = {"--node-rank", NULL, "R", "torchrun-style: this machine is R of 0..N-1; its ranks are R*P.. (0)"},
+    [OPT_MASTER_ADDR] = {"--master-addr", NULL, "HOST",
+                         "torchrun-style: where rank 0 (machine 0) is reached; needed with --nnodes above 1"},
+    [OPT_MASTER_PORT] = {"--master-port", NULL, "PORT",
+                         "torchrun-style: the port GPU ranks meet rank 0 on (29500); CPU ranks: docs/distributed.md"},
     [OPT_DRY_RUN] = {"--dry-run", NULL, NULL,
                      "print the memory per rank by pool for this run and every other ZeRO stage and offload choice, "
                      "then exit without training (docs/zero.md)"},
@@ -92,6 +101,7 @@ static void print_help(FILE *f)
             "  zt-run --check [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR]\n"
             "  zt-run [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR] [--data DIR]\n"
             "         [--model DIR] [--resume DIR|latest] [--export DIR] [--nproc N]   (train; docs/training.md)\n"
+            "         [--nnodes N --nproc-per-node P --node-rank R --master-addr HOST --master-port PORT]\n"
             "         [--dry-run] [--gpu-mem-limit SIZE]\n"
             "  zt-run --generate --model DIR|FILE.bin|--resume CKPT [-t FILE] [--data DIR] --prompt TEXT\n"
             "         [--input TEXT] [--template NAME|FILE|--raw] [--max-new-tokens N] [--temperature T]\n"
@@ -126,6 +136,54 @@ int zt_cli_run_error(const zt_error *err)
     return ZT_EXIT_ERROR;
 }
 
+/* ---- torchrun's spellings --------------------------------------------------------------------- */
+
+/* torchrun's older underscore spellings, which torchrun still takes: read as the current ones. */
+static const char *const k_torchrun_spellings[][2] = {{"--nproc_per_node", "--nproc-per-node"},
+                                                      {"--node_rank", "--node-rank"},
+                                                      {"--master_addr", "--master-addr"},
+                                                      {"--master_port", "--master-port"}};
+
+/* Whether the option argument `arg` ("--name" or "--name=value") takes the next argument as its value. */
+static int takes_next_argument(const char *arg)
+{
+    if (strncmp(arg, "--", 2) == 0 && strchr(arg, '=')) return 0;
+    for (int i = 0; i < N_OPTIONS; i++)
+        if (strcmp(arg, options[i].name) == 0 || (options[i].short_name && strcmp(arg, options[i].short_name) == 0))
+            return options[i].value_name != NULL;
+    return 0;
+}
+
+/* argv with torchrun's underscore spellings in option places replaced by the current ones
+ * ("--nproc_per_node=2" becomes "--nproc-per-node" "2"), in *out (malloc'ed, *out_argc entries, the
+ * strings argv's or constants). The launch strips both spellings from the ranks' command line. */
+static int respell_torchrun_flags(int argc, char **argv, char ***out, int *out_argc)
+{
+    char **v = calloc((size_t)(2 * argc + 1), sizeof *v);
+    if (!v) return 0;
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        char *arg = argv[i];
+        for (size_t k = 0; i > 0 && k < sizeof k_torchrun_spellings / sizeof k_torchrun_spellings[0]; k++) {
+            size_t len = strlen(k_torchrun_spellings[k][0]);
+            if (strncmp(arg, k_torchrun_spellings[k][0], len) != 0 || (arg[len] && arg[len] != '=')) continue;
+            v[n++] = (char *)k_torchrun_spellings[k][1];
+            arg = arg[len] == '=' ? arg + len + 1 : NULL; /* the value, when given as --name=value */
+            break;
+        }
+        if (arg != argv[i]) {
+            if (arg) v[n++] = arg;
+            else if (i + 1 < argc) v[n++] = argv[++i];
+            continue;
+        }
+        v[n++] = arg;
+        if (i > 0 && takes_next_argument(arg) && i + 1 < argc) v[n++] = argv[++i];
+    }
+    *out = v;
+    *out_argc = n;
+    return 1;
+}
+
 /* Fills *a from argv; returns -1 when fine, else the exit status (help, version, usage error). */
 static int parse_args(int argc, char **argv, run_args *a)
 {
@@ -134,7 +192,15 @@ static int parse_args(int argc, char **argv, run_args *a)
     zt_cli_arg *args;
     int n;
     zt_error err;
-    if (zt_cli_parse(options, N_OPTIONS, argc, argv, &args, &n, &err) != ZT_OK)
+    char **spelled;
+    int n_spelled;
+    if (!respell_torchrun_flags(argc, argv, &spelled, &n_spelled)) {
+        fprintf(stderr, "zt-run: error: out of memory\n");
+        return ZT_EXIT_ERROR;
+    }
+    zt_status parsed = zt_cli_parse(options, N_OPTIONS, n_spelled, spelled, &args, &n, &err);
+    free(spelled); /* the values point into argv or at constants */
+    if (parsed != ZT_OK)
         return zt_cli_usage_error("%s", err.msg);
     /* --help and --version win over everything else, as with most tools. */
     for (int i = 0; i < n; i++) {
@@ -196,6 +262,11 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_RESUME: a->resume = v; break;
         case OPT_EXPORT: a->export_dir = v; break;
         case OPT_NPROC: a->nproc = v; break;
+        case OPT_NNODES: a->nnodes = v; break;
+        case OPT_NPROC_PER_NODE: a->nproc_per_node = v; break;
+        case OPT_NODE_RANK: a->node_rank = v; break;
+        case OPT_MASTER_ADDR: a->master_addr = v; break;
+        case OPT_MASTER_PORT: a->master_port = v; break;
         case OPT_DRY_RUN: a->dry_run = 1; break;
         case OPT_GPU_MEM_LIMIT: a->gpu_mem_limit = v; break;
         case OPT_TOKENIZER: a->gen.tokenizer = v; break;
@@ -223,8 +294,9 @@ static int parse_args(int argc, char **argv, run_args *a)
         if (given[run_only[i]] && a->action >= 0 && a->action != OPT_CHECK &&
             !(a->action == OPT_GENERATE && (run_only[i] == OPT_PLUGINS || run_only[i] == OPT_SET)))
             status = zt_cli_usage_error("%s has no effect with %s", options[run_only[i]].name, options[a->action].name);
-    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_DRY_RUN,
-                                     OPT_GPU_MEM_LIMIT};
+    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_NNODES,
+                                     OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT,
+                                     OPT_DRY_RUN, OPT_GPU_MEM_LIMIT};
     for (size_t i = 0; i < sizeof train_only / sizeof train_only[0] && status < 0; i++)
         if (given[train_only[i]] && a->action >= 0 &&
             !(a->action == OPT_GENERATE && (train_only[i] == OPT_DATA || train_only[i] == OPT_MODEL ||
@@ -236,6 +308,17 @@ static int parse_args(int argc, char **argv, run_args *a)
             status = zt_cli_usage_error("%s is for generation: add --generate (docs/generate.md)", options[o].name);
     free(args);
     if (status >= 0) return status;
+    if (a->nnodes || a->nproc_per_node || a->node_rank || a->master_addr || a->master_port) {
+        /* torchrun's flags are checked before anything starts; a dry run estimates their world size. */
+        zt_launch_request req = {a->nproc, a->nnodes, a->nproc_per_node, a->node_rank, a->master_addr,
+                                 a->master_port};
+        zt_launch_plan plan;
+        if (zt_launch_plan_make(&req, &plan, &err) != ZT_OK) return zt_cli_usage_error("%s", err.msg);
+        if (a->dry_run) {
+            snprintf(a->world_text, sizeof a->world_text, "%d", plan.world_size);
+            a->nproc = a->world_text;
+        }
+    }
 
     a->probe_timeout_s = DEFAULT_PROBE_TIMEOUT_S;
     const char *timeout = getenv("ZT_PROBE_TIMEOUT");
@@ -293,10 +376,12 @@ int main(int argc, char **argv)
     zt_error launch_err;
     if (status < 0 && zt_launch_detect(&launch, &launch_err) == ZT_OK && launch.world_size > 1)
         zt_log_set_rank(launch.rank);
-    if (status < 0 && a.nproc && !a.dry_run) {
-        /* Returns only on failure, or for --nproc 1 (the run stays in this process). */
+    if (status < 0 && !a.dry_run &&
+        (a.nproc || a.nnodes || a.nproc_per_node || a.node_rank || a.master_addr || a.master_port)) {
+        /* Returns only on failure, or for a job of one rank (the run stays in this process). */
+        zt_launch_request req = {a.nproc, a.nnodes, a.nproc_per_node, a.node_rank, a.master_addr, a.master_port};
         zt_error err;
-        zt_status st = zt_launch_local(a.nproc, argc, argv, &err);
+        zt_status st = zt_launch_start(&req, ZT_NPROC_AUTO, argc, argv, &err);
         if (st != ZT_OK) status = st == ZT_ERR_INVALID_ARG ? zt_cli_usage_error("%s", err.msg) : zt_cli_run_error(&err);
     }
     if (status < 0) {

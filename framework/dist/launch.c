@@ -34,16 +34,20 @@ typedef struct launch_source {
     const char *launcher; /* zt_launch.launcher */
     const char *setter;   /* who sets the variables, for messages */
     const char *rank_var, *size_var, *local_rank_var;
-    const char *step_var; /* must also be set for the source to count; NULL: nothing more */
+    const char *local_size_var; /* NULL: the launcher does not say */
+    const char *step_var;       /* must also be set for the source to count; NULL: nothing more */
 } launch_source;
 
 static const launch_source k_sources[] = {
-    {"ZT_WORLD_SIZE", "you or your launcher", "ZT_RANK", "ZT_WORLD_SIZE", "ZT_LOCAL_RANK", NULL},
-    {"mpirun", "mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", NULL},
-    {"a PMI launcher (mpiexec)", "a PMI launcher (mpiexec)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", NULL},
-    {"srun", "srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_ID"},
-    {"torchrun", "torchrun (or another launcher that sets RANK and WORLD_SIZE)", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-     NULL},
+    {"ZT_WORLD_SIZE", "you or your launcher", "ZT_RANK", "ZT_WORLD_SIZE", "ZT_LOCAL_RANK", "ZT_LOCAL_WORLD_SIZE", NULL},
+    {"mpirun", "mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", NULL},
+    {"a PMI launcher (mpiexec)", "a PMI launcher (mpiexec)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+     "MPI_LOCALNRANKS", NULL},
+    /* SLURM_NTASKS_PER_NODE is what was asked for, not what this node got: no local world size. */
+    {"srun", "srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL, "SLURM_STEP_ID"},
+    {ZT_TORCHRUN_LAUNCHER, "torchrun (or another launcher that sets RANK and WORLD_SIZE)", "RANK", "WORLD_SIZE",
+     "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL},
 };
 
 static const char *env_value(const char *name)
@@ -70,7 +74,8 @@ static zt_status parse_env_int(const launch_source *src, const char *var, const 
 
 zt_status zt_launch_detect(zt_launch *out, zt_error *err)
 {
-    *out = (zt_launch){.rank = 0, .world_size = 1, .local_rank = 0, .launcher = "a single process"};
+    *out = (zt_launch){.rank = 0, .world_size = 1, .local_rank = 0, .local_world_size = 1,
+                       .launcher = "a single process"};
     for (size_t i = 0; i < sizeof k_sources / sizeof k_sources[0]; i++) {
         const launch_source *src = &k_sources[i];
         const char *rank = env_value(src->rank_var), *size = env_value(src->size_var);
@@ -81,7 +86,7 @@ zt_status zt_launch_detect(zt_launch *out, zt_error *err)
                                 "number of ranks)", rank ? src->rank_var : src->size_var,
                                 rank ? src->size_var : src->rank_var, src->setter,
                                 rank ? src->rank_var : src->size_var);
-        zt_launch found = {.local_rank = -1, .launcher = src->launcher};
+        zt_launch found = {.local_rank = -1, .local_world_size = -1, .launcher = src->launcher};
         const char *named = env_value("ZT_LAUNCHER");
         if (i == 0 && named && strcmp(named, ZT_NPROC_LAUNCHER) == 0) found.launcher = ZT_NPROC_LAUNCHER;
         zt_status st = parse_env_int(src, src->size_var, size, 1, INT32_MAX, &found.world_size, err);
@@ -96,6 +101,18 @@ zt_status zt_launch_detect(zt_launch *out, zt_error *err)
         if (local) {
             st = parse_env_int(src, src->local_rank_var, local, 0, found.world_size - 1, &found.local_rank, err);
             if (st != ZT_OK) return st;
+        }
+        const char *local_size = src->local_size_var ? env_value(src->local_size_var) : NULL;
+        if (local_size) {
+            st = parse_env_int(src, src->local_size_var, local_size, 1, found.world_size, &found.local_world_size,
+                               err);
+            if (st != ZT_OK) return st;
+            if (found.local_rank >= found.local_world_size)
+                return zt_error_set(err, ZT_ERR_CONFIG,
+                                    "%s=%d but %s=%d (%s sets them): a local rank is below the number of ranks "
+                                    "on this machine, from 0 to %d", src->local_rank_var, found.local_rank,
+                                    src->local_size_var, found.local_world_size, src->setter,
+                                    found.local_world_size - 1);
         }
         *out = found;
         return ZT_OK;
@@ -435,6 +452,53 @@ static zt_status nccl_comm_create(const zt_launch *launch, double timeout_s, zt_
     return st;
 }
 
+/* This process's command line (/proc/self/cmdline) as a shell command, for messages; "zt-run ARGS"
+ * when it cannot be read. */
+static void own_command(char *out, size_t cap)
+{
+    snprintf(out, cap, "zt-run ARGS");
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f) return;
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    if (n == 0) return;
+    buf[n] = '\0';
+    char *words[512];
+    int argc = 0;
+    for (size_t i = 0; i < n && argc < 512; i += strlen(buf + i) + 1) words[argc++] = buf + i;
+    zt_launch_command_text(argc, words, out, cap);
+}
+
+/* CPU ranks that torchrun (RANK, WORLD_SIZE) started: MPI connects only the processes its own
+ * launcher starts, so they could never meet; say how to start them instead, with this command. */
+static zt_status torchrun_cpu_error(const zt_launch *launch, zt_error *err)
+{
+    int32_t world = launch->world_size, per_node = launch->local_world_size;
+    char command[2048];
+    own_command(command, sizeof command);
+    zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                 "this process is rank %d of %d by torchrun's variables (RANK, WORLD_SIZE) and runs on the CPU, "
+                 "where ranks talk through MPI, which connects only the processes its own launcher starts "
+                 "(mpirun, srun), never those torchrun starts. ", launch->rank, world);
+    /* --nproc starts CPU ranks when the command line says device=cpu (else GPUs, where there are some). */
+    const char *cpu = strstr(command, "device=cpu") ? "" : " --set device=cpu";
+    if (per_node > 0 && per_node < world && world % per_node == 0)
+        zt_error_append(err, "Start these %d ranks on %d machines once, from one of them: mpirun -np %d --hostfile "
+                        "HOSTS --map-by ppr:%d:node %s (HOSTS: one line per machine, 'node0 slots=%d'), or srun "
+                        "-N %d --ntasks-per-node %d --mpi=pmix %s under Slurm", world, world / per_node, world,
+                        per_node, command, per_node, world / per_node, per_node, command);
+    else if (per_node == world)
+        zt_error_append(err, "On one machine, without torchrun: %s --nproc %d%s", command, world, cpu);
+    else
+        zt_error_append(err, "On one machine, without torchrun: %s --nproc %d%s; on several: mpirun -np %d "
+                        "--hostfile HOSTS %s, or srun -n %d --mpi=pmix %s", command, world, cpu, world, command,
+                        world, command);
+    zt_error_append(err, " (docs/distributed.md, 'CPU ranks on several machines'). GPU ranks (--set device=cuda) "
+                    "run under torchrun as they are");
+    return ZT_ERR_UNSUPPORTED;
+}
+
 zt_status zt_launch_comm_create(const zt_launch *launch, int device_type, double timeout_s,
                                 zt_comm_backend **out, zt_error *err)
 {
@@ -446,6 +510,8 @@ zt_status zt_launch_comm_create(const zt_launch *launch, int device_type, double
                             "line, GPUs present), but this run resolved to the CPU (the config file's device, or a "
                             "plugin that runs on the CPU only): pass --set device=cpu on the command line so "
                             "--nproc starts CPU ranks through mpirun, or --set device=cuda", launch->world_size);
+    if (launch->launcher && strcmp(launch->launcher, ZT_TORCHRUN_LAUNCHER) == 0)
+        return torchrun_cpu_error(launch, err);
     return load_mpi_backend(launch, timeout_s, out, err);
 }
 

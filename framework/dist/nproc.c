@@ -225,12 +225,22 @@ static void pump_output(rank_output *outs, int n_outs, int wait_ms)
     }
 }
 
+/* The GPU ranks this machine starts: ranks first .. first + count - 1 of world_size, which meet at
+ * addr:port. */
+typedef struct node_ranks {
+    long first, count, world_size;
+    const char *addr;
+    int port;
+} node_ranks;
+
 /* Starts the children, relays their output and signals, and returns the job's exit code. A signal
  * to zt-run is recorded in the job directory `job_dir`, then forwarded as it came: a rank then knows
  * a user's SIGTERM from the one this supervisor sends the others when a rank fails. A rank that ends
- * by the relayed signal, or with 130 (stopped by it, after its checkpoint), has not failed. */
-static int supervise_ranks(const char *exe, char **args, long nproc, int port, const char *job_dir)
+ * by the relayed signal, or with 130 (stopped by it, after its checkpoint), has not failed. Ranks
+ * are named by their rank in the whole job; local index r is rank first + r. */
+static int supervise_ranks(const char *exe, char **args, const node_ranks *job, const char *job_dir)
 {
+    long nproc = job->count, world = job->world_size;
     pid_t pids[MAX_LOCAL_RANKS];
     int alive[MAX_LOCAL_RANKS];
     rank_output *outs = calloc((size_t)(2 * nproc), sizeof *outs);
@@ -243,23 +253,25 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port, c
     catch_user_signals(&caught);
     int signals_handled = g_signals_seen, relayed = 0; /* relayed: the user's signal, once there was one */
     pid_t parent = getpid();
-    char port_text[16], world_text[16];
-    snprintf(port_text, sizeof port_text, "%d", port);
-    snprintf(world_text, sizeof world_text, "%ld", nproc);
+    char port_text[16], world_text[16], local_world_text[16];
+    snprintf(port_text, sizeof port_text, "%d", job->port);
+    snprintf(world_text, sizeof world_text, "%ld", world);
+    snprintf(local_world_text, sizeof local_world_text, "%ld", nproc);
     long started = 0;
     int code = 0, failed_rank = -1;
     fflush(NULL);
     for (long r = 0; r < nproc; r++) {
         int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+        long rank = job->first + r;
         /* Rank 0 writes straight to this terminal: its output stays as a single run's. */
-        if (r > 0 && (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
-            fprintf(stderr, "zt-run: error: --nproc: cannot create a pipe for rank %ld: %s\n", r, strerror(errno));
+        if (rank > 0 && (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0)) {
+            fprintf(stderr, "zt-run: error: --nproc: cannot create a pipe for rank %ld: %s\n", rank, strerror(errno));
             code = 1;
             break;
         }
         pid_t pid = fork();
         if (pid < 0) {
-            fprintf(stderr, "zt-run: error: --nproc: cannot start rank %ld: %s\n", r, strerror(errno));
+            fprintf(stderr, "zt-run: error: --nproc: cannot start rank %ld: %s\n", rank, strerror(errno));
             code = 1;
             break;
         }
@@ -268,29 +280,32 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port, c
             setpgid(0, 0);
             prctl(PR_SET_PDEATHSIG, SIGTERM); /* zt-run killed outright: the ranks end too */
             if (getppid() != parent) _exit(1);
-            if (r > 0 && (dup2(out_pipe[1], STDOUT_FILENO) < 0 || dup2(err_pipe[1], STDERR_FILENO) < 0)) _exit(127);
-            char rank_text[24];
-            snprintf(rank_text, sizeof rank_text, "%ld", r);
+            if (rank > 0 && (dup2(out_pipe[1], STDOUT_FILENO) < 0 || dup2(err_pipe[1], STDERR_FILENO) < 0))
+                _exit(127);
+            char rank_text[24], local_text[24];
+            snprintf(rank_text, sizeof rank_text, "%ld", rank);
+            snprintf(local_text, sizeof local_text, "%ld", r);
             setenv("ZT_RANK", rank_text, 1);
-            setenv("ZT_LOCAL_RANK", rank_text, 1);
+            setenv("ZT_LOCAL_RANK", local_text, 1);
             setenv("ZT_WORLD_SIZE", world_text, 1);
+            setenv("ZT_LOCAL_WORLD_SIZE", local_world_text, 1);
             setenv("ZT_LAUNCHER", ZT_NPROC_LAUNCHER, 1);
-            setenv("ZT_MASTER_ADDR", "127.0.0.1", 1);
+            setenv("ZT_MASTER_ADDR", job->addr, 1);
             setenv("ZT_MASTER_PORT", port_text, 1);
             setenv(ZT_JOB_DIR_ENV, job_dir, 1);
             setenv("NCCL_NVLS_ENABLE", "0", 0); /* NVLink multicast off unless asked for */
             execv(exe, args);
-            fprintf(stderr, "zt-run: error: --nproc: cannot start rank %ld (%s): %s\n", r, exe, strerror(errno));
+            fprintf(stderr, "zt-run: error: --nproc: cannot start rank %ld (%s): %s\n", rank, exe, strerror(errno));
             _exit(127);
         }
         pids[r] = pid;
         alive[r] = 1;
         started++;
-        if (r > 0) {
+        if (rank > 0) {
             close(out_pipe[1]);
             close(err_pipe[1]);
-            outs[n_outs++] = (rank_output){.fd = out_pipe[0], .to = stdout, .rank = (int)r};
-            outs[n_outs++] = (rank_output){.fd = err_pipe[0], .to = stderr, .rank = (int)r};
+            outs[n_outs++] = (rank_output){.fd = out_pipe[0], .to = stdout, .rank = (int)rank};
+            outs[n_outs++] = (rank_output){.fd = err_pipe[0], .to = stderr, .rank = (int)rank};
         }
     }
     if (code) { /* a rank could not start: end those that did */
@@ -327,7 +342,8 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port, c
                     char how[160];
                     describe_signal(WTERMSIG(status), pid, how, sizeof how);
                     pump_output(outs, n_outs, 0);
-                    fprintf(stderr, "zt-run: rank %ld of %ld %s, which zt-run relayed to it\n", r, nproc, how);
+                    fprintf(stderr, "zt-run: rank %ld of %ld %s, which zt-run relayed to it\n", job->first + r, world,
+                            how);
                     fflush(stderr);
                 }
                 continue;
@@ -338,8 +354,11 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port, c
             pump_output(outs, n_outs, 0); /* its last words first */
             char how[160];
             describe_exit(status, pid, how, sizeof how);
-            fprintf(stderr, "zt-run: rank %ld of %ld %s%s\n", r, nproc, how,
-                    n_alive ? "; ending the other ranks (SIGTERM, then SIGKILL after 10 s)" : "");
+            const char *ending = !n_alive       ? ""
+                                 : world > nproc ? "; ending the other ranks on this machine (SIGTERM, then SIGKILL "
+                                                   "after 10 s)"
+                                                 : "; ending the other ranks (SIGTERM, then SIGKILL after 10 s)";
+            fprintf(stderr, "zt-run: rank %ld of %ld %s%s\n", job->first + r, world, how, ending);
             fflush(stderr);
             for (long o = 0; o < started; o++)
                 if (alive[o]) kill(pids[o], SIGTERM);
@@ -348,7 +367,8 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port, c
         if (kill_at > 0 && zt_now_s() >= kill_at) {
             for (long r = 0; r < started; r++)
                 if (alive[r]) {
-                    fprintf(stderr, "zt-run: rank %ld of %ld did not end within 10 s of SIGTERM: SIGKILL\n", r, nproc);
+                    fprintf(stderr, "zt-run: rank %ld of %ld did not end within 10 s of SIGTERM: SIGKILL\n",
+                            job->first + r, world);
                     kill(pids[r], SIGKILL);
                 }
             kill_at = 0;
@@ -373,9 +393,13 @@ static int supervise_ranks(const char *exe, char **args, long nproc, int port, c
 }
 
 /* Whether --nproc starts GPU ranks (*gpu): device cuda, or auto (the default) with GPUs here. An
- * error when cuda is asked for and unusable, there are fewer GPUs than ranks, or no NCCL backend. */
-static zt_status choose_gpu_ranks(long nproc, int mode, int argc, char **argv, int *gpu, zt_error *err)
+ * error when cuda is asked for and unusable, there are fewer GPUs than ranks, or no NCCL backend.
+ * `form` is the option that gave nproc, for messages: "--nproc", "--nproc-per-node". */
+static zt_status choose_gpu_ranks(const char *form, long nproc, int mode, int argc, char **argv, int *gpu,
+                                  zt_error *err)
 {
+    char what[48];
+    snprintf(what, sizeof what, "%s %ld", form, nproc);
     *gpu = mode == ZT_NPROC_FORK;
     if (*gpu) return ZT_OK;
     const char *device = device_in_args(argc, argv);
@@ -386,20 +410,21 @@ static zt_status choose_gpu_ranks(long nproc, int mode, int argc, char **argv, i
     if (zt_device_cuda_count(&n_gpus, &cuda_err) != ZT_OK) {
         if (!want_cuda) return ZT_OK; /* auto without GPUs: CPU ranks */
         return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "--nproc %ld with device=cuda starts one rank per GPU, but %s: run on a machine with "
-                            "GPUs, or start CPU ranks (--set device=cpu)", nproc, cuda_err.msg);
+                            "%s with device=cuda starts one rank per GPU, but %s: run on a machine with "
+                            "GPUs, or start CPU ranks (--set device=cpu)", what, cuda_err.msg);
     }
     if (nproc > n_gpus)
         return zt_error_set(err, ZT_ERR_INVALID_ARG,
-                            "--nproc %ld starts one rank per GPU, but this process sees %d GPU%s%s: use --nproc %d "
-                            "or fewer, or start CPU ranks (--set device=cpu)", nproc, n_gpus, n_gpus == 1 ? "" : "s",
-                            env_value("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES limits them)" : "", n_gpus);
+                            "%s starts one rank per GPU, but this process sees %d GPU%s%s: use %s %d "
+                            "or fewer, or start CPU ranks (--set device=cpu)", what, n_gpus, n_gpus == 1 ? "" : "s",
+                            env_value("CUDA_VISIBLE_DEVICES") ? " (CUDA_VISIBLE_DEVICES limits them)" : "", form,
+                            n_gpus);
     if (!env_value("ZT_COMM_NCCL_LIBRARY")) {
         char path[PATH_MAX], tried[3 * PATH_MAX + 16];
         if (!ZT_HAVE_NCCL_BACKEND || !zt_module_find(ZT_COMM_NCCL_FILE, path, sizeof path, tried, sizeof tried))
             return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                                "--nproc %ld starts GPU ranks that talk through NCCL, but %s: install NCCL and "
-                                "rebuild zt (docs/distributed.md), or start CPU ranks (--set device=cpu)", nproc,
+                                "%s starts GPU ranks that talk through NCCL, but %s: install NCCL and "
+                                "rebuild zt (docs/distributed.md), or start CPU ranks (--set device=cpu)", what,
                                 ZT_HAVE_NCCL_BACKEND ? "zt's NCCL backend libzt-comm-nccl.so is missing"
                                                      : "zt was built without NCCL");
     }
@@ -607,6 +632,205 @@ static int supervise_mpirun(const char *mpirun, char **args, long nproc, const c
     return code;
 }
 
+/* ---- zt-run's launch options ---------------------------------------------------------------------- */
+
+/* Every launch option (each takes a value), with torchrun's older underscore spellings: the ranks'
+ * command line leaves them out. */
+static const char *const k_launch_options[] = {"--nproc",       "--nnodes",      "--nproc-per-node",
+                                               "--nproc_per_node", "--node-rank", "--node_rank",
+                                               "--master-addr", "--master_addr", "--master-port",
+                                               "--master_port"};
+
+/* 1 when argv[i] is a launch option: 2 with its value in the next argument, 1 as --name=value. */
+static int launch_option_width(const char *arg)
+{
+    for (size_t k = 0; k < sizeof k_launch_options / sizeof k_launch_options[0]; k++) {
+        size_t len = strlen(k_launch_options[k]);
+        if (strncmp(arg, k_launch_options[k], len) != 0) continue;
+        if (arg[len] == '\0') return 2;
+        if (arg[len] == '=') return 1;
+    }
+    return 0;
+}
+
+/* The ranks' command line: `head` (n_head entries), then argv[1..] without the launch options;
+ * NULL-terminated, NULL when out of memory. */
+static char **ranks_command(char *const *head, int n_head, int argc, char **argv)
+{
+    char **args = calloc((size_t)argc + (size_t)n_head + 1, sizeof *args);
+    if (!args) return NULL;
+    int n = 0;
+    for (int i = 0; i < n_head; i++) args[n++] = head[i];
+    for (int i = 1; i < argc; i++) {
+        int width = launch_option_width(argv[i]);
+        if (width) {
+            i += width - 1; /* and its value */
+            continue;
+        }
+        args[n++] = argv[i];
+    }
+    args[n] = NULL;
+    return args;
+}
+
+/* A whole number in [min, max], in decimal, nothing else. */
+static int parse_count(const char *text, long min, long max, long *out)
+{
+    errno = 0;
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < min || v > max) return 0;
+    *out = v;
+    return 1;
+}
+
+#define MAX_NODES 65536
+#define DEFAULT_MASTER_PORT 29500 /* torchrun's */
+
+zt_status zt_launch_plan_make(const zt_launch_request *req, zt_launch_plan *out, zt_error *err)
+{
+    *out = (zt_launch_plan){.nnodes = 1, .per_node = 1, .node_rank = 0, .world_size = 1, .form = "--nproc"};
+    const struct {
+        const char *name, *value;
+    } torchrun[] = {{"--nnodes", req->nnodes},           {"--nproc-per-node", req->nproc_per_node},
+                    {"--node-rank", req->node_rank},     {"--master-addr", req->master_addr},
+                    {"--master-port", req->master_port}};
+    const char *first = NULL;
+    for (size_t i = 0; i < sizeof torchrun / sizeof torchrun[0] && !first; i++)
+        if (torchrun[i].value) first = torchrun[i].name;
+    long v;
+    if (req->nproc) {
+        if (first)
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--nproc and %s are two ways of saying how to start the ranks: give --nproc N "
+                                "alone (N ranks on this machine; the same as --nnodes 1 --nproc-per-node N), or "
+                                "torchrun's flags (--nnodes, --nproc-per-node, --node-rank, --master-addr, "
+                                "--master-port) without --nproc", first);
+        if (!parse_count(req->nproc, 1, MAX_LOCAL_RANKS, &v))
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--nproc '%s': expected the number of ranks to start on this machine, a whole "
+                                "number from 1 to %d", req->nproc, MAX_LOCAL_RANKS);
+        out->per_node = out->world_size = (int32_t)v;
+        return ZT_OK;
+    }
+    if (!first) return ZT_OK; /* no launch option: one process */
+    out->form = "--nproc-per-node";
+    if (req->nnodes) {
+        if (strchr(req->nnodes, ':'))
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--nnodes '%s': zt-run starts a fixed number of machines, not torchrun's elastic "
+                                "range MIN:MAX: give the number of machines, e.g. --nnodes 2", req->nnodes);
+        if (!parse_count(req->nnodes, 1, MAX_NODES, &v))
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--nnodes '%s': expected the number of machines of the job, a whole number from 1 "
+                                "to %d", req->nnodes, MAX_NODES);
+        out->nnodes = (int32_t)v;
+    }
+    if (req->nproc_per_node) {
+        const char *p = req->nproc_per_node;
+        if (strcmp(p, "gpu") == 0 || strcmp(p, "cpu") == 0 || strcmp(p, "auto") == 0 || strcmp(p, "xpu") == 0)
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--nproc-per-node '%s': zt-run takes the number of ranks itself, not torchrun's "
+                                "'%s': give it, e.g. --nproc-per-node 8 for 8 GPUs (nvidia-smi -L lists them)", p,
+                                p);
+        if (!parse_count(p, 1, MAX_LOCAL_RANKS, &v))
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--nproc-per-node '%s': expected the number of ranks to start on this machine, a "
+                                "whole number from 1 to %d", p, MAX_LOCAL_RANKS);
+        out->per_node = (int32_t)v;
+    }
+    if (req->node_rank) {
+        if (!parse_count(req->node_rank, 0, MAX_NODES - 1, &v))
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--node-rank '%s': expected this machine's number in the job, a whole number from "
+                                "0 (the machine of rank 0) to --nnodes - 1", req->node_rank);
+        if (v >= out->nnodes)
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--node-rank %ld with --nnodes %d: the machines are numbered from 0 to %d (0 runs "
+                                "rank 0, which the others meet at --master-addr); give each machine its own "
+                                "number, or raise --nnodes", v, out->nnodes, out->nnodes - 1);
+        out->node_rank = (int32_t)v;
+    }
+    if (req->master_port) {
+        if (!parse_count(req->master_port, 1, 65535, &v))
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--master-port '%s' is not a TCP port (1 to 65535): give a free port on the "
+                                "machine of rank 0, the same on every machine (torchrun's default is %d)",
+                                req->master_port, DEFAULT_MASTER_PORT);
+        out->master_port = (int)v;
+    }
+    if (req->master_addr) {
+        if (!*req->master_addr)
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "--master-addr is empty: give the address or host name of the machine of rank 0 "
+                                "(--node-rank 0)");
+        out->master_addr = req->master_addr;
+    }
+    if (out->nnodes > 1 && !out->master_addr)
+        return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                            "--nnodes %d needs --master-addr: the address or host name by which every machine "
+                            "reaches the machine of rank 0 (--node-rank 0), the same on every machine",
+                            out->nnodes);
+    out->world_size = out->nnodes * out->per_node;
+    return ZT_OK;
+}
+
+/* Appends " arg" to out[*len..cap), in single quotes when the shell would split or expand it. */
+static void append_shell_word(char *out, size_t cap, size_t *len, const char *arg, int first)
+{
+    int plain = *arg != '\0';
+    for (const char *c = arg; *c && plain; c++)
+        plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                strchr("-_./=:,+@%", *c) != NULL;
+    if (!first) zt_job_append(out, cap, len, " ");
+    if (plain) {
+        zt_job_append(out, cap, len, arg);
+        return;
+    }
+    zt_job_append(out, cap, len, "'");
+    for (const char *c = arg; *c; c++) {
+        char one[2] = {*c, '\0'};
+        zt_job_append(out, cap, len, *c == '\'' ? "'\\''" : one);
+    }
+    zt_job_append(out, cap, len, "'");
+}
+
+void zt_launch_command_text(int argc, char **argv, char *out, size_t cap)
+{
+    size_t len = 0;
+    if (!cap) return;
+    out[0] = '\0';
+    append_shell_word(out, cap, &len, argc > 0 ? argv[0] : "zt-run", 1);
+    char **rest = ranks_command(NULL, 0, argc, argv);
+    for (int i = 0; rest && rest[i]; i++) append_shell_word(out, cap, &len, rest[i], 0);
+    free(rest);
+    if (len + 1 >= cap && cap > 4) snprintf(out + cap - 4, 4, "...");
+}
+
+/* CPU ranks on several machines: MPI connects only the processes its own launcher starts, so a
+ * zt-run on each machine cannot join them. The message gives the commands that can, with this
+ * command line in them. */
+static zt_status several_cpu_nodes_error(const zt_launch_plan *plan, int argc, char **argv, zt_error *err)
+{
+    char command[2048];
+    zt_launch_command_text(argc, argv, command, sizeof command);
+    int cores = zt_online_cores(), pe = cores / plan->per_node > 0 ? cores / plan->per_node : 1;
+    return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                        "--nnodes %d --nproc-per-node %d asks for CPU ranks on %d machines, which a zt-run on each "
+                        "machine cannot start: CPU ranks talk through MPI, which connects only the processes its "
+                        "own launcher starts. Start the whole job once, from one machine, with mpirun and a "
+                        "hostfile HOSTS naming the %d machines, one line each ('node0 slots=%d'; ssh from that "
+                        "machine to the others without a password):\n"
+                        "    mpirun -np %d --hostfile HOSTS --map-by ppr:%d:node:PE=%d --bind-to core %s\n"
+                        "or under Slurm:\n"
+                        "    srun -N %d --ntasks-per-node %d --cpus-per-task %d --mpi=pmix %s\n"
+                        "(PE and --cpus-per-task: each rank's share of a machine's cores, %d on this one; docs/distributed.md, "
+                        "'CPU ranks on several machines'). For GPU ranks, which zt-run starts on each machine, "
+                        "--set device=cuda",
+                        plan->nnodes, plan->per_node, plan->nnodes, plan->nnodes, plan->per_node, plan->world_size,
+                        plan->per_node, pe, command, plan->nnodes, plan->per_node, pe, command, pe);
+}
+
 zt_status zt_launch_local(const char *nproc_text, int argc, char **argv, zt_error *err)
 {
     return zt_launch_local_mode(nproc_text, ZT_NPROC_AUTO, argc, argv, err);
@@ -614,78 +838,92 @@ zt_status zt_launch_local(const char *nproc_text, int argc, char **argv, zt_erro
 
 zt_status zt_launch_local_mode(const char *nproc_text, int mode, int argc, char **argv, zt_error *err)
 {
-    errno = 0;
-    char *end;
-    long nproc = strtol(nproc_text, &end, 10);
-    if (errno || end == nproc_text || *end || nproc < 1 || nproc > MAX_LOCAL_RANKS)
-        return zt_error_set(err, ZT_ERR_INVALID_ARG,
-                            "--nproc '%s': expected the number of ranks to start on this machine, a whole "
-                            "number from 1 to %d", nproc_text, MAX_LOCAL_RANKS);
-    if (nproc == 1) return ZT_OK;
+    zt_launch_request req = {.nproc = nproc_text};
+    return zt_launch_start(&req, mode, argc, argv, err);
+}
+
+zt_status zt_launch_start(const zt_launch_request *req, int mode, int argc, char **argv, zt_error *err)
+{
+    zt_launch_plan plan;
+    zt_status st = zt_launch_plan_make(req, &plan, err);
+    if (st != ZT_OK) return st;
+    int given_address = plan.master_addr || plan.master_port;
+    if (plan.world_size == 1) {
+        if (given_address)
+            fprintf(stderr, "zt-run: note: --master-addr and --master-port have no effect here: the job is one "
+                    "rank, in this process, which meets nobody\n");
+        return ZT_OK;
+    }
+    char what[48]; /* the option as typed, for messages */
+    snprintf(what, sizeof what, "%s %d", plan.form, plan.per_node);
+    long nproc = plan.per_node;
 
     zt_launch launch;
-    zt_status st = zt_launch_detect(&launch, err);
+    st = zt_launch_detect(&launch, err);
     if (st != ZT_OK) return st;
     if (launch.world_size > 1)
         return zt_error_set(err, ZT_ERR_INVALID_ARG,
-                            "--nproc %ld starts the ranks itself, but this process already is rank %d of %d "
-                            "(from %s): drop --nproc, or run zt-run --nproc outside the launcher",
-                            nproc, launch.rank, launch.world_size, launch.launcher);
+                            "%s starts the ranks itself, but this process already is rank %d of %d "
+                            "(from %s): drop %s, or run zt-run %s outside the launcher", what, launch.rank,
+                            launch.world_size, launch.launcher, plan.form, plan.form);
     int gpu = 0;
-    st = choose_gpu_ranks(nproc, mode, argc, argv, &gpu, err);
+    st = choose_gpu_ranks(plan.form, nproc, mode, argc, argv, &gpu, err);
     if (st != ZT_OK) return st;
     if (gpu) {
         char exe[PATH_MAX];
         ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (len <= 0) return zt_error_set(err, ZT_ERR_IO, "--nproc: cannot find this program's own path "
-                                          "(/proc/self/exe: %s)", strerror(errno));
+        if (len <= 0) return zt_error_set(err, ZT_ERR_IO, "%s: cannot find this program's own path "
+                                          "(/proc/self/exe: %s)", plan.form, strerror(errno));
         exe[len] = '\0';
-        int port_holder = -1, port = reserve_local_port(&port_holder, err);
-        if (port < 0) return err->status;
-        char **args = calloc((size_t)argc + 1, sizeof *args);
+        node_ranks job = {.first = (long)plan.node_rank * plan.per_node, .count = nproc,
+                          .world_size = plan.world_size, .addr = "127.0.0.1"};
+        int port_holder = -1;
+        if (given_address || plan.nnodes > 1) {
+            /* Rank 0 listens on the port on every interface; the others connect to the address. */
+            if (plan.master_addr) job.addr = plan.master_addr;
+            job.port = plan.master_port ? plan.master_port : DEFAULT_MASTER_PORT;
+        } else {
+            job.port = reserve_local_port(&port_holder, err);
+            if (job.port < 0) return err->status;
+        }
+        char *head[] = {exe};
+        char **args = ranks_command(head, 1, argc, argv);
         if (!args) {
-            close(port_holder);
+            if (port_holder >= 0) close(port_holder);
             return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory starting %ld ranks", nproc);
         }
-        int n = 0;
-        args[n++] = exe;
-        for (int i = 1; i < argc; i++) {
-            if (strcmp(argv[i], "--nproc") == 0) {
-                i++;
-                continue;
-            }
-            if (strncmp(argv[i], "--nproc=", 8) == 0) continue;
-            args[n++] = argv[i];
-        }
-        args[n] = NULL;
         char job_dir[PATH_MAX];
         st = zt_job_dir_create(job_dir, sizeof job_dir, err);
-        int code = st == ZT_OK ? supervise_ranks(exe, args, nproc, port, job_dir) : 0;
-        close(port_holder);
+        int code = st == ZT_OK ? supervise_ranks(exe, args, &job, job_dir) : 0;
+        if (port_holder >= 0) close(port_holder);
         free(args);
         if (st != ZT_OK) return st;
         zt_job_dir_remove(job_dir);
         fflush(NULL);
         exit(code);
     }
+    if (plan.nnodes > 1) return several_cpu_nodes_error(&plan, argc, argv, err);
     char mpirun[PATH_MAX], backend[PATH_MAX], tried[3 * PATH_MAX + 16];
     if (!find_on_path("mpirun", mpirun, sizeof mpirun))
         return zt_error_set(err, ZT_ERR_NOT_FOUND,
-                            "--nproc %ld starts CPU ranks with Open MPI's mpirun, which is not on PATH: install "
+                            "%s starts CPU ranks with Open MPI's mpirun, which is not on PATH: install "
                             "it (Debian/Ubuntu: apt-get install openmpi-bin), or start the ranks with your "
-                            "launcher (mpirun -np %ld zt-run ..., srun -n %ld zt-run ...)", nproc, nproc, nproc);
+                            "launcher (mpirun -np %ld zt-run ..., srun -n %ld zt-run ...)", what, nproc, nproc);
     if (!env_value("ZT_COMM_MPI_LIBRARY") &&
         (!ZT_HAVE_MPI_BACKEND || !zt_module_find(ZT_COMM_MPI_FILE, backend, sizeof backend, tried, sizeof tried)))
         return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "--nproc %ld starts CPU ranks that talk through MPI, but %s: install libopenmpi-dev "
-                            "and rebuild zt, or run one process", nproc,
+                            "%s starts CPU ranks that talk through MPI, but %s: install libopenmpi-dev "
+                            "and rebuild zt, or run one process", what,
                             ZT_HAVE_MPI_BACKEND ? "zt's MPI backend libzt-comm-mpi.so is missing"
                                                 : "zt was built without MPI");
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) return zt_error_set(err, ZT_ERR_IO, "--nproc: cannot find this program's own path "
-                                      "(/proc/self/exe: %s)", strerror(errno));
+    if (len <= 0) return zt_error_set(err, ZT_ERR_IO, "%s: cannot find this program's own path "
+                                      "(/proc/self/exe: %s)", plan.form, strerror(errno));
     exe[len] = '\0';
+    if (given_address)
+        fprintf(stderr, "zt-run: note: --master-addr and --master-port have no effect on CPU ranks: mpirun "
+                "starts and connects them on this machine\n");
 
     /* mpirun binds each rank to one core by default (np <= 2), which would leave every thread of
      * a rank's pool on that core: give each rank its share of this machine's cores instead. */
@@ -693,33 +931,25 @@ zt_status zt_launch_local_mode(const char *nproc_text, int mode, int argc, char 
     char np[16], map_by[48];
     snprintf(np, sizeof np, "%ld", nproc);
     snprintf(map_by, sizeof map_by, "slot:PE=%ld", cores / nproc);
-    char **args = calloc((size_t)argc + 16, sizeof *args);
-    if (!args) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory starting %ld ranks", nproc);
+    char *head[16];
     int n = 0;
-    args[n++] = mpirun;
-    args[n++] = "-np";
-    args[n++] = np;
-    args[n++] = "--oversubscribe";
+    head[n++] = mpirun;
+    head[n++] = "-np";
+    head[n++] = np;
+    head[n++] = "--oversubscribe";
     if (nproc <= cores) {
-        args[n++] = "--map-by";
-        args[n++] = map_by;
-        args[n++] = "--bind-to";
-        args[n++] = "core";
+        head[n++] = "--map-by";
+        head[n++] = map_by;
+        head[n++] = "--bind-to";
+        head[n++] = "core";
     } else {
-        args[n++] = "--bind-to";
-        args[n++] = "none";
+        head[n++] = "--bind-to";
+        head[n++] = "none";
     }
-    if (geteuid() == 0) args[n++] = "--allow-run-as-root"; /* containers often run as root */
-    args[n++] = exe;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--nproc") == 0) {
-            i++; /* and its value */
-            continue;
-        }
-        if (strncmp(argv[i], "--nproc=", 8) == 0) continue;
-        args[n++] = argv[i];
-    }
-    args[n] = NULL;
+    if (geteuid() == 0) head[n++] = "--allow-run-as-root"; /* containers often run as root */
+    head[n++] = exe;
+    char **args = ranks_command(head, n, argc, argv);
+    if (!args) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory starting %ld ranks", nproc);
     char job_dir[PATH_MAX];
     st = zt_job_dir_create(job_dir, sizeof job_dir, err);
     if (st != ZT_OK) {

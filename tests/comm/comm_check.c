@@ -13,6 +13,10 @@
  *   comm_check --nproc N ARGS   starts `comm_check ARGS` as N ranks through zt_launch_local.
  *   comm_check --fork N ARGS    starts `comm_check ARGS` as N children the way --nproc starts GPU
  *                               ranks (zt_launch_local_mode ZT_NPROC_FORK), on any machine.
+ *   comm_check --fork-nodes FLAGS ARGS
+ *                               the same for torchrun's flags (--nnodes, --nproc-per-node,
+ *                               --node-rank, --master-addr, --master-port; zt_launch_start): this
+ *                               machine's share of the ranks.
  *   comm_check fork-child MODE  such a child: gets rank 0's 128-byte id through the TCP rendezvous
  *                               (ZT_MASTER_ADDR/ZT_MASTER_PORT), checks it, then per MODE: ok;
  *                               fail (rank 1 exits 3); kill (rank 1 dies by SIGKILL); stuck (rank 1
@@ -497,6 +501,7 @@ static int run_fork_child(const char *mode)
         }
     printf("rank %d of %d: got the id (launcher %s, local rank %d, NCCL_NVLS_ENABLE=%s)\n", l.rank, l.world_size,
            l.launcher, l.local_rank, getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "unset");
+    printf("rank %d of %d: local rank %d of %d\n", l.rank, l.world_size, l.local_rank, l.local_world_size);
     fprintf(stderr, "rank %d: pid %d, a line on stderr\n", l.rank, (int)getpid());
     fflush(NULL);
     if (strcmp(mode, "interrupt") == 0 || strcmp(mode, "teardown") == 0) return run_signalled_child(&l, mode);
@@ -530,6 +535,26 @@ int main(int argc, char **argv)
             return 1;
         }
         return 0; /* --fork 1: nothing started */
+    }
+    if (argc >= 2 && strcmp(argv[1], "--fork-nodes") == 0) {
+        zt_launch_request req = {0};
+        for (int i = 2; i + 1 < argc; i++) {
+            const char **slot = strcmp(argv[i], "--nnodes") == 0          ? &req.nnodes
+                                : strcmp(argv[i], "--nproc-per-node") == 0 ? &req.nproc_per_node
+                                : strcmp(argv[i], "--node-rank") == 0      ? &req.node_rank
+                                : strcmp(argv[i], "--master-addr") == 0    ? &req.master_addr
+                                : strcmp(argv[i], "--master-port") == 0    ? &req.master_port
+                                                                           : NULL;
+            if (slot) *slot = argv[++i];
+        }
+        /* The children run `comm_check ARGS`: the launch leaves out its own flags, this one goes here. */
+        argv[1] = argv[0];
+        zt_error err;
+        if (zt_launch_start(&req, ZT_NPROC_FORK, argc - 1, argv + 1, &err) != ZT_OK) {
+            fprintf(stderr, "comm_check: error: %s\n", err.msg);
+            return 1;
+        }
+        return 0; /* one rank in all: nothing started */
     }
     if (argc == 3 && strcmp(argv[1], "fork-child") == 0) return run_fork_child(argv[2]);
     const char *nproc = argc >= 3 && strcmp(argv[1], "--nproc") == 0          ? argv[2]

@@ -3,7 +3,9 @@
 # children exactly as --nproc starts GPU ranks (ZT_NPROC_FORK skips only the GPU and NCCL checks).
 # The children really meet at the TCP rendezvous (ZT_MASTER_ADDR/ZT_MASTER_PORT from the launch)
 # and check rank 0's id; then one fails, dies, or the job is signalled, and the job must say which
-# rank and how, end the others, and exit non-zero, well within the 10 s grace.
+# rank and how, end the others, and exit non-zero, well within the 10 s grace. Last, torchrun's flags
+# (comm_check --fork-nodes): two supervisors as two machines of 2 ranks each, the ranks numbered
+# across the job, meeting at the given address.
 # usage: fork.sh COMM_CHECK TEST_LIB
 set -u
 comm_check=$1
@@ -84,4 +86,31 @@ for want in "zt-run: rank 1 of 2 was killed by signal 9 (Killed; pid $pid1)" \
     grep -qF "$want" <<<"$ZT_OUT" || { echo "FAIL: teardown: expected '$want':"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1)); }
 done
 [ "$ZT_RC" -eq 137 ] || { echo "FAIL: teardown: expected exit 137, got $ZT_RC"; zt_failures=$((zt_failures+1)); }
+
+# torchrun's flags: two supervisors, as on two machines, each start their machine's ranks (node 1:
+# ranks 2 and 3 of 4, local ranks 0 and 1), which all meet rank 0 at --master-addr:--master-port.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+node1=$(mktemp)
+nodes=(--nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port "$port")
+"$comm_check" --fork-nodes "${nodes[@]}" --node-rank 1 fork-child ok >"$node1" 2>&1 &
+node1_job=$!
+expect_ok "rank 0 of 4: got the id (launcher zt-run --nproc, local rank 0," "rank 0 of 4: local rank 0 of 2" \
+          "[rank 1] rank 1 of 4: got the id (launcher zt-run --nproc, local rank 1," "[rank 1] rank 1 of 4: local rank 1 of 2" -- \
+    "$comm_check" --fork-nodes "${nodes[@]}" --node-rank 0 fork-child ok
+wait "$node1_job" || { echo "FAIL: node 1's supervisor failed:"; cat "$node1"; zt_failures=$((zt_failures+1)); }
+for want in "[rank 2] rank 2 of 4: got the id (launcher zt-run --nproc, local rank 0," "[rank 2] rank 2 of 4: local rank 0 of 2" \
+            "[rank 3] rank 3 of 4: got the id (launcher zt-run --nproc, local rank 1," "[rank 3] rank 3 of 4: local rank 1 of 2"; do
+    grep -qF "$want" "$node1" || { echo "FAIL: node 1: expected '$want':"; cat "$node1"; zt_failures=$((zt_failures+1)); }
+done
+# A rank that fails is named by its rank in the whole job, by its own machine's supervisor.
+"$comm_check" --fork-nodes --nnodes 2 --master-addr 127.0.0.1 --master-port "$port" --node-rank 1 fork-child fail \
+    >"$node1" 2>&1 &
+node1_job=$!
+expect_ok "rank 0 of 2: got the id" -- \
+    "$comm_check" --fork-nodes --nnodes 2 --master-addr 127.0.0.1 --master-port "$port" --node-rank 0 fork-child fail
+wait "$node1_job"
+rc=$?
+[ "$rc" -eq 3 ] && grep -qF "zt-run: rank 1 of 2 exited with code 3" "$node1" ||
+    { echo "FAIL: node 1's failed rank: expected exit 3 and 'rank 1 of 2 exited with code 3', got $rc:"; cat "$node1"; zt_failures=$((zt_failures+1)); }
+rm -f "$node1"
 finish

@@ -16,7 +16,8 @@ static const char *const k_launch_vars[] = {
     "ZT_RANK", "ZT_WORLD_SIZE", "ZT_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_NTASKS",
     "SLURM_LOCALID", "SLURM_STEP_ID", "ZT_COMM_MPI_LIBRARY", "RANK", "WORLD_SIZE", "LOCAL_RANK", "ZT_LAUNCHER",
-    "ZT_MASTER_ADDR", "ZT_MASTER_PORT", "MASTER_ADDR", "MASTER_PORT", "ZT_COMM_NCCL_LIBRARY", NULL};
+    "ZT_MASTER_ADDR", "ZT_MASTER_PORT", "MASTER_ADDR", "MASTER_PORT", "ZT_COMM_NCCL_LIBRARY", "ZT_LOCAL_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE", NULL};
 
 /* Unsets every launch variable, then sets "NAME=VALUE" pairs from a NULL-terminated list. */
 static void set_env(const char *const *assignments)
@@ -42,6 +43,16 @@ static void expect_launch(const char *const *env, int rank, int world, int local
     ZT_CHECK_CONTAINS(l.launcher, launcher);
 }
 
+/* The local world size, which only some launchers give (-1: not told). */
+static void expect_local_world(const char *const *env, int local_world)
+{
+    set_env(env);
+    zt_launch l;
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_launch_detect(&l, &err), ZT_OK);
+    ZT_CHECK_INT(l.local_world_size, local_world);
+}
+
 static void expect_launch_error(const char *const *env, const char *needle)
 {
     set_env(env);
@@ -65,6 +76,25 @@ static void test_torchrun(void)
     expect_launch_error((const char *[]){"RANK=4", "WORLD_SIZE=4", NULL}, "RANK=4 but WORLD_SIZE=4");
     expect_launch_error((const char *[]){"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=x", NULL},
                         "LOCAL_RANK='x' is not a whole number from 0 to 1");
+    /* torchrun's LOCAL_WORLD_SIZE: the ranks on this machine, from 1 to WORLD_SIZE, above LOCAL_RANK. */
+    expect_local_world((const char *[]){"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", NULL}, 2);
+    expect_local_world((const char *[]){"RANK=3", "WORLD_SIZE=4", NULL}, -1);
+    expect_launch_error((const char *[]){"RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2", NULL},
+                        "LOCAL_RANK=2 but LOCAL_WORLD_SIZE=2 (torchrun (or another launcher that sets RANK and "
+                        "WORLD_SIZE) sets them): a local rank is below the number of ranks on this machine, from 0 "
+                        "to 1");
+    expect_launch_error((const char *[]){"RANK=3", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=5", NULL},
+                        "LOCAL_WORLD_SIZE='5' is not a whole number from 1 to 4");
+    expect_launch_error((const char *[]){"RANK=3", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=0", NULL},
+                        "LOCAL_WORLD_SIZE='0' is not a whole number from 1 to 4");
+    /* The other launchers' local sizes; srun gives none (SLURM_NTASKS_PER_NODE is what was asked for). */
+    expect_local_world((const char *[]){"OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_SIZE=4",
+                                        "OMPI_COMM_WORLD_LOCAL_SIZE=2", NULL}, 2);
+    expect_local_world((const char *[]){"PMI_RANK=1", "PMI_SIZE=3", "MPI_LOCALNRANKS=3", NULL}, 3);
+    expect_local_world((const char *[]){"ZT_RANK=1", "ZT_WORLD_SIZE=2", "ZT_LOCAL_WORLD_SIZE=1", NULL}, 1);
+    expect_local_world((const char *[]){"SLURM_PROCID=5", "SLURM_NTASKS=8", "SLURM_LOCALID=1", "SLURM_STEP_ID=0",
+                                        NULL}, -1);
+    expect_local_world(NULL, 1); /* a single process is alone on its machine */
     /* zt-run --nproc's children name it. */
     expect_launch((const char *[]){"ZT_RANK=1", "ZT_WORLD_SIZE=2", "ZT_LAUNCHER=zt-run --nproc", NULL}, 1, 2, -1,
                   "zt-run --nproc");
@@ -212,6 +242,101 @@ static void test_launch_local_refusals(void)
     ZT_CHECK_INT(zt_launch_local("1", 3, argv, &err), ZT_OK);
 }
 
+/* torchrun's flags checked (zt_launch_plan_make): defaults, the world they make, every refusal. */
+static void expect_plan(zt_launch_request req, int nnodes, int per_node, int node_rank, int world, int port,
+                        const char *form)
+{
+    zt_launch_plan plan;
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_launch_plan_make(&req, &plan, &err), ZT_OK);
+    ZT_CHECK_INT(plan.nnodes, nnodes);
+    ZT_CHECK_INT(plan.per_node, per_node);
+    ZT_CHECK_INT(plan.node_rank, node_rank);
+    ZT_CHECK_INT(plan.world_size, world);
+    ZT_CHECK_INT(plan.master_port, port);
+    ZT_CHECK(strcmp(plan.form, form) == 0);
+}
+
+static void expect_plan_error(zt_launch_request req, const char *needle)
+{
+    zt_launch_plan plan;
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_launch_plan_make(&req, &plan, &err), ZT_ERR_INVALID_ARG);
+    ZT_CHECK_CONTAINS(err.msg, needle);
+}
+
+static void test_launch_plan(void)
+{
+    expect_plan((zt_launch_request){0}, 1, 1, 0, 1, 0, "--nproc"); /* nothing asked: one process */
+    expect_plan((zt_launch_request){.nproc = "3"}, 1, 3, 0, 3, 0, "--nproc");
+    /* torchrun's defaults: 1 machine, 1 rank on it, machine 0. */
+    expect_plan((zt_launch_request){.nproc_per_node = "2"}, 1, 2, 0, 2, 0, "--nproc-per-node");
+    expect_plan((zt_launch_request){.nnodes = "1", .nproc_per_node = "2", .master_port = "1234"}, 1, 2, 0, 2, 1234,
+                "--nproc-per-node");
+    expect_plan((zt_launch_request){.nnodes = "2", .master_addr = "node0"}, 2, 1, 0, 2, 0, "--nproc-per-node");
+    expect_plan((zt_launch_request){.nnodes = "3", .nproc_per_node = "8", .node_rank = "2", .master_addr = "node0",
+                                    .master_port = "29400"}, 3, 8, 2, 24, 29400, "--nproc-per-node");
+
+    expect_plan_error((zt_launch_request){.nproc = "2", .nproc_per_node = "2"},
+                      "--nproc and --nproc-per-node are two ways of saying how to start the ranks: give --nproc N "
+                      "alone (N ranks on this machine; the same as --nnodes 1 --nproc-per-node N), or torchrun's "
+                      "flags");
+    expect_plan_error((zt_launch_request){.nproc = "2", .master_port = "29500"}, "--nproc and --master-port are two");
+    expect_plan_error((zt_launch_request){.nproc = "0"}, "--nproc '0': expected the number of ranks");
+    expect_plan_error((zt_launch_request){.nnodes = "2", .node_rank = "2", .master_addr = "node0"},
+                      "--node-rank 2 with --nnodes 2: the machines are numbered from 0 to 1");
+    expect_plan_error((zt_launch_request){.node_rank = "1"}, "--node-rank 1 with --nnodes 1: the machines are "
+                                                             "numbered from 0 to 0");
+    expect_plan_error((zt_launch_request){.node_rank = "-1"}, "--node-rank '-1': expected this machine's number");
+    expect_plan_error((zt_launch_request){.nnodes = "2", .nproc_per_node = "4"},
+                      "--nnodes 2 needs --master-addr: the address or host name by which every machine reaches the "
+                      "machine of rank 0");
+    expect_plan_error((zt_launch_request){.nproc_per_node = "2", .master_addr = ""}, "--master-addr is empty");
+    expect_plan_error((zt_launch_request){.nproc_per_node = "2", .master_port = "70000"},
+                      "--master-port '70000' is not a TCP port (1 to 65535)");
+    expect_plan_error((zt_launch_request){.nproc_per_node = "2", .master_port = "0"}, "--master-port '0' is not");
+    expect_plan_error((zt_launch_request){.nproc_per_node = "2", .master_port = "http"}, "--master-port 'http'");
+    expect_plan_error((zt_launch_request){.nnodes = "1:4"}, "--nnodes '1:4': zt-run starts a fixed number of "
+                                                            "machines, not torchrun's elastic range MIN:MAX");
+    expect_plan_error((zt_launch_request){.nnodes = "0"}, "--nnodes '0': expected the number of machines");
+    expect_plan_error((zt_launch_request){.nproc_per_node = "gpu"},
+                      "--nproc-per-node 'gpu': zt-run takes the number of ranks itself, not torchrun's 'gpu'");
+    expect_plan_error((zt_launch_request){.nproc_per_node = "2000"}, "--nproc-per-node '2000': expected the number "
+                                                                     "of ranks to start on this machine, a whole "
+                                                                     "number from 1 to 1024");
+}
+
+/* zt_launch_start's refusals before anything starts. */
+static void test_launch_start_refusals(void)
+{
+    /* CPU ranks on several machines: the mpirun and srun commands, with this command line in them less
+     * the launch flags (both spellings), quoted for the shell. */
+    set_env(NULL);
+    char *argv[] = {"zt-run", "--nnodes", "2", "--nproc_per_node=2", "--data", "my data", "--node-rank", "1",
+                    "--master-addr=node0", "--set", "device=cpu", NULL};
+    zt_launch_request req = {.nnodes = "2", .nproc_per_node = "2", .node_rank = "1", .master_addr = "node0"};
+    zt_error err = {0};
+    ZT_CHECK_INT(zt_launch_start(&req, ZT_NPROC_CPU, 11, argv, &err), ZT_ERR_INVALID_ARG);
+    ZT_CHECK_CONTAINS(err.msg, "--nnodes 2 --nproc-per-node 2 asks for CPU ranks on 2 machines, which a zt-run on "
+                               "each machine cannot start: CPU ranks talk through MPI, which connects only the "
+                               "processes its own launcher starts");
+    ZT_CHECK_CONTAINS(err.msg, "    mpirun -np 4 --hostfile HOSTS --map-by ppr:2:node:PE=");
+    ZT_CHECK_CONTAINS(err.msg, " --bind-to core zt-run --data 'my data' --set device=cpu\n");
+    ZT_CHECK_CONTAINS(err.msg, "    srun -N 2 --ntasks-per-node 2 --cpus-per-task ");
+    ZT_CHECK_CONTAINS(err.msg, " --mpi=pmix zt-run --data 'my data' --set device=cpu\n");
+    /* Inside a launched job, torchrun's flags are refused as --nproc is. */
+    set_env((const char *[]){"RANK=1", "WORLD_SIZE=2", NULL});
+    zt_launch_request two = {.nproc_per_node = "2"};
+    ZT_CHECK_INT(zt_launch_start(&two, ZT_NPROC_CPU, 3, (char *[]){"zt-run", "--nproc-per-node", "2", NULL}, &err),
+                 ZT_ERR_INVALID_ARG);
+    ZT_CHECK_CONTAINS(err.msg, "--nproc-per-node 2 starts the ranks itself, but this process already is rank 1 of 2 "
+                               "(from torchrun): drop --nproc-per-node");
+    /* One rank in all stays in this process; the address then has no effect (a note says so). */
+    set_env(NULL);
+    zt_launch_request one = {.nproc_per_node = "1", .master_port = "29500"};
+    ZT_CHECK_INT(zt_launch_start(&one, ZT_NPROC_AUTO, 1, (char *[]){"zt-run", NULL}, &err), ZT_OK);
+}
+
 static void expect_runtime_error(const char *const *env, zt_status want, const char *needle)
 {
     set_env(env);
@@ -260,6 +385,27 @@ static void test_backend_errors(void)
     ZT_CHECK_CONTAINS(err.msg, "MASTER_ADDR is set but MASTER_PORT is not");
 #endif
 
+    /* CPU ranks torchrun started (its variables, no MPI launcher's): MPI cannot join them; the message
+     * says how to start them, from what torchrun says of the machines. */
+    expect_runtime_error((const char *[]){"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
+                                          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500", NULL},
+                         ZT_ERR_UNSUPPORTED,
+                         "this process is rank 1 of 4 by torchrun's variables (RANK, WORLD_SIZE) and runs on the "
+                         "CPU, where ranks talk through MPI, which connects only the processes its own launcher "
+                         "starts (mpirun, srun), never those torchrun starts. Start these 4 ranks on 2 machines "
+                         "once, from one of them: mpirun -np 4 --hostfile HOSTS --map-by ppr:2:node ");
+    /* The commands hold this process's own command line (here, this test program alone). */
+    expect_runtime_error((const char *[]){"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", NULL},
+                         ZT_ERR_UNSUPPORTED, "/test_launch (HOSTS: one line per machine, 'node0 slots=2'), or srun "
+                                             "-N 2 --ntasks-per-node 2 --mpi=pmix ");
+    expect_runtime_error((const char *[]){"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", NULL},
+                         ZT_ERR_UNSUPPORTED, "/test_launch under Slurm (docs/distributed.md");
+    expect_runtime_error((const char *[]){"RANK=0", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", NULL}, ZT_ERR_UNSUPPORTED,
+                         "/test_launch --nproc 2 --set device=cpu (docs/distributed.md");
+    expect_runtime_error((const char *[]){"RANK=0", "WORLD_SIZE=2", NULL}, ZT_ERR_UNSUPPORTED,
+                         "/test_launch --nproc 2 --set device=cpu; on several: mpirun -np 2 --hostfile HOSTS ");
+    expect_runtime_error((const char *[]){"RANK=0", "WORLD_SIZE=2", NULL}, ZT_ERR_UNSUPPORTED,
+                         "GPU ranks (--set device=cuda) run under torchrun as they are");
     /* --nproc started GPU ranks, but the run resolved to the CPU (a config file's device=cpu). */
     expect_runtime_error((const char *[]){"ZT_RANK=0", "ZT_WORLD_SIZE=2", "ZT_LAUNCHER=zt-run --nproc", NULL},
                          ZT_ERR_CONFIG, "zt-run --nproc started these 2 ranks for GPUs (device auto or cuda on the "
@@ -323,6 +469,8 @@ int main(int argc, char **argv)
     test_detect();
     test_torchrun();
     test_launch_local_refusals();
+    test_launch_plan();
+    test_launch_start_refusals();
     test_single_process();
     test_timeout_key();
     test_backend_errors();
