@@ -305,7 +305,8 @@ static void print_mpi(FILE *out, env_facts *facts)
     zt_library_info *mpi = &facts->mpi;
     zt_mpi_library_info(mpi);
     if (!mpi->found) fprintf(out, "  MPI:           not found (%s)\n", mpi->why);
-    else if (!mpi->text[0]) fprintf(out, "  MPI:           found at %s, but MPI_Get_library_version failed\n", mpi->path);
+    else if (!mpi->text[0])
+        fprintf(out, "  MPI:           found at %s, but MPI_Get_library_version failed\n", mpi->path);
     else fprintf(out, "  MPI:           %s (%s)\n", mpi->text, mpi->path);
 }
 
@@ -396,7 +397,8 @@ static void require_cuda(FILE *out, verdicts *v, const env_facts *facts, char *g
         if (state != ZT_REQ_OK && !gpu_no[0])
             snprintf(gpu_no, cap, facts->driver ? "the NVIDIA driver is too old" : "no NVIDIA driver");
     } else if (facts->driver) {
-        snprintf(line, sizeof line, "supports CUDA %d.%d; not compared (zt has no CUDA runtime here to compare it with)",
+        snprintf(line, sizeof line,
+                 "supports CUDA %d.%d; not compared (zt has no CUDA runtime here to compare it with)",
                  facts->driver / 1000, facts->driver % 1000 / 10);
         report(out, v, "CUDA driver", line, ZT_REQ_MISSING);
     }

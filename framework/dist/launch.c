@@ -365,8 +365,9 @@ static zt_status load_nccl_module(int32_t world, const char *launcher, nccl_modu
     const char *load_error = lib ? "" : dlerror(); /* read before the check's own dlopen */
     snprintf(why, sizeof why, "%s", load_error ? load_error : "unknown dlopen error");
     if (!lib && zt_nccl_too_old(too_old, sizeof too_old))
-        return zt_error_set(err, ZT_ERR_UNSUPPORTED, "this run has %d ranks (from %s) on GPUs, which talk through NCCL: "
-                            "%s", world, launcher, too_old);
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "this run has %d ranks (from %s) on GPUs, which talk through NCCL: %s", world, launcher,
+                            too_old);
     if (!lib)
         return zt_error_set(err, ZT_ERR_NOT_FOUND,
                             "this run has %d ranks (from %s) on GPUs but zt's NCCL backend %s%s cannot be loaded: "

@@ -181,7 +181,7 @@ typedef struct host_limit {
     double bytes;        /* available; 0: not known (nothing is compared) */
     int32_t local_ranks; /* the run's ranks on this machine */
     int enforced;        /* 0: a GPU run that cannot start here, and no ZT_HOST_MEM_AVAILABLE */
-    char label[224];     /* "the 22.7 GiB available on this machine (MemAvailable in /proc/meminfo)" */
+    char label[224];     /* "the 22.7 GiB available (MemAvailable in /proc/meminfo)" */
 } host_limit;
 
 /* Everything one estimate needs: the rows and the inputs they were computed from. */
@@ -210,7 +210,7 @@ static zt_status find_host_limit(const zt_dry_run_request *req, estimate_set *e,
     char b[32];
     if (st != ZT_OK) {
         e->host.bytes = 0;
-        snprintf(e->host.label, sizeof e->host.label, "an unknown amount (%.180s)", why.msg);
+        snprintf(e->host.label, sizeof e->host.label, "unknown: %.180s", why.msg);
         return ZT_OK;
     }
     e->host.bytes = (double)mm.available;
@@ -439,7 +439,8 @@ static void host_fit_message(const estimate_set *e, char *out, size_t cap)
     int n = (int)e->host.local_ranks, d = (int)e->in.dp_size;
     pools_text(chosen->mem.host, pools, sizeof pools);
     char ranks[96] = "";
-    if (n > 1) snprintf(ranks, sizeof ranks, ", %s for the %d ranks on this machine", human(machine_total(e, chosen), m), n);
+    if (n > 1)
+        snprintf(ranks, sizeof ranks, ", %s for the %d ranks on this machine", human(machine_total(e, chosen), m), n);
     size_t used = (size_t)snprintf(out, cap,
                                    "%s on %d data-parallel rank%s needs about %s of host memory per rank (%s%s)%s, "
                                    "more than %s",
