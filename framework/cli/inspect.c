@@ -206,8 +206,9 @@ int zt_cli_list_plugins(const run_args *a, int with_env)
         fprintf(stderr, "zt-run: error: out of memory\n");
         return ZT_EXIT_ERROR;
     }
+    int too_old = 0; /* --env: components found that zt's runs cannot use */
     if (with_env) {
-        zt_env_print(stdout);
+        too_old = zt_env_print(stdout);
         printf("\nPlugins\n");
     }
     print_search_path(stdout, reg);
@@ -216,6 +217,12 @@ int zt_cli_list_plugins(const run_args *a, int with_env)
     print_problems(stdout, reg);
     free(rows);
     zt_registry_free(reg);
+    if (too_old) {
+        fflush(stdout);
+        fprintf(stderr, "zt-run: --env: %d component%s of this machine %s too old or not supported for zt (see "
+                        "\"Requirements\" above)\n", too_old, too_old == 1 ? "" : "s", too_old == 1 ? "is" : "are");
+        return ZT_EXIT_ERROR;
+    }
     return ZT_EXIT_OK;
 }
 

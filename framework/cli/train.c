@@ -34,7 +34,7 @@ static int dry_run(const run_args *a, zt_config *cfg, const zt_host_settings *se
     const char *output_dir = settings->output_dir;
     char path[4200];
     snprintf(path, sizeof path, "%s/memory-estimate.json", output_dir); /* output_dir fits: settings.c */
-    zt_dry_run_request req = {cfg, settings, reg, set, rt, (int32_t)dp, path, gpu};
+    zt_dry_run_request req = {cfg, settings, reg, set, rt, (int32_t)dp, path, gpu, 0};
     if (zt_mkdir_p(output_dir, "output", "choose another output_dir (--output-dir DIR)", &err) != ZT_OK) return zt_cli_run_error(&err);
     zt_status st = zt_dry_run(&req, stdout, &err);
     if (st == ZT_ERR_OUT_OF_MEMORY && err.msg[0]) {
@@ -114,11 +114,12 @@ int zt_cli_train(const run_args *a)
         status = dry_run(a, cfg, &settings, reg, &set, rt, on_gpu || estimate_only);
         goto done;
     }
-    if (on_gpu) {
-        /* Before anything big is allocated: refuse a run the estimate says cannot fit, and give the
-         * allocator the estimate for its own out-of-memory message. */
+    {
+        /* Before anything big is allocated: refuse a run the estimate says cannot fit (the GPU, and the
+         * host memory of this machine's ranks), and give the allocator the estimate for its own
+         * out-of-memory message. */
         const zt_host *zh = set.by_kind[ZT_KIND_ZERO].host;
-        zt_dry_run_request check = {cfg, &settings, reg, &set, rt, zh->world_size, NULL, 1};
+        zt_dry_run_request check = {cfg, &settings, reg, &set, rt, zh->world_size, NULL, on_gpu, 0};
         if (zt_memory_check(&check, &err) != ZT_OK) goto fail;
     }
     if (!(plugins = zt_cli_plugins_json(&set))) goto oom;

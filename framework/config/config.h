@@ -110,4 +110,9 @@ const zt_option *zt_host_options(uint32_t *n);
 /* Levenshtein-nearest declared key to `key`, or NULL when none is close. */
 const char *zt_config_nearest_key(const zt_config *cfg, const char *key);
 
+/* A byte size as ZT_OPT_BYTES values are written ("512M", "24GiB", "100MB", "4096"): K/M/G/T and
+ * KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB powers of 1000. 1 when `text` is one. Also for
+ * byte sizes that come from the environment (ZT_HOST_MEM_AVAILABLE). */
+int zt_config_parse_bytes(const char *text, int64_t *out);
+
 #endif

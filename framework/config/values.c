@@ -432,3 +432,8 @@ int cfg_parse_value(zt_config *cfg, const zt_option *opt, const zt_json *j, int 
              (int)opt->type);
     return 0;
 }
+
+int zt_config_parse_bytes(const char *text, int64_t *out)
+{
+    return text && parse_byte_size(text, out);
+}

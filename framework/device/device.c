@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/module.h"
 
@@ -26,14 +27,16 @@ static int find_cuda_module(char *path, char *tried, size_t tried_cap)
     return zt_module_find(ZT_DEVICE_CUDA_FILE, path, MODULE_PATH_MAX, tried, tried_cap);
 }
 
-/* The CUDA backend and how many devices it sees. The module is loaded once and never closed: the
- * CUDA runtime it links cannot be unloaded and started again cleanly within one process. */
-static zt_status open_cuda_backend(const zt_device_backend **backend_out, int *n_devices, zt_error *err)
+/* The CUDA backend module's two exports. The module is loaded once and never closed: the CUDA
+ * runtime it links cannot be unloaded and started again cleanly within one process. */
+static zt_status load_cuda_module(zt_device_cuda_open_fn *open_out, zt_device_cuda_versions_fn *versions_out,
+                                  zt_error *err)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static zt_device_cuda_open_fn open_fn;
-    *backend_out = NULL;
-    *n_devices = 0;
+    static zt_device_cuda_versions_fn versions_fn;
+    *open_out = NULL;
+    *versions_out = NULL;
     if (!ZT_HAVE_CUDA_DEVICE)
         return zt_error_set(err, ZT_ERR_UNSUPPORTED, "this build of zt has no CUDA support (it was built without "
                             "the CUDA toolkit): run on the CPU (device = cpu), or rebuild zt where nvcc is "
@@ -54,15 +57,42 @@ static zt_status open_cuda_backend(const zt_device_backend **backend_out, int *n
                                   "zt's CUDA backend %s cannot be loaded: %s\nInstall the CUDA runtime and cuBLAS "
                                   "it was built with (libcudart, libcublasLt), or train on the CPU (device = cpu)",
                                   path, dlerror());
-            else if (!(open_fn = (zt_device_cuda_open_fn)dlsym(lib, ZT_DEVICE_CUDA_ENTRY)))
+            else if (!(open_fn = (zt_device_cuda_open_fn)dlsym(lib, ZT_DEVICE_CUDA_ENTRY)) ||
+                     !(versions_fn = (zt_device_cuda_versions_fn)dlsym(lib, ZT_DEVICE_CUDA_VERSIONS_ENTRY))) {
+                open_fn = NULL;
                 st = zt_error_set(err, ZT_ERR_NOT_FOUND,
-                                  "%s does not export %s: it is not zt's CUDA backend, or one from another "
-                                  "version of zt; rebuild and reinstall zt", path, ZT_DEVICE_CUDA_ENTRY);
+                                  "%s does not export %s and %s: it is not zt's CUDA backend, or one from another "
+                                  "version of zt; rebuild and reinstall zt", path, ZT_DEVICE_CUDA_ENTRY,
+                                  ZT_DEVICE_CUDA_VERSIONS_ENTRY);
+            }
             if (lib && !open_fn) dlclose(lib);
         }
     }
+    *open_out = open_fn;
+    *versions_out = versions_fn;
     pthread_mutex_unlock(&lock);
+    return st;
+}
+
+/* The CUDA backend and how many devices it sees. */
+static zt_status open_cuda_backend(const zt_device_backend **backend_out, int *n_devices, zt_error *err)
+{
+    zt_device_cuda_open_fn open_fn;
+    zt_device_cuda_versions_fn versions_fn;
+    *backend_out = NULL;
+    *n_devices = 0;
+    zt_status st = load_cuda_module(&open_fn, &versions_fn, err);
     return st == ZT_OK ? open_fn(backend_out, n_devices, err) : st;
+}
+
+zt_status zt_device_cuda_versions(zt_cuda_versions *out, zt_error *err)
+{
+    zt_device_cuda_open_fn open_fn;
+    zt_device_cuda_versions_fn versions_fn;
+    memset(out, 0, sizeof *out);
+    zt_status st = load_cuda_module(&open_fn, &versions_fn, err);
+    if (st == ZT_OK) versions_fn(out);
+    return st;
 }
 
 zt_status zt_device_cuda_count(int *n_devices, zt_error *err)

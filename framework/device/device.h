@@ -7,8 +7,9 @@
  *                            memory is ordinary host memory (nothing is ever transferred).
  *   framework/device/device_cuda.c  CUDA runs: the MODULE libzt-device-cuda.so, which links the CUDA
  *                            runtime so that zt-run and zt_core never do (they run where CUDA is
- *                            not installed). The runtime dlopens it for a CUDA run and calls its one
- *                            export, ZT_DEVICE_CUDA_ENTRY (docs/gpu.md): cudaSetDevice in init,
+ *                            not installed). The runtime dlopens it for a CUDA run and calls its
+ *                            export ZT_DEVICE_CUDA_ENTRY (docs/gpu.md; zt-run --env also asks
+ *                            ZT_DEVICE_CUDA_VERSIONS_ENTRY): cudaSetDevice in init,
  *                            the three streams, the cuBLASLt handle and its workspace in the
  *                            zt_device_ctx (shared by every plugin), stream-ordered cudaMallocAsync
  *                            on compute_stream for ZT_MEM_DEVICE (a free does not stall the host),
@@ -68,5 +69,22 @@ zt_status zt_device_cuda_count(int *n_devices, zt_error *err);
 #define ZT_DEVICE_CUDA_ENTRY "zt_device_cuda_open_v1"
 typedef zt_status (*zt_device_cuda_open_fn)(const zt_device_backend **backend, int *n_devices,
                                             zt_error *err);
+
+/* The CUDA stack as the module sees it, for zt-run --env (device/requirements.h judges it). Asking
+ * creates no CUDA context. */
+typedef struct zt_cuda_versions {
+    int runtime;            /* cudaRuntimeGetVersion of the runtime the module loaded (13000 = 13.0) */
+    int built;              /* CUDART_VERSION of the headers the module was compiled against */
+    int driver;             /* cudaDriverGetVersion: the newest CUDA the driver supports; 0: no driver */
+    char runtime_path[4096]; /* the libcudart file loaded */
+} zt_cuda_versions;
+
+/* The module's second export; ZT_DEVICE_CUDA_ENTRY's naming rule. */
+#define ZT_DEVICE_CUDA_VERSIONS_ENTRY "zt_device_cuda_versions_v1"
+typedef void (*zt_device_cuda_versions_fn)(zt_cuda_versions *out);
+
+/* Loads the CUDA backend as zt_device_cuda_count does (without looking for GPUs) and asks it. Fails
+ * with the reason when this build has no CUDA or the module or its libraries cannot be loaded. */
+zt_status zt_device_cuda_versions(zt_cuda_versions *out, zt_error *err);
 
 #endif

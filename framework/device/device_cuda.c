@@ -14,14 +14,23 @@
  * kernel contexts' own memory is; the dry-run estimate counts it in pool workspace
  * (framework/train/estimate.c). No plain cuBLAS handle is made: zt_device_ctx.cublas is reserved
  * (zt_host.h says why).
+ *
+ * What the CUDA stack must be (device/requirements.h) is checked where CUDA itself would fail later
+ * or with a vaguer message: a driver missing or too old for the runtime when no device is found, a
+ * GPU the kernels cannot run on in init. The words are zt-run --env's, which asks the versions
+ * through the second export.
  */
+#define _GNU_SOURCE /* dladdr */
 #include "device/device.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "device/requirements.h"
 
 /* Everything a failed CUDA call needs in its message: the call, CUDA's words and the error's name. */
 static zt_status cuda_failed(zt_error *err, cudaError_t e, const char *call)
@@ -92,11 +101,18 @@ static zt_status cuda_init(int index, zt_device_ctx *ctx, zt_error *err)
     if ((e = cudaSetDevice(index)) != cudaSuccess) return cuda_failed(err, e, "cudaSetDevice");
     if ((e = cudaGetDeviceProperties(&prop, index)) != cudaSuccess)
         return cuda_failed(err, e, "cudaGetDeviceProperties");
-    if (prop.major < 8)
+    /* Before anything is made on it: a GPU the kernels cannot run on fails here with zt-run --env's
+     * words, not at the first kernel launch ("no kernel image is available"). */
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    char verdict[1024];
+    if (zt_cuda_gpu_verdict(prop.major, prop.minor, zt_cuda_architectures(), driver, runtime, verdict,
+                            sizeof verdict) != ZT_REQ_OK)
         return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "CUDA device %d (%s) has compute capability %d.%d, but zt's bf16 kernels need 8.0 "
-                            "or newer (A100, RTX 30xx and later); train on the CPU (device = cpu)",
-                            index, prop.name, prop.major, prop.minor);
+                            "CUDA device %d (%s), compute capability %d.%d: %s; train on another GPU or on the "
+                            "CPU (device = cpu); zt-run --env checks every GPU",
+                            index, prop.name, prop.major, prop.minor, verdict);
     int pools = 0;
     cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, index);
     if (!pools)
@@ -217,6 +233,19 @@ static const zt_device_backend k_cuda_backend = {
 
 __attribute__((visibility("default"))) zt_status zt_device_cuda_open_v1(const zt_device_backend **backend,
                                                                         int *n_devices, zt_error *err);
+__attribute__((visibility("default"))) void zt_device_cuda_versions_v1(zt_cuda_versions *out);
+
+void zt_device_cuda_versions_v1(zt_cuda_versions *out)
+{
+    memset(out, 0, sizeof *out);
+    if (cudaRuntimeGetVersion(&out->runtime) != cudaSuccess) out->runtime = 0;
+    if (cudaDriverGetVersion(&out->driver) != cudaSuccess) out->driver = 0;
+    out->built = CUDART_VERSION;
+    Dl_info info;
+    if (dladdr((void *)cudaRuntimeGetVersion, &info) && info.dli_fname)
+        snprintf(out->runtime_path, sizeof out->runtime_path, "%s", info.dli_fname);
+    cudaGetLastError();
+}
 
 zt_status zt_device_cuda_open_v1(const zt_device_backend **backend, int *n_devices, zt_error *err)
 {
@@ -226,6 +255,21 @@ zt_status zt_device_cuda_open_v1(const zt_device_backend **backend, int *n_devic
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         cudaGetLastError();
+        /* No driver and a driver older than the runtime both come back as cudaErrorInsufficientDriver
+         * (35); the versions tell them apart, in zt-run --env's words. */
+        int driver = 0, runtime = 0;
+        cudaDriverGetVersion(&driver);
+        cudaRuntimeGetVersion(&runtime);
+        char verdict[768];
+        int driver_state = zt_cuda_driver_verdict(driver, runtime, verdict, sizeof verdict);
+        if (driver_state == ZT_REQ_MISSING)
+            return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                                "no CUDA device: CUDA driver %s (check that `nvidia-smi` lists a GPU), or train on "
+                                "the CPU (device = cpu)", verdict);
+        if (driver_state != ZT_REQ_OK)
+            return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                                "the NVIDIA driver cannot run zt's CUDA runtime: CUDA driver: %s. zt-run --env "
+                                "shows every version; or train on the CPU (device = cpu)", verdict);
         char why[256];
         if (e != cudaSuccess)
             snprintf(why, sizeof why, "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e),

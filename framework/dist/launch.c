@@ -23,6 +23,7 @@
 #include "base/module.h"
 #include "dist/comm_mpi.h"
 #include "dist/comm_nccl.h"
+#include "dist/requirements.h"
 
 #if !defined(ZT_HAVE_MPI_BACKEND) || !defined(ZT_HAVE_NCCL_BACKEND)
 #error "ZT_HAVE_MPI_BACKEND and ZT_HAVE_NCCL_BACKEND must be defined (framework/CMakeLists.txt)"
@@ -377,12 +378,19 @@ static zt_status load_nccl_module(int32_t world, const char *launcher, nccl_modu
     }
     /* Never closed: NCCL's threads live as long as the process. */
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    char why[2048], too_old[4096]; /* an older NCCL lacks the calls the backend makes: say so in --env's words */
+    const char *load_error = lib ? "" : dlerror(); /* read before the check's own dlopen */
+    snprintf(why, sizeof why, "%s", load_error ? load_error : "unknown dlopen error");
+    if (!lib && zt_nccl_too_old(too_old, sizeof too_old))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "this run has %d ranks (from %s) on GPUs, which talk through NCCL: %s", world, launcher,
+                            too_old);
     if (!lib)
         return zt_error_set(err, ZT_ERR_NOT_FOUND,
                             "this run has %d ranks (from %s) on GPUs but zt's NCCL backend %s%s cannot be loaded: "
                             "%s\nInstall the NCCL it was built with (libnccl2, or the pip package "
                             "nvidia-nccl-cu12 with its lib/ on LD_LIBRARY_PATH)", world, launcher, path,
-                            chosen ? " (ZT_COMM_NCCL_LIBRARY)" : "", dlerror());
+                            chosen ? " (ZT_COMM_NCCL_LIBRARY)" : "", why);
     out->unique_id = (zt_comm_nccl_unique_id_fn)dlsym(lib, ZT_COMM_NCCL_ID_ENTRY);
     out->create = (zt_comm_nccl_create_fn)dlsym(lib, ZT_COMM_NCCL_ENTRY);
     if (!out->unique_id || !out->create) {
@@ -535,12 +543,18 @@ static zt_status load_mpi_backend(const zt_launch *launch, double timeout_s, zt_
     }
     /* Never closed: MPI cannot be unloaded and started again, and the process ends soon after. */
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    char why[2048], too_old[4096]; /* an MPI-2 library lacks the calls the backend makes: say so in --env's words */
+    const char *load_error = lib ? "" : dlerror(); /* read before the check's own dlopen */
+    snprintf(why, sizeof why, "%s", load_error ? load_error : "unknown dlopen error");
+    if (!lib && zt_mpi_too_old(too_old, sizeof too_old))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED, "this run has %d ranks (from %s), which talk through MPI: %s",
+                            launch->world_size, launch->launcher, too_old);
     if (!lib)
         return zt_error_set(err, ZT_ERR_NOT_FOUND,
                             "this run has %d ranks (from %s) but zt's MPI backend %s%s cannot be loaded: %s\n"
                             "Install the MPI it was built with (Debian/Ubuntu: apt-get install openmpi-bin), "
                             "or rebuild zt against the MPI installed here", launch->world_size,
-                            launch->launcher, path, chosen ? " (ZT_COMM_MPI_LIBRARY)" : "", dlerror());
+                            launch->launcher, path, chosen ? " (ZT_COMM_MPI_LIBRARY)" : "", why);
     zt_comm_mpi_create_fn create = (zt_comm_mpi_create_fn)dlsym(lib, ZT_COMM_MPI_ENTRY);
     if (!create) {
         dlclose(lib);

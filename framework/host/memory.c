@@ -1,6 +1,7 @@
 /* Memory accounting behind zt_host.alloc and the host's own allocations: counters per (pool, where)
  * with peaks, optional limits per side (host and pinned memory against one, device memory against
- * the other), the table of live allocations, and out-of-memory messages that name the pool. */
+ * the other), the table of live allocations, and out-of-memory messages that name the pool. Also
+ * what the machine has (zt_machine_memory_read), for the estimate's check before a run allocates. */
 #define _POSIX_C_SOURCE 200809L /* posix_memalign */
 #include <pthread.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "config/config.h"
 #include "host/runtime_internal.h"
 
 static int side_of(int where) { return where == ZT_MEM_DEVICE ? SIDE_DEVICE : SIDE_HOST; }
@@ -345,3 +347,68 @@ void rt_release_leaks(zt_runtime *rt)
     if (n > SHOWN) zt_log(ZT_LOG_WARN, "  and %zu more", n - SHOWN);
 }
 
+
+/* ---- the machine's memory ------------------------------------------------------------------- */
+
+/* The number of kB on the "key: N kB" line of /proc/meminfo; 0 when absent. */
+static uint64_t meminfo_kb(const char *text, const char *key)
+{
+    size_t n = strlen(key);
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (!strncmp(line, key, n) && line[n] == ':') return strtoull(line + n + 1, NULL, 10);
+    return 0;
+}
+
+/* A cgroup v2 file holding one number ("max" or absent: 0). */
+static uint64_t cgroup_number(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char text[64] = "";
+    int ok = fgets(text, sizeof text, f) != NULL;
+    fclose(f);
+    return ok && text[0] >= '0' && text[0] <= '9' ? strtoull(text, NULL, 10) : 0;
+}
+
+zt_status zt_machine_memory_read(zt_machine_memory *out, zt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *given = getenv("ZT_HOST_MEM_AVAILABLE");
+    if (given && *given) {
+        int64_t bytes = 0;
+        if (!zt_config_parse_bytes(given, &bytes) || bytes <= 0)
+            return zt_error_set(err, ZT_ERR_INVALID_ARG,
+                                "ZT_HOST_MEM_AVAILABLE is \"%s\", which is not a byte size: give one such as "
+                                "\"64GiB\" or \"512M\" (K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB "
+                                "of 1000), or unset it to use this machine's memory", given);
+        out->available = out->total = (uint64_t)bytes;
+        out->overridden = 1;
+        snprintf(out->source, sizeof out->source, "ZT_HOST_MEM_AVAILABLE");
+        return ZT_OK;
+    }
+    char text[8192];
+    FILE *f = fopen("/proc/meminfo", "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    uint64_t available = meminfo_kb(text, "MemAvailable") * 1024, total = meminfo_kb(text, "MemTotal") * 1024;
+    if (!available)
+        return zt_error_set(err, ZT_ERR_IO,
+                            "cannot tell how much host memory this machine has: /proc/meminfo %s; set "
+                            "ZT_HOST_MEM_AVAILABLE to the memory the run may use (e.g. \"64GiB\")",
+                            f ? "has no MemAvailable line" : "cannot be read");
+    out->available = available;
+    out->total = total;
+    snprintf(out->source, sizeof out->source, "MemAvailable in /proc/meminfo");
+    /* In a container, the cgroup's limit is what the ranks can have, whatever the machine holds. */
+    uint64_t limit = cgroup_number("/sys/fs/cgroup/memory.max"), used = cgroup_number("/sys/fs/cgroup/memory.current");
+    if (limit) {
+        uint64_t left = limit > used ? limit - used : 0;
+        if (left < out->available) {
+            out->available = left;
+            snprintf(out->source, sizeof out->source, "this cgroup's memory.max less its memory.current");
+        }
+        if (!out->total || limit < out->total) out->total = limit;
+    }
+    return ZT_OK;
+}

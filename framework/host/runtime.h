@@ -51,6 +51,21 @@ const char *zt_pool_name(int pool);
 void zt_runtime_set_memory_note(zt_runtime *rt, const char *note);
 const char *zt_mem_where_name(int where);
 
+/* The host memory this machine has for a run's ranks (memory.c), which the estimate compares the
+ * ranks' host pools with (train/estimate.h). */
+typedef struct zt_machine_memory {
+    uint64_t available; /* what new allocations can have */
+    uint64_t total;     /* MemTotal, or a lower cgroup limit; 0 when not known */
+    int overridden;     /* 1: from ZT_HOST_MEM_AVAILABLE */
+    char source[160];   /* where `available` comes from, for messages */
+} zt_machine_memory;
+
+/* ZT_HOST_MEM_AVAILABLE when set (a byte size such as "64GiB": a test and debug knob, and the memory
+ * of the machine a dry run is for when it is not this one; docs/zero.md), else MemAvailable of
+ * /proc/meminfo, lowered to what a cgroup v2 limit leaves this process (memory.max minus
+ * memory.current). Errors: a ZT_HOST_MEM_AVAILABLE that is no byte size, or no /proc/meminfo. */
+zt_status zt_machine_memory_read(zt_machine_memory *out, zt_error *err);
+
 /* Copy between host and device memory of this run, ordered on the device's compute stream (on the
  * CPU: done on return), and wait for that stream. */
 zt_status zt_runtime_memcpy(zt_runtime *rt, void *dst, const void *src, uint64_t bytes, zt_error *err);

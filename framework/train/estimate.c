@@ -5,9 +5,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/fileio.h"
 #include "base/json.h"
+#include "base/log.h"
 #include "host/select.h"
 
 #define OFFLOAD_OPTIMIZER_KEY "zero_optimization.offload_optimizer.device"
@@ -174,6 +176,14 @@ static void find_gpu_limit(const zt_dry_run_request *req, gpu_limit *out)
     }
 }
 
+/* What the host side is compared with: the machine's memory, for all of the run's ranks on it. */
+typedef struct host_limit {
+    double bytes;        /* available; 0: not known (nothing is compared) */
+    int32_t local_ranks; /* the run's ranks on this machine */
+    int enforced;        /* 0: a GPU run that cannot start here, and no ZT_HOST_MEM_AVAILABLE */
+    char label[224];     /* "the 22.7 GiB available (MemAvailable in /proc/meminfo)" */
+} host_limit;
+
 /* Everything one estimate needs: the rows and the inputs they were computed from. */
 typedef struct estimate_set {
     estimate_row rows[N_ALTERNATIVES + 1];
@@ -183,7 +193,35 @@ typedef struct estimate_set {
     int32_t recompute;
     int gpu;
     gpu_limit limit;
+    host_limit host;
 } estimate_set;
+
+/* The machine's memory. A GPU run estimated where it cannot start (a CPU runtime) is not for this
+ * machine, so its host side is compared but not enforced, unless ZT_HOST_MEM_AVAILABLE says what the
+ * machine it is for has. Only a bad ZT_HOST_MEM_AVAILABLE is an error; memory that cannot be read is
+ * not compared. */
+static zt_status find_host_limit(const zt_dry_run_request *req, estimate_set *e, zt_error *err)
+{
+    zt_machine_memory mm;
+    zt_error why;
+    zt_status st = zt_machine_memory_read(&mm, &why);
+    if (st == ZT_ERR_INVALID_ARG) return zt_error_set(err, st, "%s", why.msg);
+    int elsewhere = e->gpu && req->plugins->by_kind[ZT_KIND_ZERO].host->device->device_type == ZT_DEVICE_CPU;
+    char b[32];
+    if (st != ZT_OK) {
+        e->host.bytes = 0;
+        snprintf(e->host.label, sizeof e->host.label, "unknown: %.180s", why.msg);
+        return ZT_OK;
+    }
+    e->host.bytes = (double)mm.available;
+    e->host.enforced = mm.overridden || !elsewhere;
+    if (mm.overridden)
+        snprintf(e->host.label, sizeof e->host.label, "the %s of ZT_HOST_MEM_AVAILABLE", human(e->host.bytes, b));
+    else
+        snprintf(e->host.label, sizeof e->host.label, "the %s available (%s)", human(e->host.bytes, b),
+                 mm.source);
+    return ZT_OK;
+}
 
 static double row_total(const estimate_row *row, int device)
 {
@@ -193,6 +231,23 @@ static double row_total(const estimate_row *row, int device)
 static int row_fits(const estimate_set *e, const estimate_row *row)
 {
     return !row->problem[0] && row_total(row, 1) <= e->limit.bytes;
+}
+
+/* The host memory of the run's ranks on this machine. */
+static double machine_total(const estimate_set *e, const estimate_row *row)
+{
+    return (double)e->host.local_ranks * row_total(row, 0);
+}
+
+static int row_fits_host(const estimate_set *e, const estimate_row *row)
+{
+    return !row->problem[0] && (!e->host.bytes || machine_total(e, row) <= e->host.bytes);
+}
+
+/* What the chosen configuration must fit: the GPU on GPU runs, and the machine's memory. */
+static int row_fits_all(const estimate_set *e, const estimate_row *row)
+{
+    return (!e->gpu || row_fits(e, row)) && row_fits_host(e, row);
 }
 
 /* "zero2", "zero3 with offload_param.device=cpu and offload_optimizer.device=cpu" */
@@ -287,7 +342,8 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
     zt_config_drop_puts(req->cfg, ALTERNATIVE_ORIGIN);
     if (zt_config_validate(req->cfg, err) != ZT_OK) return err ? err->status : ZT_ERR_CONFIG;
     if (e->gpu) find_gpu_limit(req, &e->limit);
-    return ZT_OK;
+    e->host.local_ranks = 1;
+    return find_host_limit(req, e, err);
 }
 
 /* "params 12.6 GiB, grads 771 MiB, ...": a side's pools, for messages. */
@@ -338,23 +394,31 @@ static void fit_message(const estimate_set *e, char *out, size_t cap)
     if (used < cap)
         used += (size_t)snprintf(out + used, cap - used, ".\nEstimate per GPU: %s (total %s); host: %s.", dev,
                                  human(total, t), host);
-    /* The first that fits, preferring less offload (faster), then the lower stage (less traffic). */
+    /* The first that fits, preferring less offload (faster), then the lower stage (less traffic);
+     * first among those that also fit the machine's memory (when it is this run's machine). */
     const estimate_row *best = NULL, *smallest = NULL;
-    for (int level = 0; level <= 2 && !best; level++)
-        for (int r = 1; r < e->n_rows && !best; r++) {
-            const estimate_row *row = &e->rows[r];
-            if (row->offload_optimizer + row->offload_param == level && row_fits(e, row)) best = row;
-        }
+    for (int pass = 0; pass < 2 && !best; pass++)
+        for (int level = 0; level <= 2 && !best; level++)
+            for (int r = 1; r < e->n_rows && !best; r++) {
+                const estimate_row *row = &e->rows[r];
+                if (row->offload_optimizer + row->offload_param == level && row_fits(e, row) &&
+                    (pass || !e->host.enforced || row_fits_host(e, row)))
+                    best = row;
+            }
     for (int r = 0; r < e->n_rows; r++)
         if (!e->rows[r].problem[0] && (!smallest || row_total(&e->rows[r], 1) < row_total(smallest, 1)))
             smallest = &e->rows[r];
     if (used >= cap) return;
     if (best) {
-        char how[320];
+        char how[320], host_note[384] = "", m[32];
+        if (e->host.enforced && !row_fits_host(e, best))
+            snprintf(host_note, sizeof host_note, "; but for %d rank%s on this machine that is %s of host memory, "
+                     "more than %s", (int)e->host.local_ranks, e->host.local_ranks == 1 ? "" : "s",
+                     human(machine_total(e, best), m), e->host.label);
         snprintf(out + used, cap - used,
-                 "\nA configuration that fits: %s: about %s per GPU (host %s); %s. Every stage and offload choice: "
+                 "\nA configuration that fits: %s: about %s per GPU (host %s%s); %s. Every stage and offload choice: "
                  "add --dry-run.",
-                 row_name(best, name), human(row_total(best, 1), t), human(row_total(best, 0), b),
+                 row_name(best, name), human(row_total(best, 1), t), human(row_total(best, 0), b), host_note,
                  row_how(best, how, sizeof how));
     } else {
         snprintf(out + used, cap - used,
@@ -366,10 +430,80 @@ static void fit_message(const estimate_set *e, char *out, size_t cap)
     }
 }
 
+/* The message when the chosen configuration's ranks on this machine need more host memory than it
+ * has, with a configuration that fits (the GPU too on GPU runs) and the fixes. */
+static void host_fit_message(const estimate_set *e, char *out, size_t cap)
+{
+    const estimate_row *chosen = &e->rows[0];
+    char name[160], t[32], m[32], pools[512];
+    int n = (int)e->host.local_ranks, d = (int)e->in.dp_size;
+    pools_text(chosen->mem.host, pools, sizeof pools);
+    char ranks[96] = "";
+    if (n > 1)
+        snprintf(ranks, sizeof ranks, ", %s for the %d ranks on this machine", human(machine_total(e, chosen), m), n);
+    size_t used = (size_t)snprintf(out, cap,
+                                   "%s on %d data-parallel rank%s needs about %s of host memory per rank (%s%s)%s, "
+                                   "more than %s",
+                                   row_name(chosen, name), d, d == 1 ? "" : "s", human(row_total(chosen, 0), t), pools,
+                                   e->gpu ? "; the offloaded state, page-locked when its pin_memory is true" : "",
+                                   ranks, e->host.label);
+    /* GPU runs: of those that fit both, the one needing the least GPU memory (the run offloaded to
+     * save it); CPU runs: the least offload, then the lowest stage, as for the GPU. */
+    const estimate_row *best = NULL;
+    for (int level = 0; level <= 2 && (!best || e->gpu); level++)
+        for (int r = 1; r < e->n_rows; r++) {
+            const estimate_row *row = &e->rows[r];
+            if (row->offload_optimizer + row->offload_param != level || !row_fits_all(e, row)) continue;
+            if (!best || (e->gpu && row_total(row, 1) < row_total(best, 1))) best = row;
+        }
+    if (used >= cap) return;
+    if (best) {
+        char how[320], b[32], host[96], g[64] = "";
+        if (e->gpu) snprintf(g, sizeof g, ", %s per GPU", human(row_total(best, 1), t));
+        if (row_total(best, 0) > 0)
+            snprintf(host, sizeof host, "about %s of host memory per rank (%s for %d rank%s)",
+                     human(row_total(best, 0), b), human(machine_total(e, best), m), n, n == 1 ? "" : "s");
+        else
+            snprintf(host, sizeof host, "nothing in host memory");
+        used += (size_t)snprintf(out + used, cap - used, ".\nA configuration that fits: %s: %s%s; %s",
+                                 row_name(best, name), host, g, row_how(best, how, sizeof how));
+    } else {
+        used += (size_t)snprintf(out + used, cap - used, ".\nNo ZeRO stage or offload choice fits%s at %d rank%s on "
+                                 "this machine", e->gpu ? " both the GPU and the host" : "", n, n == 1 ? "" : "s");
+    }
+    if (used >= cap) return;
+    snprintf(out + used, cap - used,
+             ".\nTo fit: %s%suse a machine with more memory, or free memory here. Every stage and offload choice: "
+             "add --dry-run", n > 1 ? "run fewer ranks on this machine (spread them over more machines), " : "",
+             e->gpu ? "offload less to the CPU (zero_optimization.offload_param.device and "
+                      "offload_optimizer.device = \"none\"), "
+                    : "use a higher zero_optimization.stage (less state repeated on every rank) or a smaller "
+                      "train_micro_batch_size_per_gpu, ");
+}
+
+/* The line under the tables: the chosen configuration's host memory on this machine. */
+static void print_machine(FILE *out, const estimate_set *e)
+{
+    const estimate_row *chosen = &e->rows[0];
+    char t[32], m[32];
+    int n = (int)e->host.local_ranks;
+    if (!e->host.bytes) {
+        fprintf(out, "\nHost memory of this machine: not compared (%s).\n", e->host.label);
+        return;
+    }
+    fprintf(out, "\nHost memory of this machine: %d rank%s x %s (this run's configuration) = %s, %s %s%s\n", n,
+            n == 1 ? "" : "s", human(row_total(chosen, 0), t), human(machine_total(e, chosen), m),
+            row_fits_host(e, chosen) ? "within" : "more than", e->host.label,
+            e->host.enforced ? (row_fits_host(e, chosen) ? ": fits." : ": does not fit.")
+                             : (row_fits_host(e, chosen) ? "." : "; not enforced: this GPU run cannot start here, so "
+                                "this is not its machine (ZT_HOST_MEM_AVAILABLE=SIZE checks against the memory of "
+                                "the machine it is for)."));
+}
+
 static void print_side(FILE *out, const char *title, const estimate_set *e, int device)
 {
     static const char *const headers[N_POOLS] = {"params", "grads", "optimizer", "activations", "workspace", "comm"};
-    int show_fit = device && e->gpu;
+    int show_fit = device ? e->gpu : e->host.bytes > 0;
     fprintf(out, "%s\n  %-6s %-18s", title, "stage", "offload (opt/param)");
     for (int p = 0; p < N_POOLS; p++) fprintf(out, " %11s", headers[p]);
     fprintf(out, " %11s%s\n", "total", show_fit ? "  fits" : "");
@@ -387,7 +521,7 @@ static void print_side(FILE *out, const char *title, const estimate_set *e, int 
         char b[32];
         for (int p = 0; p < N_POOLS; p++) fprintf(out, " %11s", human(pools[k_pools[p]], b));
         fprintf(out, " %11s", human(side_total(pools), b));
-        if (show_fit) fprintf(out, "  %s", row_fits(e, row) ? "yes" : "no");
+        if (show_fit) fprintf(out, "  %s", (device ? row_fits(e, row) : row_fits_host(e, row)) ? "yes" : "no");
         fputc('\n', out);
     }
 }
@@ -416,6 +550,10 @@ static zt_status write_json(const zt_dry_run_request *req, const estimate_set *e
         zt_json_write_string(f, e->limit.label, strlen(e->limit.label));
         fputc(',', f);
     }
+    fprintf(f, "\"local_ranks\":%d,\"host_limit\":%.0f,\"host_limit_enforced\":%s,\"host_limit_source\":",
+            (int)e->host.local_ranks, e->host.bytes, e->host.enforced ? "true" : "false");
+    zt_json_write_string(f, e->host.label, strlen(e->host.label));
+    fputc(',', f);
     fputs("\"rows\":[", f);
     for (int r = 0; r < e->n_rows; r++) {
         const estimate_row *row = &e->rows[r];
@@ -431,6 +569,7 @@ static zt_status write_json(const zt_dry_run_request *req, const estimate_set *e
             fputc(',', f);
             json_side(f, "host", row->mem.host);
             if (e->gpu) fprintf(f, ",\"fits\":%s", row_fits(e, row) ? "true" : "false");
+            if (e->host.bytes) fprintf(f, ",\"fits_host\":%s", row_fits_host(e, row) ? "true" : "false");
         }
         fputc('}', f);
     }
@@ -444,6 +583,75 @@ static zt_status write_json(const zt_dry_run_request *req, const estimate_set *e
     return st;
 }
 
+/* ---- the ranks on this machine ------------------------------------------------------------------ */
+
+/* A dry run's: req->local_ranks, else what the launcher says share this machine, else all of them
+ * (--nproc N starts them here). */
+static int32_t dry_run_local_ranks(const zt_dry_run_request *req)
+{
+    if (req->local_ranks > 0) return req->local_ranks;
+    if (req->plugins->by_kind[ZT_KIND_ZERO].host->world_size > 1) {
+        static const char *const vars[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+        for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+            const char *v = getenv(vars[i]);
+            char *end;
+            long n = v ? strtol(v, &end, 10) : 0;
+            if (v && *v && !*end && n > 0) return n < req->dp_size ? (int32_t)n : req->dp_size;
+        }
+    }
+    return req->dp_size;
+}
+
+/* This machine as the ranks that share its memory see it: its host name and the kernel's boot id. */
+static int64_t machine_id(void)
+{
+    char text[512] = "";
+    if (gethostname(text, 256) != 0) text[0] = '\0';
+    text[256] = '\0';
+    size_t n = strlen(text);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(text + n, (int)(sizeof text - n), f)) text[n] = '\0';
+        fclose(f);
+    }
+    uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
+    for (const char *c = text; *c; c++) h = (h ^ (unsigned char)*c) * UINT64_C(1099511628211);
+    return (int64_t)(h >> 1);
+}
+
+/* A run's: the launched ranks with this machine's id, over "world"; every rank takes the most memory
+ * any of them read (each read it before this collective, so before any allocated its model). */
+static zt_status count_local_ranks(const zt_dry_run_request *req, estimate_set *e, zt_error *err)
+{
+    const zt_host *host = req->plugins->by_kind[ZT_KIND_ZERO].host;
+    e->host.local_ranks = 1;
+    if (host->world_size <= 1) return ZT_OK;
+    zt_group world;
+    int64_t mine[2] = {machine_id(), (int64_t)e->host.bytes};
+    int64_t *all = calloc((size_t)host->world_size * 2, sizeof *all);
+    if (!all) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory counting the ranks on this machine");
+    zt_status st = host->group_get(host->ctx, "world", &world);
+    if (st == ZT_OK) st = host->all_gather(host->ctx, &world, mine, all, 2, ZT_I64, NULL);
+    if (st != ZT_OK) {
+        zt_status reported;
+        const char *msg = zt_runtime_take_error(host, &reported);
+        free(all);
+        return zt_error_set(err, st, "cannot count the ranks on this machine for the host-memory check: %s",
+                            msg[0] ? msg : zt_status_name(st));
+    }
+    int32_t n = 0;
+    for (int32_t r = 0; r < host->world_size; r++) {
+        if (all[2 * r] != mine[0]) continue;
+        n++;
+        if ((double)all[2 * r + 1] > e->host.bytes) e->host.bytes = (double)all[2 * r + 1];
+    }
+    free(all);
+    e->host.local_ranks = n > 0 ? n : 1;
+    return ZT_OK;
+}
+
+/* ---- the dry run and the check ------------------------------------------------------------------- */
+
 zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
 {
     estimate_set *e = calloc(1, sizeof *e);
@@ -453,6 +661,7 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
         free(e);
         return st;
     }
+    e->host.local_ranks = dry_run_local_ranks(req);
     const zt_loaded_plugin *model = &req->plugins->by_kind[ZT_KIND_MODEL];
     const zt_loaded_plugin *opt = &req->plugins->by_kind[ZT_KIND_OPTIMIZER];
     const zt_loaded_plugin *zero = &req->plugins->by_kind[ZT_KIND_ZERO];
@@ -469,27 +678,46 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
                      "Not estimated:\nthe CUDA context (about 0.5 GiB per GPU, outside zt's pools) and small tables "
                      "(pool other)."
                    : "Not estimated: the model's scratch (pool workspace)\nand small tables (pool other).");
+    char fits[400] = "", title[640];
+    if (e->host.bytes)
+        snprintf(fits, sizeof fits, "; fits: %d rank%s on this machine within %s", (int)e->host.local_ranks,
+                 e->host.local_ranks == 1 ? "" : "s", e->host.label);
     if (e->gpu) {
-        char title[256];
         snprintf(title, sizeof title, "GPU memory per rank (fits: within %s):", e->limit.label);
         print_side(out, title, e, 1);
         fputc('\n', out);
-        print_side(out, "Host memory per rank (offloaded state, pinned):", e, 0);
+        snprintf(title, sizeof title, "Host memory per rank (offloaded state, pinned%s):", fits);
+        print_side(out, title, e, 0);
     } else {
-        print_side(out, "Host memory per rank (this run computes on the CPU, where offload moves nothing):", e, 0);
-        if (req->settings->gpu_mem_limit > 0)
-            fprintf(out, "\ngpu_mem_limit caps GPU memory; this run computes on the CPU, so it does not apply.\n");
+        snprintf(title, sizeof title,
+                 "Host memory per rank (this run computes on the CPU, where offload moves nothing%s):", fits);
+        print_side(out, title, e, 0);
     }
+    print_machine(out, e);
+    if (!e->gpu && req->settings->gpu_mem_limit > 0)
+        fprintf(out, "\ngpu_mem_limit caps GPU memory; this run computes on the CPU, so it does not apply.\n");
     fflush(out);
     st = req->json_path ? write_json(req, e, err) : ZT_OK;
-    if (st == ZT_OK && e->gpu && e->limit.enforced && !row_fits(e, &e->rows[0])) {
+    const estimate_row *chosen = &e->rows[0];
+    int gpu_short = e->gpu && e->limit.enforced && !row_fits(e, chosen);
+    int host_short = e->host.enforced && !row_fits_host(e, chosen);
+    if (st == ZT_OK && (gpu_short || host_short)) {
         char *msg = malloc(ZT_ERROR_MSG_MAX);
         if (!msg) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory estimating memory");
-        else {
+        else if (gpu_short) {
             fit_message(e, msg, ZT_ERROR_MSG_MAX);
             st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of GPU memory (estimated): %s", msg);
-            free(msg);
+            if (host_short) {
+                char t[32];
+                zt_error_append(err, "\nThe host memory does not fit either: %d rank%s on this machine need %s, more "
+                                "than %s.", (int)e->host.local_ranks, e->host.local_ranks == 1 ? "" : "s",
+                                human(machine_total(e, chosen), t), e->host.label);
+            }
+        } else {
+            host_fit_message(e, msg, ZT_ERROR_MSG_MAX);
+            st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of host memory (estimated): %s.", msg);
         }
+        free(msg);
     }
     free(e);
     return st;
@@ -497,12 +725,25 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
 
 zt_status zt_memory_check(const zt_dry_run_request *req, zt_error *err)
 {
-    if (!req->gpu) return ZT_OK;
+    zt_machine_memory mm;
+    if (zt_machine_memory_read(&mm, err) == ZT_ERR_INVALID_ARG) return err->status; /* a bad ZT_HOST_MEM_AVAILABLE */
     estimate_set *e = calloc(1, sizeof *e);
     char *msg = malloc(ZT_ERROR_MSG_MAX);
     zt_status st = !e || !msg ? zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory estimating memory")
                               : compute_rows(req, e, err);
-    if (st == ZT_OK) {
+    /* A CPU run's zero plugin need not estimate (zt_zero_ops.estimate may be NULL there): without an
+     * estimate the run goes on unchecked, saying so. Every rank finds the same, so none waits in the
+     * collective below alone. */
+    if (st != ZT_OK && st != ZT_ERR_OUT_OF_MEMORY && !req->gpu) {
+        zt_log(ZT_LOG_WARN, "the host-memory check before the run is skipped: %s", err->msg);
+        zt_error_clear(err);
+        free(msg);
+        free(e);
+        return ZT_OK;
+    }
+    /* Every rank gets here (the collective), whatever it found; then each decides alike. */
+    if (st == ZT_OK) st = count_local_ranks(req, e, err);
+    if (st == ZT_OK && req->gpu) {
         const estimate_row *chosen = &e->rows[0];
         char dev[512], t[32];
         pools_text(chosen->mem.device, dev, sizeof dev);
@@ -525,6 +766,11 @@ zt_status zt_memory_check(const zt_dry_run_request *req, zt_error *err)
             st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY,
                               "out of GPU memory, found before allocating anything (from the estimate): %s", msg);
         }
+    }
+    if (st == ZT_OK && e->host.enforced && !row_fits_host(e, &e->rows[0])) {
+        host_fit_message(e, msg, ZT_ERROR_MSG_MAX);
+        st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY,
+                          "out of host memory, found before allocating anything (from the estimate): %s.", msg);
     }
     free(msg);
     free(e);

@@ -9,6 +9,12 @@
  * (zt_estimate_activations). Workspace: on GPU runs the model's scratch, the kernels' context
  * scratch and cuBLASLt's workspace from the model's shapes (zt_estimate_workspace); on the CPU not
  * estimated. Never estimated: small tables (pool other), the CUDA context.
+ *
+ * Host memory is per machine: the host pools of one rank (on GPU runs the offloaded state, mostly
+ * pinned; on CPU runs everything) times the run's ranks on this machine, against what the machine
+ * has (zt_machine_memory_read: MemAvailable, a cgroup limit, or ZT_HOST_MEM_AVAILABLE). Page-locked
+ * memory cannot be swapped out, so it must fit in RAM; cudaHostAlloc does not count against
+ * RLIMIT_MEMLOCK (the NVIDIA driver locks it), so that limit is not compared.
  */
 #ifndef ZT_FRAMEWORK_ESTIMATE_H
 #define ZT_FRAMEWORK_ESTIMATE_H
@@ -54,20 +60,29 @@ typedef struct zt_dry_run_request {
     int gpu;                      /* 1: estimate a GPU run (bf16 compute). The runtime may be a CPU one
                                      (a dry run where no GPU is present): the model then reported fp32
                                      activation sizes, which the estimator halves */
+    int32_t local_ranks;          /* zt_dry_run: the ranks on this machine; 0: all dp_size of them (what
+                                     --nproc N starts), or the launcher's local world size (torchrun's
+                                     LOCAL_WORLD_SIZE, mpirun's OMPI_COMM_WORLD_LOCAL_SIZE). Ignored by
+                                     zt_memory_check, which counts the launched ranks sharing this host */
 } zt_dry_run_request;
 
 /* Print the table to `out` (and write json_path). Errors: a plugin's estimate failing for the chosen
  * configuration, or the JSON file not written; ZT_ERR_OUT_OF_MEMORY (after the table) when a GPU
- * run's configuration does not fit under gpu_mem_limit or the GPU's memory, with the message of
- * zt_memory_check. A row of another stage whose plugin cannot be loaded or initialized is printed
- * with the reason instead of numbers. */
+ * run's configuration does not fit under gpu_mem_limit or the GPU's memory, or when the host memory
+ * of the ranks on this machine does not fit in what it has, with the message of zt_memory_check. The
+ * host side of a GPU run that cannot start here (no GPU) is shown but not enforced unless
+ * ZT_HOST_MEM_AVAILABLE says what the machine it is for has. A bad ZT_HOST_MEM_AVAILABLE is an
+ * error. A row of another stage whose plugin cannot be loaded or initialized is printed with the
+ * reason instead of numbers. */
 zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err);
 
-/* Before a GPU run allocates anything: estimate the chosen configuration (and the others, for a
- * suggestion), hand the estimate to the runtime for its out-of-memory message, and refuse the run
- * with ZT_ERR_OUT_OF_MEMORY when it does not fit under gpu_mem_limit (or the GPU's memory): the
- * message names the pool that overflows, the estimate by pool, and a configuration that fits.
- * ZT_OK without checking anything on CPU runs. */
+/* Before a run allocates anything, on every rank: estimate the chosen configuration (and the
+ * others, for a suggestion) and refuse the run with ZT_ERR_OUT_OF_MEMORY when it does not fit: a GPU
+ * run under gpu_mem_limit (or the GPU's memory), with the pool that overflows; any run when its ranks
+ * on this machine (counted over the "world" group: a collective) need more host memory than the
+ * machine has, with the estimate and the fix (fewer ranks per machine, less offload, more RAM). The
+ * machine's memory is read before the collective, so no rank has allocated its model yet. A GPU run
+ * also hands the estimate to the runtime for its out-of-memory message. */
 zt_status zt_memory_check(const zt_dry_run_request *req, zt_error *err);
 
 #endif

@@ -186,8 +186,9 @@ typedef struct zt_zero_ops {
     /* Memory this stage would need for `in`, for zt-run --dry-run. May be called with state from
      * init before setup (also on plugins initialized only to estimate another stage), and must not
      * allocate. [main thread]. [may be NULL] on CPU runs (--dry-run then says the plugin has no
-     * estimate); a GPU run needs it: before training, the host checks the estimate against the
-     * device's memory and refuses the run when the zero plugin cannot estimate. */
+     * estimate, and the host-memory check before a CPU run is skipped with a warning); a GPU run
+     * needs it: before training, the host checks the estimate against the device's memory (and the
+     * machine's host memory) and refuses the run when the zero plugin cannot estimate. */
     zt_status (*estimate)(void *state, const zt_estimate_in *in, zt_mem_estimate *out);
     /* ABI 1.1 [may be NULL] (the host calls it only when struct_size >= ZT_ZERO_OPS_SIZE_1_1 and it
      * is set): the coming step's arguments, before its first micro-batch, so a plugin can run the

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # zt-run --env against independent readings of the same facts: nproc, /proc/meminfo, pkg-config,
 # and Python's ctypes calling the CUDA driver and runtime, NCCL and MPI directly. Where a library is
-# absent, zt-run must say "not found" (never guess).
+# absent, zt-run must say "not found" (never guess). Then its requirements: here, each found library
+# judged against zt's minimum (NCCL 2.14, MPI 3.0) as the reference's version says it should be; with
+# the too-old stand-ins of $ZT_ABI_OLD_LIBS first on LD_LIBRARY_PATH (a CUDA 12.4 driver with a
+# compute capability 7.0 and an 8.0 GPU, NCCL 2.12.12, MPI-2.2), each verdict, exit status 1, and a
+# 2-rank CPU launch refused with --env's words.
 . "$ZT_TEST_LIB"
 . "$(dirname "$0")/abi_lib.sh"
 command -v python3 >/dev/null || skip "python3 is needed for the reference readings"
@@ -79,8 +83,77 @@ else:
     buf = ctypes.create_string_buffer(8193); n = ctypes.c_int()
     mpi.MPI_Get_library_version(buf, ctypes.byref(n))
     out("mpi", "  MPI:           " + buf.value.decode().split("\n")[0].strip())
+
+# The requirements: zt needs NCCL 2.14 and the MPI-3.0 standard (docs/cli.md, "What zt needs").
+if cuda is None:
+    out("gpus", "  GPUs:          none (no NVIDIA driver: libcuda.so.1 not found)")
+    out("gpu-runs", "  GPU runs:      no: ")
+if nccl is not None:
+    ok = (major, minor) >= (2, 14)
+    out("nccl-req", f"  NCCL:          {'ok' if ok else 'too old'}: " +
+        (f"{major}.{minor}.{patch} (need 2.14 or newer)" if ok else f"need 2.14, have {major}.{minor}.{patch} ("))
+if mpi is not None:
+    v, s = ctypes.c_int(), ctypes.c_int()
+    mpi.MPI_Get_version(ctypes.byref(v), ctypes.byref(s))
+    ok = (v.value, s.value) >= (3, 0)
+    out("mpi-req", "  MPI standard:  " + (f"ok: {v.value}.{s.value} (need 3.0 or newer)" if ok
+                                           else f"too old: need 3.0, have {v.value}.{s.value} ("))
+    if ok:
+        out("mpi-runs", "  CPU ranks:     yes (through MPI)")
 PY
-while IFS=$'\t' read -r key line; do has "$line"; done <"$scratch/expected"
+while IFS=$'\t' read -r key line; do
+    # CPU ranks need zt's MPI backend too, which a build without MPI's headers lacks.
+    [ "$key" = mpi-runs ] && [ ! -e "$(dirname "$ZT_RUN")/../lib/zt/libzt-comm-mpi.so" ] && continue
+    has "$line"
+done <"$scratch/expected"
+has "Requirements (what zt's runs need; docs/cli.md, \"What zt needs\")"
+has "  CPU runs:      yes"
+grep -q "too old" <<<"$(sed -n '/^Requirements/,/^Plugins/p' <<<"$env_out")" ||
+    has "  result:        ok: nothing found here is too old for zt"
+
+# The stand-ins: every verdict, the summary, and exit status 1.
+[ -d "$ZT_ABI_OLD_LIBS" ] || { echo "FAIL: no stand-in libraries in '$ZT_ABI_OLD_LIBS'"; exit 1; }
+expect_fail "  GPU 0:         Fake V100, compute capability 7.0: too old: need 8.0, have 7.0 (zt's CUDA kernels" \
+            "  GPU 1:         Fake A100, compute capability 8.0: ok: 8.0 (need 8.0 or newer)" \
+            "  NCCL:          2.12.12 (" \
+            "  NCCL:          too old: need 2.14, have 2.12.12 (zt's NCCL backend creates non-blocking communicators" \
+            "  MPI:           Fake MPI 1.6 (zt test, MPI-2.2) (" \
+            "  MPI standard:  too old: need 3.0, have 2.2 (zt's MPI backend waits through MPI_Iallreduce" \
+            "  CPU ranks:     no: " \
+            "  result:        too old or not supported here: " \
+            "too old or not supported for zt (see \"Requirements\" above)" \
+            -- env LD_LIBRARY_PATH="$ZT_ABI_OLD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+               "$ZT_RUN" --plugin-path "$abi_dir" --env
+expect_status 1
+old_out="$ZT_OUT"
+result=$(grep "^  result:" <<<"$old_out")
+for name in "GPU 0" "NCCL" "MPI standard"; do
+    grep -qF "$name" <<<"$result" || { echo "FAIL: '$name' missing from: $result"; zt_failures=$((zt_failures+1)); }
+done
+grep -qF "GPU 1" <<<"$result" && { echo "FAIL: GPU 1 (8.0) counted as a problem: $result"; zt_failures=$((zt_failures+1)); }
+# The driver for CUDA 12.4 against the runtime zt was built with: too old for CUDA 13, fine for 12.x
+# (minor version compatibility), and not compared by a build without CUDA.
+toolkit=$(sed -n 's/^  CUDA build:    CUDA \([0-9]*\)\..*/\1/p' <<<"$old_out")
+if [ -z "$toolkit" ]; then
+    want="  CUDA driver:   supports CUDA 12.4; not compared"
+elif [ "$toolkit" -ge 13 ]; then
+    want="  CUDA driver:   too old: need $toolkit.0, have 12.4 (the CUDA $toolkit."
+else
+    want="  CUDA driver:   ok: 12.4 (need 12.0 or newer"
+fi
+grep -qF -- "$want" <<<"$old_out" || { echo "FAIL: expected '$want' in:"; echo "$old_out"; zt_failures=$((zt_failures+1)); }
+
+# A run of 2 CPU ranks with the MPI-2.2 library: zt's MPI backend cannot load, and the launch says why
+# in --env's words (a build without the backend says it has none instead).
+if [ -e "$(dirname "$ZT_RUN")/../lib/zt/libzt-comm-mpi.so" ]; then
+    expect_fail "this run has 2 ranks (from ZT_WORLD_SIZE), which talk through MPI: Fake MPI 1.6" \
+                "implements the MPI standard 2.2: too old: need 3.0, have 2.2 (zt's MPI backend waits through" \
+        -- env LD_LIBRARY_PATH="$ZT_ABI_OLD_LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ZT_RANK=0 ZT_WORLD_SIZE=2 \
+           "$ZT_RUN" --set device=cpu --set model.hidden_size=64 --set model.intermediate_size=128 \
+           --set model.num_hidden_layers=1 --set model.num_attention_heads=4 --set model.vocab_size=256 \
+           --output-dir "$scratch/ranks" --dry-run
+    expect_status 1
+fi
 
 # sentencepiece's release: pkg-config, when the -dev package (and so the .pc file) is there.
 if pkg-config --exists sentencepiece 2>/dev/null; then

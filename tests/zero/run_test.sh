@@ -223,6 +223,32 @@ errors() {
     expect_fail "gpu_mem_limit" -- "$zt_run" "${common[@]}" --output-dir "$out/x" --gpu-mem-limit 12parsecs
 }
 
+# The host-memory check before a run counts the ranks that share this machine (a collective at
+# start-up): 2 ranks under mpirun with room for one rank's host memory and a half (ZT_HOST_MEM_AVAILABLE,
+# the per-rank figure from the dry run of the same command) are both refused before training, which a
+# rank counting only itself would not be; with room for two and a half they train.
+host_memory_ranks() {
+    zt_on 2 one-process
+    expect_ok -- "${CMD[@]}" --plugins zero2 --output-dir "$out/dry" --set steps=1 --dry-run --nproc 2
+    local per_rank batch
+    per_rank=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["rows"][0]["host"]["total"]))' \
+               "$out/dry/memory-estimate.json")
+    read -ra batch <<<"${batch_of[2]}"
+    local ranks=("$mpiexec" -np 2 --oversubscribe --allow-run-as-root -x ZT_HOST_MEM_AVAILABLE "$zt_run" "${common[@]}"
+                 "${batch[@]}" --plugins zero2 --set steps=1)
+    expect_fail "out of host memory, found before allocating anything (from the estimate): zero2 on 2 data-parallel" \
+        "for the 2 ranks on this machine, more than" -- \
+        env ZT_HOST_MEM_AVAILABLE=$((per_rank * 3 / 2)) "${ranks[@]}" --output-dir "$out/refused"
+    local refusals
+    refusals=$(grep -c "error: out of host memory, found before allocating anything" <<<"$ZT_OUT")
+    if [ "$refusals" != 2 ]; then
+        echo "FAIL: $refusals ranks refused the run, expected both"; echo "$ZT_OUT"; zt_failures=$((zt_failures + 1))
+    fi
+    [ -e "$out/refused/metrics.jsonl" ] && { echo "FAIL: the refused run trained"; zt_failures=$((zt_failures + 1)); }
+    expect_ok -- env ZT_HOST_MEM_AVAILABLE=$((per_rank * 5 / 2)) "${ranks[@]}" --output-dir "$out/trained"
+    [ -e "$out/trained/metrics.jsonl" ] || { echo "FAIL: no metrics.jsonl: the run did not train"; zt_failures=$((zt_failures + 1)); }
+}
+
 case $test in
     prepare) ;;
     *) rm -rf "$out" && mkdir -p "$out" ;; # every run starts from nothing
