@@ -374,17 +374,17 @@ static int describe_peer(int32_t rank, char *out, size_t cap, size_t *len)
     if (!r.registered) return 0;
     char state = zt_job_process_state(r.pid, r.start);
     const char *what = NULL;
-    if (state == 'T' || state == 't') {
-        what = "is stopped (SIGSTOP, Ctrl-Z in its terminal, or a debugger)";
-    } else if (state == 0 || state == 'Z' || state == 'X') {
-        if (!r.ended) what = "has died (killed by a signal: the launcher's message says which)";
-        else if (strcmp(r.end_how, "aborted") == 0) what = "ended the job: its watchdog timed out (its message says waiting for what)";
+    if (r.ended) {
+        /* A rank that has said how it ends is judged by that, not by what its process does while it
+         * exits: a sanitizer's leak check at exit, for one, holds it in a tracing stop ('t'). */
+        if (strcmp(r.end_how, "aborted") == 0)
+            what = "ended the job: its watchdog timed out (its message says waiting for what)";
         else if (strcmp(r.end_how, "exit") == 0 && r.end_status != 0 && r.end_status != 130)
             what = "stopped with an error (its message says which)";
-    } else if (r.ended && strcmp(r.end_how, "exit") == 0 && r.end_status != 0 && r.end_status != 130) {
-        what = "stopped with an error (its message says which)";
-    } else if (r.ended && strcmp(r.end_how, "aborted") == 0) {
-        what = "ended the job: its watchdog timed out (its message says waiting for what)";
+    } else if (state == 'T' || state == 't') {
+        what = "is stopped (SIGSTOP, Ctrl-Z in its terminal, or a debugger)";
+    } else if (state == 0 || state == 'Z' || state == 'X') {
+        what = "has died (killed by a signal: the launcher's message says which)";
     }
     if (!what) return 0;
     zt_job_append(out, cap, len, "rank ");

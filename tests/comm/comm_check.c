@@ -471,6 +471,7 @@ static int run_signalled_child(const zt_launch *l, const char *mode)
     fprintf(stderr, "rank %d: %s, %s (%d interrupt(s) recorded; %d rank(s) in trouble%s%s)\n", l->rank,
             sig == SIGINT ? "SIGINT" : "SIGTERM", ends ? "the job is torn down" : "an interrupt to save for",
             zt_job_interrupts(), n_peers, n_peers ? ": " : "", peers);
+    zt_job_note_end("exit", ends ? 1 : 130); /* as zt-run's trainer does before it exits */
     return ends ? 1 : 130;
 }
 
