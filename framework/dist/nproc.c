@@ -462,7 +462,7 @@ static void watch_rank(const char *job_dir, int32_t r, watched_rank *w, int n_in
     }
     if (relaying && w->info.ready && w->delivered < n_interrupts && kill(w->info.pid, relay_sig) == 0)
         w->delivered++;
-    if (state == 'T' || state == 't') {
+    if ((state == 'T' || state == 't') && !w->info.ended) { /* ended: exiting (a leak check's stop) */
         if (w->stopped_since == 0) w->stopped_since = now;
         if (now - w->stopped_since > w->longest_stop) w->longest_stop = now - w->stopped_since;
     } else {
