@@ -580,10 +580,10 @@ static int parse_keys(compare_run *r)
                 return zt_cli_usage_error("--compare %s is given twice; give all its values in one: --compare %s=V1,V2",
                                           k->key, k->key);
         size_t klen = strlen(k->key);
+        /* The comparison's --set of the key comes after the user's, so it wins: said once. */
         for (int s = 0; s < a->n_sets; s++)
             if (!strncmp(a->sets[s], k->key, klen) && a->sets[s][klen] == '=')
-                return zt_cli_usage_error("%s is both compared (--compare %s) and set (--set %s); keep one", k->key,
-                                          a->compares[i], a->sets[s]);
+                zt_log(ZT_LOG_INFO, "--compare %s replaces --set %s in every combination", a->compares[i], a->sets[s]);
         static const struct {
             const char *key, *option;
         } by_option[] = {{"data.path", "--data"}, {"gpu_mem_limit", "--gpu-mem-limit"}};
@@ -624,8 +624,9 @@ static int validate_all(compare_run *r)
         if (st != ZT_OK) {
             char text[1024];
             combination_text(r, &c, text, sizeof text);
-            fprintf(stderr, "zt-run: error: --compare: combination %d of %d (%s): %s\n", i + 1, r->n_combinations,
-                    text, err.msg);
+            fprintf(stderr, "zt-run: error: --compare: combination %d of %d (%s): %s\nNothing was run: every "
+                    "combination's config is checked before the first starts.\n", i + 1, r->n_combinations, text,
+                    err.msg);
             status = ZT_EXIT_ERROR;
         } else if (i == 0) {
             memcpy(r->run_dir, output_dir, sizeof r->run_dir);
