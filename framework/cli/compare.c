@@ -54,21 +54,14 @@ static int key_is_well_formed(const char *key)
     return 1;
 }
 
-/* A value as the table shows it: a quoted value without its quotes. */
-static const char *shown(const char *value, char *buf, size_t cap)
-{
-    size_t n = strlen(value);
-    if (n >= 2 && value[0] == '"' && value[n - 1] == '"') {
-        snprintf(buf, cap, "%.*s", (int)(n - 2), value + 1);
-        return buf;
-    }
-    return value;
-}
-
 static void key_free(compare_key *k)
 {
-    for (int v = 0; v < k->n_values; v++) free(k->values[v]);
+    for (int v = 0; v < k->n_values; v++) {
+        free(k->values[v]);
+        free(k->shown[v]);
+    }
     free(k->values);
+    free(k->shown);
     free(k->key);
     memset(k, 0, sizeof *k);
 }
@@ -84,7 +77,8 @@ static zt_status parse_key(const char *spec, compare_key *k, zt_error *err)
                             "--compare '%s': expected KEY=V1,V2, e.g. --compare zero_optimization.stage=0,1,2,3", spec);
     k->key = strndup(spec, (size_t)(eq - spec));
     k->values = calloc(strlen(eq) + 1, sizeof *k->values);
-    if (!k->key || !k->values) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+    k->shown = calloc(strlen(eq) + 1, sizeof *k->shown);
+    if (!k->key || !k->values || !k->shown) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
     if (!key_is_well_formed(k->key))
         return zt_error_set(err, ZT_ERR_INVALID_ARG,
                             "--compare '%s': '%s' is not a config key (dotted names of letters, digits and '_', such "
@@ -120,14 +114,21 @@ static zt_status parse_key(const char *spec, compare_key *k, zt_error *err)
                                 "--compare '%s': value %d (%.*s): quote a whole value (\"a,b\"), not part of one", spec,
                                 k->n_values + 1, (int)n, start);
         char *value = strndup(start, n);
-        if (!value) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+        char *bare = whole_quote ? strndup(start + 1, n - 2) : strndup(start, n);
+        if (!value || !bare) {
+            free(value);
+            free(bare);
+            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+        }
         for (int v = 0; v < k->n_values; v++)
             if (!strcmp(k->values[v], value)) {
                 zt_status st = zt_error_set(err, ZT_ERR_INVALID_ARG, "--compare '%s': the value %s is given twice",
                                             spec, value);
                 free(value);
+                free(bare);
                 return st;
             }
+        k->shown[k->n_values] = bare;
         k->values[k->n_values++] = value;
         if (!*p) break;
         p++;
@@ -202,18 +203,24 @@ static char *own(combination *c, char *s)
     return s;
 }
 
-/* "stage_1": the key's last part and the value, in letters, digits, '.', '_' and '-' only. */
+/* "-stage_1": the key's last part and the value, in letters, digits, '.', '-' and single '_' only. */
 static void append_name_part(char *name, size_t cap, const char *key, const char *value)
 {
     const char *last = strrchr(key, '.');
-    char part[64], v[64];
-    snprintf(part, sizeof part, "-%s_%s", last ? last + 1 : key, shown(value, v, sizeof v));
-    for (char *p = part + 1; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
-              *p == '-' || *p == '_'))
-            *p = '_';
+    char text[64], part[64];
+    snprintf(text, sizeof text, "%s_%s", last ? last + 1 : key, value);
+    size_t n = 0;
+    part[n++] = '-';
+    for (const char *p = text; *p; p++) {
+        int keep = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '.' ||
+                   *p == '-';
+        if (keep) part[n++] = *p;
+        else if (part[n - 1] != '_' && part[n - 1] != '-') part[n++] = '_';
+    }
+    while (n > 1 && part[n - 1] == '_') n--;
+    part[n] = '\0';
     size_t used = strlen(name);
-    if (used + strlen(part) < cap) memcpy(name + used, part, strlen(part) + 1);
+    if (used + n < cap) memcpy(name + used, part, n + 1);
 }
 
 /* The args of combination i: the user's, its keys as --set (a plugin kind's in --plugins), and the
@@ -232,12 +239,13 @@ static zt_status combination_make(const compare_run *r, int i, combination *c, z
     char *plugins = r->a->plugins ? strdup(r->a->plugins) : NULL;
     for (int k = 0; k < r->n_keys; k++) {
         const compare_key *key = &r->keys[k];
-        const char *value = key->values[value_index(r, i, k)];
-        c->values[k] = value;
-        append_name_part(c->name, sizeof c->name, key->key, value);
-        char *text = NULL, v[512];
+        int index = value_index(r, i, k);
+        const char *value = key->values[index];
+        c->values[k] = key->shown[index];
+        append_name_part(c->name, sizeof c->name, key->key, key->shown[index]);
+        char *text = NULL;
         if (key->plugin_kind) {
-            if (asprintf(&text, "%s%s%s", plugins ? plugins : "", plugins ? "," : "", shown(value, v, sizeof v)) < 0)
+            if (asprintf(&text, "%s%s%s", plugins ? plugins : "", plugins ? "," : "", key->shown[index]) < 0)
                 text = NULL;
             free(plugins);
             plugins = text;
@@ -684,7 +692,7 @@ int zt_cli_compare(const run_args *a)
     compare_table table = {r->keys, r->n_keys, rows, 0, r->n_combinations, r->warmup, r->timed, 1, 0,
                            a->dry_run, NULL};
     if (a->nproc) table.nproc = atoi(a->nproc);
-    int handled = 0, failed = 0;
+    int handled = 0, failed = 0, ran = 0;
     double started = zt_now_s();
     fprintf(stderr, "zt-run: compare: %d combination%s, %s; the table goes to %s/compare.md and compare.json\n",
             r->n_combinations, r->n_combinations == 1 ? "" : "s",
@@ -719,6 +727,7 @@ int zt_cli_compare(const run_args *a)
                 fprintf(stderr, "zt-run: compare %d of %d: %s: %s\n", i + 1, r->n_combinations,
                         row->outcome == COMPARE_NO_FIT ? "does not fit" : "failed", row->message);
             failed += row->outcome == COMPARE_FAILED;
+            ran += row->outcome == COMPARE_RAN || row->outcome == COMPARE_ESTIMATED;
             table.n_rows++;
         }
         combination_free(&c);
@@ -737,10 +746,13 @@ int zt_cli_compare(const run_args *a)
     if (status < 0) {
         fprintf(stderr, "zt-run: compare: %d of %d combination%s in %.0fs; wrote %s/compare.md and compare.json\n",
                 table.n_rows, r->n_combinations, r->n_combinations == 1 ? "" : "s", zt_now_s() - started, r->run_dir);
-        status = table.interrupted ? ZT_EXIT_INTERRUPTED : failed ? ZT_EXIT_ERROR : ZT_EXIT_OK;
+        /* A row that failed or does not fit is a result of the comparison; none that ran is a failure. */
+        status = table.interrupted ? ZT_EXIT_INTERRUPTED : ran ? ZT_EXIT_OK : ZT_EXIT_ERROR;
         if (failed && !table.interrupted)
-            fprintf(stderr, "zt-run: compare: %d combination%s failed (the table's notes say why)\n", failed,
-                    failed == 1 ? "" : "s");
+            fprintf(stderr, "zt-run: compare: %d combination%s failed (the table's notes say why)%s\n", failed,
+                    failed == 1 ? "" : "s", ran ? "" : "; none ran");
+        else if (!ran && !table.interrupted)
+            fprintf(stderr, "zt-run: error: --compare: no combination fits\n");
     }
 done:
     for (int k = 0; k < r->n_keys; k++) key_free(&r->keys[k]);

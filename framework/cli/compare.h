@@ -18,7 +18,8 @@
 typedef struct compare_key {
     char *key;
     int plugin_kind; /* a zt_kind when key is a kind's name, else 0 */
-    char **values;   /* as given, without the quotes of a quoted value */
+    char **values;   /* as given: what each combination's --set gets */
+    char **shown;    /* as the table shows them: a quoted value without its quotes */
     int n_values;
 } compare_key;
 
@@ -37,7 +38,7 @@ enum compare_outcome {
 };
 
 typedef struct compare_row {
-    const char *values[ZT_COMPARE_MAX_KEYS]; /* one per key, the keys' own strings */
+    const char *values[ZT_COMPARE_MAX_KEYS]; /* one per key, as shown (the keys' own strings) */
     char dir[4352];                          /* the child's output directory */
     int outcome;
     char message[1024];

@@ -454,10 +454,14 @@ static void write_md(FILE *f, const compare_table *t)
     else
         fprintf(f, ", each trained %d warm-up and %d timed step%s in a zt-run of its own on the same data and seed",
                 t->warmup, t->timed, t->timed == 1 ? "" : "s");
-    fprintf(f, " (%d rank%s%s%s). Memory is per rank: the measured peak (the largest over every step and rank, "
-               "from metrics.jsonl) beside the estimate (zt-run --dry-run). tokens/s and step time are over the "
-               "timed steps; loss is the last step's.",
-            t->nproc, t->nproc == 1 ? "" : "s", t->device ? ", " : "", t->device ? t->device : "");
+    fprintf(f, " (%d rank%s%s%s).", t->nproc, t->nproc == 1 ? "" : "s", t->device ? ", " : "",
+            t->device ? t->device : "");
+    if (t->estimate_only)
+        fputs(" Memory is per rank, as the estimate gives it.", f);
+    else
+        fputs(" Memory is per rank: the measured peak (the largest over every step and rank, from metrics.jsonl) "
+              "beside the estimate (zt-run --dry-run). tokens/s and step time are over the timed steps; loss is the "
+              "last step's.", f);
     if (base) fprintf(f, " Ratios (x) are relative to row %d.", (int)(base - t->rows) + 1);
     if (t->interrupted)
         fprintf(f, "\n\nInterrupted: %d of the %d combinations finished; the table holds those.", t->n_rows,
