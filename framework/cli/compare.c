@@ -417,12 +417,15 @@ static void child_error(const char *log_path, const child_end *end, char *out, s
     zt_error ignored;
     out[0] = '\0';
     if (zt_read_file(log_path, &text, &len, &ignored) == ZT_OK) {
-        for (char *line = text; *line && !out[0];) {
-            size_t n = strcspn(line, "\n");
-            char *e = memmem(line, n, "error: ", 7);
-            if (e) snprintf(out, cap, "%.*s", (int)(n - (size_t)(e + 7 - line)), e + 7);
-            line += n + (line[n] == '\n');
-        }
+        /* zt-run's own error lines first (a rank's: "zt[rank N] error: "); any "error: " line else. */
+        for (int pass = 0; pass < 2 && !out[0]; pass++)
+            for (char *line = text; *line && !out[0];) {
+                size_t n = strcspn(line, "\n");
+                char *e = memmem(line, n, "error: ", 7);
+                int own = e && (e == line + 8 ? !strncmp(line, "zt-run: ", 8) : !strncmp(line, "zt[rank ", 8));
+                if (e && (own || pass == 1)) snprintf(out, cap, "%.*s", (int)(n - (size_t)(e + 7 - line)), e + 7);
+                line += n + (line[n] == '\n');
+            }
         free(text);
     }
     if (out[0]) return;
@@ -546,7 +549,8 @@ static int refuse_options(const run_args *a)
         size_t offset;
         const char *name, *why;
     } refused[] = {
-        {offsetof(run_args, resume), "--resume", "each combination starts from the same weights: --model DIR or the seed"},
+        {offsetof(run_args, resume), "--resume",
+         "each combination starts from the same weights: --model DIR or the seed"},
         {offsetof(run_args, export_dir), "--export", "the comparison's runs are a few steps each"},
         {offsetof(run_args, nnodes), "--nnodes", "the combinations run on this machine: use --nproc N"},
         {offsetof(run_args, nproc_per_node), "--nproc-per-node", "the combinations run on this machine: use --nproc N"},
@@ -557,6 +561,12 @@ static int refuse_options(const run_args *a)
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         if (*(const char *const *)((const char *)a + refused[i].offset))
             return zt_cli_usage_error("%s does not go with --compare: %s", refused[i].name, refused[i].why);
+    if (a->nproc) { /* each child launches it; a bad value would fail every row alike */
+        char *end;
+        long n = strtol(a->nproc, &end, 10);
+        if (!*a->nproc || *end || n < 1 || n > 65536)
+            return zt_cli_usage_error("--nproc '%s' is not a number of ranks from 1 to 65536", a->nproc);
+    }
     zt_launch launch;
     zt_error err;
     if (zt_launch_detect(&launch, &err) == ZT_OK && launch.world_size > 1)

@@ -69,8 +69,8 @@ zt_status zt_compare_read_estimate(compare_row *row, const char *path, const cha
     int dev = zt_json_object_get(&j, 0, "device"), rows = zt_json_object_get(&j, 0, "rows");
     int gpu = dev >= 0 && zt_json_eq(&j, dev, "cuda");
     st = zt_error_set(err, ZT_ERR_FORMAT, "%s: no row marked \"chosen\"", path);
-    for (int r = rows >= 0 && j.tok[rows].type == ZT_JSON_ARRAY ? rows + 1 : j.n_tok; r < j.n_tok && j.tok[r].parent == rows;
-         r = zt_json_skip(&j, r)) {
+    int first = rows >= 0 && j.tok[rows].type == ZT_JSON_ARRAY ? rows + 1 : j.n_tok;
+    for (int r = first; r < j.n_tok && j.tok[r].parent == rows; r = zt_json_skip(&j, r)) {
         int chosen = zt_json_object_get(&j, r, "chosen");
         if (chosen < 0 || !zt_json_get_bool(&j, chosen)) continue;
         estimate_side(&j, zt_json_object_get(&j, r, "host"), &row->estimate[SIDE_HOST]);
@@ -401,7 +401,8 @@ static void result_text(const compare_row *row, int note, char *out, size_t cap)
         const char *pool = strstr(row->message, "pool '");
         const char *end = pool ? strchr(pool + 6, '\'') : NULL;
         const char *gpu = !strncmp(row->message, "out of GPU memory", 17) ? "GPU " : "";
-        if (end) snprintf(out, cap, "does not fit: %spool '%.*s' (note %d)", gpu, (int)(end - pool - 6), pool + 6, note);
+        if (end)
+            snprintf(out, cap, "does not fit: %spool '%.*s' (note %d)", gpu, (int)(end - pool - 6), pool + 6, note);
         else snprintf(out, cap, "does not fit: %s (note %d)", *gpu ? "GPU memory" : "host memory", note);
     } else {
         snprintf(out, cap, "failed (note %d)", note);

@@ -6,13 +6,14 @@
 
 Every figure of compare.json is recomputed here from the child's own files, independently of zt's
 reader: the rows are the cartesian product of the values, first key slowest, first value first; each
-child's config.resolved.json has the row's values and steps = W + T (a plugin kind's key: that plugin in _plugins); its measured peaks are the
-largest of metrics.jsonl's per-step peaks (and of metrics.rank<R>.jsonl's, where ranks wrote them);
-tokens/s, step time and loss are those of the timed steps; the estimate is memory-estimate.json's
-chosen row; every ratio is the row's figure over the first row that ran. With --host-limit, a row
-fits exactly when its estimated host total is within the limit, and one that does not says host
-memory overflows. compare.md holds valid Markdown tables (GitHub's rules: a header row, a delimiter
-row with as many cells, then rows with as many cells), one row per combination.
+child's config.resolved.json has the row's values (a plugin kind's key: that plugin in _plugins) and
+steps = W + T; its measured peaks are the largest of metrics.jsonl's per-step peaks (and of
+metrics.rank<R>.jsonl's, where ranks wrote them); tokens/s, step time and loss are those of the
+timed steps; the estimate is memory-estimate.json's chosen row; every ratio is the row's figure over
+the first row that ran. With --host-limit, a row fits exactly when its estimated host total is
+within the limit, and one that does not says host memory overflows. compare.md holds valid Markdown
+tables (GitHub's rules: a header row, a delimiter row with as many cells, then rows with as many
+cells), one row per combination.
 """
 import argparse
 import itertools

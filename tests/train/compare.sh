@@ -40,8 +40,9 @@ table() {
 estimated_host() {
     "$zt_run" "${tiny[@]}" --set train_micro_batch_size_per_gpu="$1" --output-dir "$out/dry-$1" --dry-run \
         >/dev/null 2>&1 || { fail "dry run of micro-batch $1"; echo 0; return; }
-    python3 -c 'import json,sys; e=json.load(open(sys.argv[1])); print([r for r in e["rows"] if r["chosen"]][0]["host"]["total"])' \
-        "$out/dry-$1/memory-estimate.json"
+    python3 -c 'import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+print([r for r in rows if r["chosen"]][0]["host"]["total"])' "$out/dry-$1/memory-estimate.json"
 }
 
 no_fit() {
@@ -73,6 +74,7 @@ errors() {
         --compare recompute=true,false --compare data.seq_len=16,32,64,128,256,512,1024
     expect_fail "--compare-steps '0' is not a whole number of steps" -- "${run[@]}" --compare seed=1,2 --compare-steps 0
     expect_fail "--compare-warmup goes with --compare" -- "${run[@]}" --compare-warmup 1
+    expect_fail "--nproc 'two' is not a number of ranks" -- "${run[@]}" --compare seed=1,2 --nproc two
     expect_fail "--resume does not go with --compare" -- "${run[@]}" --compare seed=1,2 --resume latest
     expect_fail "--compare is for training and has no effect with --check" -- "$zt_run" --check --compare seed=1,2
     # Values are checked before anything runs, with the key's own message.
