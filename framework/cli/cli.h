@@ -7,6 +7,8 @@
  *   check.c    --check
  *   train.c    training and --dry-run (the loop itself is framework/train/)
  *   mindformers.c  MindFormers' launcher flags and a YAML config's launch keys, as zt-run's options
+ *   compare.c  --compare: every combination of some keys' values trained in a child zt-run each
+ *   compare_table.c  --compare's table: the children's estimates and metrics, compare.json and compare.md
  */
 #ifndef ZT_FRAMEWORK_CLI_H
 #define ZT_FRAMEWORK_CLI_H
@@ -27,7 +29,7 @@ enum option_id {
     OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR,
     OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC,
     OPT_NNODES, OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, /* torchrun's flags */
-    OPT_DRY_RUN, OPT_GPU_MEM_LIMIT,
+    OPT_DRY_RUN, OPT_GPU_MEM_LIMIT, OPT_COMPARE, OPT_COMPARE_STEPS, OPT_COMPARE_WARMUP,
     OPT_GENERATE, OPT_TOKENIZER, OPT_PROMPT, OPT_INPUT, OPT_PROMPT_IDS, OPT_TEMPLATE, OPT_RAW, OPT_MAX_NEW_TOKENS,
     OPT_TEMPERATURE, OPT_TOP_P, OPT_SEED, OPT_PRINT_IDS,
     /* MindFormers' launcher flags (mindformers.c) */
@@ -50,6 +52,9 @@ typedef struct run_args {
     const char *nnodes, *nproc_per_node, *node_rank, *master_addr, *master_port;
     char world_text[16];
     int dry_run;
+    const char **compares;   /* --compare KEY=V1,V2 as given (compare.c reads them) */
+    int n_compares;
+    const char *compare_steps, *compare_warmup;
     zt_generate_options gen; /* --generate */
     int probe_timeout_s;
     struct {                 /* MindFormers' launcher flags as typed (mindformers.c) */
@@ -142,5 +147,6 @@ int zt_cli_list_plugins(const run_args *a, int with_env); /* inspect.c */
 int zt_cli_describe(const run_args *a);                   /* inspect.c */
 int zt_cli_check(const run_args *a);                      /* check.c */
 int zt_cli_train(const run_args *a);                      /* train.c */
+int zt_cli_compare(const run_args *a);                    /* compare.c */
 
 #endif

@@ -67,6 +67,12 @@ static const zt_cli_option options[N_OPTIONS] = {
                      "then exit without training (docs/zero.md)"},
     [OPT_GPU_MEM_LIMIT] = {"--gpu-mem-limit", NULL, "SIZE",
                            "cap the GPU memory zt allocates per device, e.g. 24G (same as --set gpu_mem_limit=SIZE)"},
+    /* training several configurations side by side (cli/compare.c, docs/compare.md) */
+    [OPT_COMPARE] = {"--compare", NULL, "KEY=V1,V2",
+                     "train every combination of these values (repeatable: one KEY each) a few steps each, "
+                     "in a child zt-run each, and write RUN_DIR/compare.md and compare.json"},
+    [OPT_COMPARE_STEPS] = {"--compare-steps", NULL, "N", "--compare: the timed steps of each combination (5)"},
+    [OPT_COMPARE_WARMUP] = {"--compare-warmup", NULL, "N", "--compare: the steps before them, not timed (2)"},
     /* generation only (framework/generate/generate.c); --model, --resume, --data, --plugins and --set apply too */
     [OPT_GENERATE] = {"--generate", NULL, NULL, "generate text from --model DIR|FILE.bin or --resume CKPT (docs/generate.md)"},
     [OPT_TOKENIZER] = {"--tokenizer", "-t", "FILE", "generation: tokenizer model (default: the data set's, or MODEL/tokenizer.model)"},
@@ -103,6 +109,8 @@ static void print_help(FILE *f)
             "         [--model DIR] [--resume DIR|latest] [--export DIR] [--nproc N]   (train; docs/training.md)\n"
             "         [--nnodes N --nproc-per-node P --node-rank R --master-addr HOST --master-port PORT]\n"
             "         [--dry-run] [--gpu-mem-limit SIZE]\n"
+            "  zt-run --compare KEY=V1,V2[,...] [--compare KEY2=...]... [--compare-steps N] [--compare-warmup N]\n"
+            "         <the training options>              (a table of every combination; docs/compare.md)\n"
             "  zt-run --generate --model DIR|FILE.bin|--resume CKPT [-t FILE] [--data DIR] --prompt TEXT\n"
             "         [--input TEXT] [--template NAME|FILE|--raw] [--max-new-tokens N] [--temperature T]\n"
             "         [--top-p P] [--seed S]                                   (generate; docs/generate.md)\n"
@@ -219,7 +227,8 @@ static int parse_args(int argc, char **argv, run_args *a)
     }
     a->plugin_paths = calloc((size_t)n + 1, sizeof *a->plugin_paths);
     a->sets = calloc((size_t)n + 1, sizeof *a->sets);
-    if (!a->plugin_paths || !a->sets) {
+    a->compares = calloc((size_t)n + 1, sizeof *a->compares);
+    if (!a->plugin_paths || !a->sets || !a->compares) {
         free(args);
         fprintf(stderr, "zt-run: error: out of memory\n");
         return ZT_EXIT_ERROR;
@@ -229,7 +238,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     for (int i = 0; i < n && status < 0; i++) {
         int o = args[i].option;
         const char *v = args[i].value;
-        if (o != OPT_PLUGIN_PATH && o != OPT_SET && given[o]) {
+        if (o != OPT_PLUGIN_PATH && o != OPT_SET && o != OPT_COMPARE && given[o]) {
             status = zt_cli_usage_error("%s is given twice; give it once", options[o].name);
             break;
         }
@@ -269,6 +278,9 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_MASTER_PORT: a->master_port = v; break;
         case OPT_DRY_RUN: a->dry_run = 1; break;
         case OPT_GPU_MEM_LIMIT: a->gpu_mem_limit = v; break;
+        case OPT_COMPARE: a->compares[a->n_compares++] = v; break;
+        case OPT_COMPARE_STEPS: a->compare_steps = v; break;
+        case OPT_COMPARE_WARMUP: a->compare_warmup = v; break;
         case OPT_TOKENIZER: a->gen.tokenizer = v; break;
         case OPT_PROMPT: a->gen.prompt = v; break;
         case OPT_INPUT: a->gen.input = v; break;
@@ -296,13 +308,16 @@ static int parse_args(int argc, char **argv, run_args *a)
             status = zt_cli_usage_error("%s has no effect with %s", options[run_only[i]].name, options[a->action].name);
     static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_NNODES,
                                      OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT,
-                                     OPT_DRY_RUN, OPT_GPU_MEM_LIMIT};
+                                     OPT_DRY_RUN, OPT_GPU_MEM_LIMIT, OPT_COMPARE};
     for (size_t i = 0; i < sizeof train_only / sizeof train_only[0] && status < 0; i++)
         if (given[train_only[i]] && a->action >= 0 &&
             !(a->action == OPT_GENERATE && (train_only[i] == OPT_DATA || train_only[i] == OPT_MODEL ||
                                             train_only[i] == OPT_RESUME)))
             status = zt_cli_usage_error("%s is for training and has no effect with %s", options[train_only[i]].name,
                                  options[a->action].name);
+    for (int o = OPT_COMPARE_STEPS; o <= OPT_COMPARE_WARMUP && status < 0; o++)
+        if (given[o] && !given[OPT_COMPARE])
+            status = zt_cli_usage_error("%s goes with --compare KEY=V1,V2 (docs/compare.md)", options[o].name);
     for (int o = OPT_TOKENIZER; o <= OPT_PRINT_IDS && status < 0; o++)
         if (given[o] && a->action != OPT_GENERATE)
             status = zt_cli_usage_error("%s is for generation: add --generate (docs/generate.md)", options[o].name);
@@ -376,6 +391,8 @@ int main(int argc, char **argv)
     zt_error launch_err;
     if (status < 0 && zt_launch_detect(&launch, &launch_err) == ZT_OK && launch.world_size > 1)
         zt_log_set_rank(launch.rank);
+    /* --compare starts a child zt-run per combination, which launches its own ranks. */
+    if (status < 0 && a.n_compares > 0) status = zt_cli_compare(&a);
     if (status < 0 && !a.dry_run &&
         (a.nproc || a.nnodes || a.nproc_per_node || a.node_rank || a.master_addr || a.master_port)) {
         /* Returns only on failure, or for a job of one rank (the run stays in this process). */
@@ -396,6 +413,7 @@ int main(int argc, char **argv)
     }
     free(a.plugin_paths);
     free(a.sets);
+    free(a.compares);
     /* A rank of zt-run --nproc tells it how it ended (job.h); under its mpirun an interrupted rank
      * then exits 0, which zt-run turns back into 130. */
     zt_job_note_end("exit", status);
