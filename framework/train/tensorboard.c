@@ -14,6 +14,7 @@
 #include "base/buf.h"
 #include "base/checksum.h"
 #include "base/fileio.h"
+#include "base/log.h"
 #include "host/runtime.h"
 
 #define FIX_DIR "set tensorboard.output_path (and tensorboard.job_name) to a directory zt can write, or " \
@@ -326,6 +327,7 @@ zt_status zt_tensorboard_open(const zt_host_settings *s, int64_t samples_per_ste
         zt_tensorboard_close(tb);
         return st;
     }
+    zt_log(ZT_LOG_INFO, "TensorBoard: writing events to %s", tb->path);
     *out = tb;
     return ZT_OK;
 }

@@ -325,7 +325,8 @@ tensorboard_run() {
     local run=(--set train_micro_batch_size_per_gpu=2 --set gradient_accumulation_steps=2 --set eval.every=3
                --set eval.batches=2 --set checkpoint.every=2 --set checkpoint.final=false
                --set tensorboard.enabled=true --set tensorboard.output_path="$out/tb" --set tensorboard.job_name=job)
-    expect_ok -- "$zt_run" "${common[@]}" "${run[@]}" --output-dir "$out" --set steps=4
+    expect_ok "TensorBoard: writing events to $logdir/events.out.tfevents." -- "$zt_run" "${common[@]}" "${run[@]}" \
+        --output-dir "$out" --set steps=4
     "${tbcheck[@]}" compare "$logdir" "$out/metrics.jsonl" 4 || zt_failures=$((zt_failures + 1))
     local first=("$logdir"/events.out.tfevents.*)
     [ ${#first[@]} -eq 1 ] || { echo "FAIL: ${#first[@]} event files after one session"; zt_failures=$((zt_failures + 1)); }
