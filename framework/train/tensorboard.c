@@ -116,8 +116,9 @@ zt_status zt_tensorboard_dir(const zt_host_settings *s, char *buf, size_t cap, z
     else if (!job[0]) n = snprintf(buf, cap, "%s", base);
     else n = snprintf(buf, cap, "%s%s%s", base, base[strlen(base) - 1] == '/' ? "" : "/", job);
     if (n < 0 || (size_t)n >= cap - 64) /* room for the file name */
-        return zt_error_set(err, ZT_ERR_CONFIG, "tensorboard.output_path/tensorboard.job_name \"%.100s...\" is longer "
-                            "than %zu bytes", buf, cap - 65);
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "tensorboard.output_path/tensorboard.job_name \"%.100s...\" is longer than %zu bytes", buf,
+                            cap - 65);
     return ZT_OK;
 }
 
@@ -190,10 +191,10 @@ static zt_status write_event(zt_tensorboard *tb, pb *event, zt_error *err)
         return ZT_OK;
     }
     int cut = done == 0 || ftruncate(tb->fd, tb->size) == 0;
-    return zt_error_set(err, ZT_ERR_IO, "cannot write to the TensorBoard event file %s: %s (disk full?); %s", tb->path,
-                        strerror(e),
-                        cut ? "it still ends with the last whole event" : "its last event may be cut short, which "
-                                                                         "TensorBoard skips");
+    return zt_error_set(err, ZT_ERR_IO, "cannot write to the TensorBoard event file %s: %s (disk full?); %s",
+                        tb->path, strerror(e),
+                        cut ? "it still ends with the last whole event"
+                            : "its last event may be cut short, which TensorBoard skips");
 }
 
 static void event_begin(pb *event, int64_t x)
@@ -273,7 +274,8 @@ static zt_status create_file(zt_tensorboard *tb, const char *dir, zt_error *err)
     host[sizeof host - 1] = '\0';
     long long now = (long long)time(NULL);
     for (int attempt = 0; attempt < 1000; attempt++) {
-        int n = attempt ? snprintf(path, sizeof path, "%s/events.out.tfevents.%010lld.%s.%d", dir, now, host, attempt)
+        int n = attempt ? snprintf(path, sizeof path, "%s/events.out.tfevents.%010lld.%s.%d", dir, now, host,
+                                   attempt)
                         : snprintf(path, sizeof path, "%s/events.out.tfevents.%010lld.%s", dir, now, host);
         if (n < 0 || (size_t)n >= sizeof path)
             return zt_error_set(err, ZT_ERR_CONFIG, "the TensorBoard event file name under %s is too long", dir);
