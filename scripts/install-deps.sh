@@ -44,3 +44,9 @@ if ! python3 -c 'import safetensors' 2>/dev/null; then
   python3 -m pip install --quiet safetensors 2>/dev/null ||
     echo "install-deps: note: Python safetensors not installed; tests comparing with it will skip" >&2
 fi
+# tensorboard (no torch needed): train.tensorboard_run reads zt's event files with its reader and fails
+# without it, unless ZT_SKIP_TENSORBOARD=1.
+if ! python3 -c 'import tensorboard' 2>/dev/null; then
+  python3 -m pip install --quiet tensorboard ||
+    echo "install-deps: note: could not install tensorboard for $(command -v python3); train.tensorboard_run will fail (ZT_SKIP_TENSORBOARD=1 skips it)" >&2
+fi

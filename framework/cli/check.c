@@ -7,6 +7,7 @@
 
 #include "base/fileio.h"
 #include "cli/cli.h"
+#include "train/tensorboard.h"
 
 /* ---- --check ---------------------------------------------------------------------------------- */
 
@@ -115,6 +116,7 @@ int zt_cli_check(const run_args *a)
     snprintf(path, sizeof path, "%s/config.resolved.json", output_dir); /* output_dir fits: settings.c */
     if (zt_mkdir_p(output_dir, "output", "choose another output_dir (--output-dir DIR)", &err) != ZT_OK) goto fail;
     if (zt_config_save_resolved(cfg, path, plugins, &err) != ZT_OK) goto fail;
+    if (settings.tensorboard && zt_tensorboard_check(&settings, &err) != ZT_OK) goto fail;
     fprintf(stderr, "zt-run: check passed; resolved config saved to %s\n", path);
     status = ZT_EXIT_OK;
     goto done;

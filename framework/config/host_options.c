@@ -127,6 +127,13 @@ static const zt_option k_host_options[] = {
      "Log loss, learning rate and throughput every N optimizer steps."},
     {"output_dir", ZT_OPT_STRING, 0, "out", 0, 0, NULL,
      "Directory for the run's outputs (config.resolved.json, final weights, logs)."},
+    {"tensorboard.enabled", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "Write TensorBoard event files of the run's scalars (rank 0) into tensorboard.output_path/"
+     "tensorboard.job_name (DeepSpeed's monitor; docs/training.md, \"TensorBoard\")."},
+    {"tensorboard.output_path", ZT_OPT_STRING, 0, "", 0, 0, NULL,
+     "Directory holding the job's event-file directory; \"\": the current directory (as DeepSpeed)."},
+    {"tensorboard.job_name", ZT_OPT_STRING, 0, "DeepSpeedJobName", 0, 0, NULL,
+     "The event files' directory under tensorboard.output_path: one TensorBoard run."},
     {"threads", ZT_OPT_INT, MIN_MAX, "0", 0, MAX_THREADS, NULL,
      "CPU worker threads; 0: one per online core."},
     {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,

@@ -154,7 +154,6 @@ static const deepspeed_key k_deepspeed_unsupported[] = {
     {"gradient_predivide_factor", "gradient pre-scaling before the all-reduce is not implemented"},
     {"sparse_gradients", "sparse gradients are not implemented"},
     {"data_types", "the gradient accumulation data type cannot be chosen"},
-    {"tensorboard", "monitoring backends are not implemented: zt logs to stderr every log.every steps"},
     {"wandb", "monitoring backends are not implemented: zt logs to stderr every log.every steps"},
     {"csv_monitor", "monitoring backends are not implemented: zt logs to stderr every log.every steps"},
     {"comet", "monitoring backends are not implemented: zt logs to stderr every log.every steps"},

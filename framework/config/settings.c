@@ -148,6 +148,9 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     if (n < 0 || n >= (int)sizeof s->checkpoint_dir)
         return zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir (or output_dir) is longer than %zu bytes",
                             sizeof s->checkpoint_dir - 1);
+    READ(read_bool, "tensorboard.enabled", &s->tensorboard);
+    READ(zt_config_get_string, "tensorboard.output_path", &s->tensorboard_output_path);
+    READ(zt_config_get_string, "tensorboard.job_name", &s->tensorboard_job_name);
     READ(zt_config_get_int, "threads", &s->threads);
     int64_t limit = 0;
     READ_OPTIONAL(zt_config_get_int, "gpu_mem_limit", &has, &limit);

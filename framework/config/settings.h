@@ -76,6 +76,9 @@ typedef struct zt_host_settings {
     char checkpoint_dir[4096];   /* checkpoint.dir, else <output_dir>/checkpoints */
     int64_t log_every;
     const char *output_dir;
+    int32_t tensorboard;                  /* tensorboard.enabled */
+    const char *tensorboard_output_path;  /* tensorboard.output_path ("": the current directory) */
+    const char *tensorboard_job_name;     /* tensorboard.job_name */
     int64_t threads;             /* 0: one per online core */
     uint64_t gpu_mem_limit;      /* 0: no cap */
     int32_t device;              /* ZT_DEVICE_SETTING_* */

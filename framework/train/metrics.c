@@ -310,7 +310,7 @@ zt_status zt_metrics_train(zt_metrics *m, const zt_train_record *r, zt_error *er
     fprintf(f, ",\"skipped\":%s,\"tokens\":%lld,\"loss_tokens\":%lld", r->skipped ? "true" : "false",
             (long long)r->tokens, (long long)r->loss_tokens);
     if (r->loss_scale > 0) write_number(f, "loss_scale", r->loss_scale); /* fp16 runs only */
-    write_number(f, "tokens_per_s", r->step_s > 0 ? (double)r->tokens / r->step_s : 0.0);
+    write_number(f, "tokens_per_s", zt_train_record_tokens_per_s(r));
     write_number(f, "step_s", r->step_s);
     write_number(f, "elapsed_s", r->elapsed_s);
     write_number(f, "eta_s", r->eta_s);
@@ -363,7 +363,7 @@ static double peak_gib(const zt_mem_stats *mem)
 void zt_metrics_format_train(const zt_train_record *r, char *buf, size_t cap)
 {
     char rate[32], elapsed[32], eta[32], mem[64];
-    format_rate(r->step_s > 0 ? (double)r->tokens / r->step_s : 0.0, rate, sizeof rate);
+    format_rate(zt_train_record_tokens_per_s(r), rate, sizeof rate);
     zt_format_duration(r->elapsed_s, elapsed, sizeof elapsed);
     zt_format_duration(r->eta_s, eta, sizeof eta);
     if (r->has_device)

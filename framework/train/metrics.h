@@ -51,6 +51,12 @@ typedef struct zt_train_record {
     zt_mem_stats device_mem[ZT_POOL_COUNT];
 } zt_train_record;
 
+/* Non-padding tokens of the global batch per second of the step; 0 for a step that took no time. */
+static inline double zt_train_record_tokens_per_s(const zt_train_record *r)
+{
+    return r->step_s > 0 ? (double)r->tokens / r->step_s : 0.0;
+}
+
 zt_status zt_metrics_train(zt_metrics *m, const zt_train_record *r, zt_error *err);
 zt_status zt_metrics_eval(zt_metrics *m, int64_t step, double eval_loss, int64_t eval_tokens, double eval_s,
                           zt_error *err);

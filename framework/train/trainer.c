@@ -916,7 +916,8 @@ static zt_status run_eval(trainer *t, int64_t step, zt_error *err)
     double took = zt_now_s() - started;
     zt_log(ZT_LOG_INFO, "step %lld/%lld | eval_loss %.4f over %lld tokens (%.1f s)", (long long)step,
            (long long)t->set->steps, loss, (long long)tokens, took);
-    return t->metrics ? zt_metrics_eval(t->metrics, step, loss, tokens, took, err) : ZT_OK;
+    st = t->metrics ? zt_metrics_eval(t->metrics, step, loss, tokens, took, err) : ZT_OK;
+    return st == ZT_OK && t->tensorboard ? zt_tensorboard_eval(t->tensorboard, step, loss, err) : st;
 }
 
 /* How to continue after an interruption, for the final message. */
@@ -970,6 +971,7 @@ static zt_status train_loop(trainer *t, zt_error *err)
         zt_train_record r;
         fill_record(t, &o, step, step_s, session_steps, &r);
         st = t->metrics ? zt_metrics_train(t->metrics, &r, err) : ZT_OK;
+        if (st == ZT_OK && t->tensorboard) st = zt_tensorboard_train(t->tensorboard, &r, err);
         if (st != ZT_OK) return st;
         if (step % t->set->log_every == 0 || step == t->set->steps) {
             char line[512];
@@ -1020,7 +1022,10 @@ static zt_status prepare_output(trainer *t, zt_error *err)
     st = zt_config_write_resolved(t->req->cfg, stderr, t->req->plugins_json, err);
     if (st != ZT_OK) return st;
     snprintf(path, sizeof path, "%s/metrics.jsonl", t->set->output_dir);
-    return zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
+    st = zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
+    if (st != ZT_OK || !t->set->tensorboard) return st;
+    int64_t samples_per_step = t->set->micro_batch * t->set->accum * t->dp.size; /* DeepSpeed's x-axis */
+    return zt_tensorboard_open(t->set, samples_per_step, t->step, &t->tensorboard, err);
 }
 
 static zt_status setup_and_train(trainer *t, zt_error *err)
@@ -1075,6 +1080,7 @@ zt_status zt_train_run(const zt_train_request *req, zt_error *err)
     zt_log_set_level(ZT_LOG_INFO);
     restore_interrupts();
     zt_metrics_close(t.metrics);
+    zt_tensorboard_close(t.tensorboard);
     if (t.info) free_buffers(&t);
     zt_loader_close(t.train_loader);
     zt_loader_close(t.val_loader);

@@ -12,6 +12,7 @@
 #include "train/layout.h"
 #include "train/loss_scale.h"
 #include "train/metrics.h"
+#include "train/tensorboard.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
 
@@ -61,6 +62,7 @@ typedef struct trainer {
     float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
 
     zt_metrics *metrics;
+    zt_tensorboard *tensorboard; /* rank 0 with tensorboard.enabled; else NULL */
     /* The run of skipped steps that ends at the last step (trainer.c, "skipped steps"): its length,
      * its first step, and its steps by cause (TR_SKIP_*). */
     int64_t skipped_in_row, skipped_since, skipped_by_cause[4];

@@ -344,12 +344,20 @@ static void test_validation_errors(void)
                    "DeepSpeed configs but does not implement this option; remove the key "
                    "'zero_optimization.sub_group_size' from the config",
                    1);
-    expect_problem("{\"tensorboard\": {\"enabled\": true, \"output_path\": \"tb\"}}", NULL,
-                   "DeepSpeed key 'tensorboard' is not supported by zt (run.json:1:2): monitoring "
+    expect_problem("{\"wandb\": {\"enabled\": true, \"project\": \"p\"}}", NULL,
+                   "DeepSpeed key 'wandb' is not supported by zt (run.json:1:2): monitoring "
                    "backends are not implemented",
                    1);
-    expect_problem("{\"tensorboard\": {\"enabled\": true}}", NULL,
-                   "remove the whole section 'tensorboard' from the config", 1);
+    expect_problem("{\"wandb\": {\"enabled\": true}}", NULL,
+                   "remove the whole section 'wandb' from the config", 1);
+    /* DeepSpeed's tensorboard block is the host's: its keys validate, a typo is told the right one */
+    zt_error tb_err = {0};
+    ZT_CHECK_INT(check_config("{\"tensorboard\": {\"enabled\": true, \"output_path\": \"tb\", \"job_name\": \"j\"}}",
+                              NULL, &tb_err),
+                 ZT_OK);
+    expect_problem("{\"tensorboard\": {\"enabled\": 1}}", NULL, "config key 'tensorboard.enabled' must be", 1);
+    expect_problem("{\"tensorboard\": {\"enabled\": true, \"job\": \"j\"}}", NULL,
+                   "unknown config key 'tensorboard.job' (run.json:1:35); did you mean 'tensorboard.job_name'?", 1);
     const char *ds_set[] = {"wandb.enabled=true", NULL};
     expect_problem(NULL, ds_set,
                    "DeepSpeed key 'wandb.enabled' is not supported by zt (--set wandb.enabled=true)", 1);

@@ -309,6 +309,58 @@ bad_model() {
     not_in_output "out of memory"
 }
 
+# DeepSpeed's tensorboard block: the event files, read with the tensorboard package's reader, hold
+# every scalar of metrics.jsonl at DeepSpeed's x-axis (samples: step x 4 sequences here), also after
+# a session killed while writing an event (simulated: its last event cut short) and resumed from an
+# earlier checkpoint: the old file is left as it was, the new one's SessionLog START drops the steps
+# trained again. Bad settings are --check errors. Fails without the package (install-deps.sh installs
+# it) unless ZT_SKIP_TENSORBOARD=1.
+tensorboard_run() {
+    [ "${ZT_SKIP_TENSORBOARD:-0}" = 1 ] && skip "ZT_SKIP_TENSORBOARD=1"
+    if ! python3 -c "import tensorboard" 2>/dev/null; then
+        echo "FAIL: python3 cannot import tensorboard: run scripts/install-deps.sh (or set ZT_SKIP_TENSORBOARD=1)"
+        exit 1
+    fi
+    local logdir=$out/tb/job tbcheck=(python3 "$here/check_tensorboard.py")
+    local run=(--set train_micro_batch_size_per_gpu=2 --set gradient_accumulation_steps=2 --set eval.every=3
+               --set eval.batches=2 --set checkpoint.every=2 --set checkpoint.final=false
+               --set tensorboard.enabled=true --set tensorboard.output_path="$out/tb" --set tensorboard.job_name=job)
+    expect_ok "TensorBoard: writing events to $logdir/events.out.tfevents." -- "$zt_run" "${common[@]}" "${run[@]}" \
+        --output-dir "$out" --set steps=4
+    "${tbcheck[@]}" compare "$logdir" "$out/metrics.jsonl" 4 || zt_failures=$((zt_failures + 1))
+    local first=("$logdir"/events.out.tfevents.*)
+    [ ${#first[@]} -eq 1 ] || { echo "FAIL: ${#first[@]} event files after one session"; zt_failures=$((zt_failures + 1)); }
+    "${tbcheck[@]}" torn "${first[0]}" || zt_failures=$((zt_failures + 1))
+    truncate -s -9 "${first[0]}" # killed while writing step 4's event
+    cp "${first[0]}" "$out/first.torn"
+    expect_ok "resumed from $out/checkpoints/step-000002 at step 2" -- "$zt_run" "${common[@]}" "${run[@]}" \
+        --output-dir "$out" --set steps=5 --resume latest
+    cmp -s "${first[0]}" "$out/first.torn" || { echo "FAIL: resuming changed the first event file"; zt_failures=$((zt_failures + 1)); }
+    local files=("$logdir"/events.out.tfevents.*)
+    [ ${#files[@]} -eq 2 ] || { echo "FAIL: ${#files[@]} event files after a resume, expected 2"; zt_failures=$((zt_failures + 1)); }
+    "${tbcheck[@]}" compare "$logdir" "$out/metrics.jsonl" 4 --torn "${first[0]}" || zt_failures=$((zt_failures + 1))
+
+    # --check: the directory is made and written to before a run starts
+    local check=(--set model.preset=tiny)
+    printf 'x' >"$out/a-file"
+    expect_fail "cannot create TensorBoard directory" "set tensorboard.output_path" -- "$zt_run" --check "${check[@]}" \
+        --output-dir "$out/c" --set tensorboard.enabled=true --set tensorboard.output_path="$out/a-file/tb"
+    expect_ok "check passed" -- "$zt_run" --check "${check[@]}" --output-dir "$out/c" --set tensorboard.enabled=true \
+        --set tensorboard.output_path="$out/c/tb"
+    [ -d "$out/c/tb/DeepSpeedJobName" ] || { echo "FAIL: --check did not make DeepSpeed's default job directory"; zt_failures=$((zt_failures + 1)); }
+    expect_fail "tensorboard.output_path and tensorboard.job_name are both empty" -- "$zt_run" --check "${check[@]}" \
+        --output-dir "$out/c" --set tensorboard.enabled=true --set tensorboard.job_name=
+    printf '{"tensorboard": {"enabled": "yes", "output_path": "%s"}}\n' "$out/c/tb" >"$out/string.json"
+    expect_fail "config key 'tensorboard.enabled' must be" -- "$zt_run" --check "${check[@]}" --output-dir "$out/c" \
+        --config "$out/string.json"
+    printf '{"tensorboard": {"enabled": true, "output_path": 3}}\n' >"$out/number.json"
+    expect_fail "config key 'tensorboard.output_path' must be" -- "$zt_run" --check "${check[@]}" --output-dir "$out/c" \
+        --config "$out/number.json"
+    printf '{"tensorboard": {"enabled": true, "outputpath": "tb"}}\n' >"$out/typo.json"
+    expect_fail "unknown config key 'tensorboard.outputpath'" "did you mean 'tensorboard.output_path'?" -- \
+        "$zt_run" --check "${check[@]}" --output-dir "$out/c" --config "$out/typo.json"
+}
+
 case $test in
     prepare_data | fixture) ;;
     *) rm -rf "$out" && mkdir -p "$out" ;; # every run starts from nothing
