@@ -66,6 +66,7 @@ zt_status zt_cli_create_runtime(const zt_config *cfg, const zt_host_settings *se
     if (!settings) settings = &defaults;
     opt.device_mem_limit = settings->gpu_mem_limit;
     opt.comm_timeout_s = settings->comm_timeout_s;
+    opt.comms_logger = &settings->comms_logger;
     return zt_runtime_create(&opt, cfg, rt, err);
 }
 

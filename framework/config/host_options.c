@@ -3,6 +3,8 @@
  * parallel_config, auto_trans_ckpt), zt's own otherwise. docs/config.md documents every key; keep the
  * two in step. Plugins declare their own keys (optimizer.params.*, zero_optimization.offload_*, ...).
  */
+#include <string.h>
+
 #include "config/config_internal.h"
 
 #define MIN_ONLY ZT_OPT_HAS_MIN
@@ -156,7 +158,30 @@ static const zt_option k_host_options[] = {
     {"comm.timeout_s", ZT_OPT_FLOAT, MIN_ONLY, "300", 0, 0, NULL,
      "Multi-rank runs: a collective not completed after this many seconds ends every rank with a "
      "message naming it, instead of hanging; 0 waits forever (docs/distributed.md)."},
+
+    /* ---- communication logging (DeepSpeed's comms_logger; docs/distributed.md) ---- */
+    {"comms_logger.enabled", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "Log the run's collectives: the end-of-run table shows the profiled ones (prof_all, prof_ops), "
+     "with verbose every call as it completes, with debug the caller of each. The per-step figures of "
+     "metrics.jsonl are measured either way."},
+    {"comms_logger.verbose", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "comms_logger: log every profiled collective as it completes (op, group, bytes, time, algbw, busbw)."},
+    {"comms_logger.prof_all", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "comms_logger: profile every kind of collective; false: only those in prof_ops."},
+    {"comms_logger.prof_ops", ZT_OPT_STRING, 0, "", 0, 0, NULL,
+     "comms_logger with prof_all false: the collectives to profile, a list (JSON array or "
+     "comma-separated) of all_reduce, reduce_scatter, all_gather, broadcast, send, recv."},
+    {"comms_logger.debug", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "comms_logger: name the caller (the plugin, or zt for the host) of every logged collective, and "
+     "give each caller its own rows in the end-of-run table."},
 };
+
+/* String keys that take a list: a JSON array of strings is joined with commas (DeepSpeed writes
+ * comms_logger.prof_ops as an array). */
+int cfg_host_option_is_list(const zt_option *opt)
+{
+    return opt && opt->type == ZT_OPT_STRING && opt->key && strcmp(opt->key, "comms_logger.prof_ops") == 0;
+}
 
 int cfg_host_option_capped(const zt_option *opt)
 {

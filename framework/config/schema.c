@@ -162,7 +162,6 @@ static const deepspeed_key k_deepspeed_unsupported[] = {
     {"memory_breakdown", "memory breakdowns are not implemented"},
     {"dump_state", "state dumps are not implemented"},
     {"flops_profiler", "the FLOPS profiler is not implemented"},
-    {"comms_logger", "communication logging is not implemented"},
     {"compression_training", "compression training is not implemented"},
     {"data_efficiency", "data efficiency (data sampling and routing) is not implemented"},
     {"curriculum_learning", "curriculum learning is not implemented"},

@@ -168,6 +168,11 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_int, "parallel_config.micro_batch_num", &s->micro_batch_num);
     READ(read_bool, "auto_trans_ckpt", &s->auto_trans_ckpt);
     READ(zt_config_get_float, "comm.timeout_s", &s->comm_timeout_s);
+    READ(read_bool, "comms_logger.enabled", &s->comms_logger.enabled);
+    READ(read_bool, "comms_logger.verbose", &s->comms_logger.verbose);
+    READ(read_bool, "comms_logger.prof_all", &s->comms_logger.prof_all);
+    READ(read_bool, "comms_logger.debug", &s->comms_logger.debug);
+    READ(zt_config_get_string, "comms_logger.prof_ops", &s->comms_logger.prof_ops);
     return ZT_OK;
 }
 

@@ -36,6 +36,13 @@ typedef struct zt_schedule_settings {
     int32_t given_warmup_num_steps, given_warmup_min_lr, given_total_num_steps, given_cos_min_ratio;
 } zt_schedule_settings;
 
+/* comms_logger.*: what the communication monitor logs (host/comm_monitor.h); it measures every
+ * collective whatever these say. */
+typedef struct zt_comms_logger_settings {
+    int32_t enabled, verbose, prof_all, debug;
+    const char *prof_ops; /* comma-separated names; "" for none */
+} zt_comms_logger_settings;
+
 typedef struct zt_host_settings {
     /* batch and steps (DeepSpeed's names) */
     int64_t micro_batch;         /* train_micro_batch_size_per_gpu */
@@ -88,6 +95,9 @@ typedef struct zt_host_settings {
     int64_t data_parallel, model_parallel, pipeline_stage, micro_batch_num;
     int32_t auto_trans_ckpt;
     double comm_timeout_s;
+
+    /* DeepSpeed's comms_logger block (docs/distributed.md, "Watching the collectives") */
+    zt_comms_logger_settings comms_logger;
 } zt_host_settings;
 
 /* Read every host key of a config that holds the host's schema (validated, or at least holding no

@@ -196,6 +196,38 @@ static int fail_range(value_problem *vp, const zt_option *opt, const char *what,
     return 0;
 }
 
+/* A JSON array of plain strings (no commas, no escapes) as one comma-separated string, for a key
+ * that takes a list (cfg_host_option_is_list). */
+static int join_string_list(const zt_json *j, int tok, char **out, value_problem *vp)
+{
+    const zt_json_tok *t = &j->tok[tok];
+    size_t cap = (size_t)(t->end - t->start) + 1, used = 0;
+    char *text = malloc(cap);
+    if (!text) {
+        snprintf(vp->problem, sizeof vp->problem, "could not be stored: out of memory");
+        return 0;
+    }
+    text[0] = '\0';
+    int item = tok + 1;
+    for (int k = 0; k < t->size; k++, item = zt_json_skip(j, item)) {
+        const zt_json_tok *it = &j->tok[item];
+        size_t n = (size_t)(it->end - it->start);
+        const char *s = j->text + it->start;
+        if (it->type != ZT_JSON_STRING || memchr(s, ',', n) || memchr(s, '\\', n)) {
+            char got[96];
+            cfg_describe_json_value(j, item, got, sizeof got);
+            snprintf(vp->problem, sizeof vp->problem, "item %d must be a name (a string without commas), got %s",
+                     k + 1, got);
+            vp->tok = item;
+            free(text);
+            return 0;
+        }
+        used += (size_t)snprintf(text + used, cap - used, "%s%.*s", k ? "," : "", (int)n, s);
+    }
+    *out = text;
+    return 1;
+}
+
 /* A JSON number token as an int64: "5e8" and "1.0" are fine, "1.5" is not. */
 static int number_to_int(const zt_json *j, int tok, int64_t *out, value_problem *vp)
 {
@@ -345,6 +377,8 @@ int cfg_parse_value(zt_config *cfg, const zt_option *opt, const zt_json *j, int 
             }
         } else if (from_command_line && t->type == ZT_JSON_PRIMITIVE) {
             text = strndup(j->text + t->start, (size_t)(t->end - t->start));
+        } else if (t->type == ZT_JSON_ARRAY && cfg_host_option_is_list(opt)) {
+            if (!join_string_list(j, tok, &text, vp)) return 0;
         } else {
             return fail_type(vp, opt, j, tok);
         }

@@ -13,7 +13,8 @@
  *                            the three streams, the cuBLASLt handle and its workspace in the
  *                            zt_device_ctx (shared by every plugin), stream-ordered cudaMallocAsync
  *                            on compute_stream for ZT_MEM_DEVICE (a free does not stall the host),
- *                            cudaHostAlloc for ZT_MEM_PINNED, cudaMemcpyAsync, cudaStreamSynchronize.
+ *                            cudaHostAlloc for ZT_MEM_PINNED, cudaMemcpyAsync, cudaStreamSynchronize,
+ *                            timing events (cudaEventRecord, cudaEventElapsedTime).
  *
  * Backend functions report failures through err (what failed and how to fix it); the runtime adds
  * the pool, tag and memory use around an allocation failure.
@@ -48,6 +49,16 @@ typedef struct zt_device_backend {
                         void *stream, zt_error *err);
     /* Wait for all work queued on `stream` (NULL: all of the device's work). */
     zt_status (*sync)(const zt_device_ctx *ctx, void *stream, zt_error *err);
+
+    /* Timing events on a stream, for the communication monitor (host/comm_monitor.h): recorded around
+     * an operation, they time it on the device without a host wait. NULL on a backend whose work is
+     * done on return (the CPU), where the caller reads the clock around the call instead. */
+    zt_status (*event_create)(const zt_device_ctx *ctx, void **event, zt_error *err);
+    zt_status (*event_record)(const zt_device_ctx *ctx, void *event, void *stream, zt_error *err);
+    /* 1 with *seconds between two recorded events once both are complete; 0 while either is not
+     * (never waits); -1 on a device error (err says which). */
+    int (*event_elapsed)(const zt_device_ctx *ctx, void *start, void *end, double *seconds, zt_error *err);
+    void (*event_destroy)(const zt_device_ctx *ctx, void *event);
 } zt_device_backend;
 
 extern const zt_device_backend zt_device_cpu;
@@ -66,7 +77,7 @@ zt_status zt_device_cuda_count(int *n_devices, zt_error *err);
  * refused by dlsym instead of being called with the wrong layout. It fills *backend and the number
  * of CUDA devices this process can use; when there is none (no driver, no GPU, CUDA_VISIBLE_DEVICES
  * empty) it returns ZT_ERR_UNSUPPORTED and err says why. */
-#define ZT_DEVICE_CUDA_ENTRY "zt_device_cuda_open_v1"
+#define ZT_DEVICE_CUDA_ENTRY "zt_device_cuda_open_v2"
 typedef zt_status (*zt_device_cuda_open_fn)(const zt_device_backend **backend, int *n_devices,
                                             zt_error *err);
 

@@ -221,6 +221,46 @@ static zt_status cuda_sync(const zt_device_ctx *ctx, void *stream, zt_error *err
     return err->status;
 }
 
+static zt_status cuda_event_create(const zt_device_ctx *ctx, void **event, zt_error *err)
+{
+    (void)ctx;
+    cudaEvent_t e = NULL;
+    cudaError_t rc = cudaEventCreate(&e); /* with timing: cudaEventDisableTiming would make it useless here */
+    *event = rc == cudaSuccess ? (void *)e : NULL;
+    return rc == cudaSuccess ? ZT_OK : cuda_failed(err, rc, "cudaEventCreate");
+}
+
+static zt_status cuda_event_record(const zt_device_ctx *ctx, void *event, void *stream, zt_error *err)
+{
+    cudaStream_t s = stream ? (cudaStream_t)stream : compute_stream_of(ctx);
+    cudaError_t rc = cudaEventRecord((cudaEvent_t)event, s);
+    return rc == cudaSuccess ? ZT_OK : cuda_failed(err, rc, "cudaEventRecord");
+}
+
+static int cuda_event_elapsed(const zt_device_ctx *ctx, void *start, void *end, double *seconds, zt_error *err)
+{
+    (void)ctx;
+    /* Ask the later event first: querying never waits, and once it is complete so is the earlier one
+     * (both are on one stream). */
+    cudaError_t rc = cudaEventQuery((cudaEvent_t)end);
+    if (rc == cudaErrorNotReady) return 0;
+    float ms = 0;
+    if (rc == cudaSuccess) rc = cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end);
+    if (rc == cudaErrorNotReady) return 0;
+    if (rc != cudaSuccess) {
+        cuda_failed(err, rc, "cudaEventElapsedTime");
+        return -1;
+    }
+    *seconds = (double)ms * 1e-3;
+    return 1;
+}
+
+static void cuda_event_destroy(const zt_device_ctx *ctx, void *event)
+{
+    (void)ctx;
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
 static const zt_device_backend k_cuda_backend = {
     .name = "cuda",
     .init = cuda_init,
@@ -229,9 +269,13 @@ static const zt_device_backend k_cuda_backend = {
     .free = cuda_free,
     .memcpy = cuda_memcpy,
     .sync = cuda_sync,
+    .event_create = cuda_event_create,
+    .event_record = cuda_event_record,
+    .event_elapsed = cuda_event_elapsed,
+    .event_destroy = cuda_event_destroy,
 };
 
-__attribute__((visibility("default"))) zt_status zt_device_cuda_open_v1(const zt_device_backend **backend,
+__attribute__((visibility("default"))) zt_status zt_device_cuda_open_v2(const zt_device_backend **backend,
                                                                         int *n_devices, zt_error *err);
 __attribute__((visibility("default"))) void zt_device_cuda_versions_v1(zt_cuda_versions *out);
 
@@ -247,7 +291,7 @@ void zt_device_cuda_versions_v1(zt_cuda_versions *out)
     cudaGetLastError();
 }
 
-zt_status zt_device_cuda_open_v1(const zt_device_backend **backend, int *n_devices, zt_error *err)
+zt_status zt_device_cuda_open_v2(const zt_device_backend **backend, int *n_devices, zt_error *err)
 {
     *backend = NULL;
     *n_devices = 0;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "host/comm_monitor.h"
 #include "host/runtime_internal.h"
 
 /* ---- collectives ------------------------------------------------------------------------------ */
@@ -246,7 +247,10 @@ zt_status rt_host_all_reduce(void *ctx, const zt_group *group, const void *send,
     if (st != ZT_OK) return st;
     zt_error err;
     zt_comm_backend *c = pc->rt->comm;
+    comm_probe probe; /* the communication monitor (comm_monitor.h) */
+    rt_comm_begin(pc, &probe, ZT_COMM_ALL_REDUCE, g, count, dtype, comm_stream(pc, stream));
     st = c->all_reduce(c, g->comm, send, recv, count, dtype, op, comm_stream(pc, stream), &err);
+    rt_comm_end(pc, &probe, st);
     return backend_result(pc, "all_reduce", g, st, &err);
 }
 
@@ -261,7 +265,10 @@ zt_status rt_host_reduce_scatter(void *ctx, const zt_group *group, const void *s
     if (st != ZT_OK) return st;
     zt_error err;
     zt_comm_backend *c = pc->rt->comm;
+    comm_probe probe; /* the communication monitor (comm_monitor.h) */
+    rt_comm_begin(pc, &probe, ZT_COMM_REDUCE_SCATTER, g, count, dtype, comm_stream(pc, stream));
     st = c->reduce_scatter(c, g->comm, send, recv, count, dtype, op, comm_stream(pc, stream), &err);
+    rt_comm_end(pc, &probe, st);
     return backend_result(pc, "reduce_scatter", g, st, &err);
 }
 
@@ -275,7 +282,10 @@ zt_status rt_host_all_gather(void *ctx, const zt_group *group, const void *send,
     if (st != ZT_OK) return st;
     zt_error err;
     zt_comm_backend *c = pc->rt->comm;
+    comm_probe probe; /* the communication monitor (comm_monitor.h) */
+    rt_comm_begin(pc, &probe, ZT_COMM_ALL_GATHER, g, count, dtype, comm_stream(pc, stream));
     st = c->all_gather(c, g->comm, send, recv, count, dtype, comm_stream(pc, stream), &err);
+    rt_comm_end(pc, &probe, st);
     return backend_result(pc, "all_gather", g, st, &err);
 }
 
@@ -290,7 +300,10 @@ zt_status rt_host_broadcast(void *ctx, const zt_group *group, void *buf, uint64_
     if (st != ZT_OK) return st;
     zt_error err;
     zt_comm_backend *c = pc->rt->comm;
+    comm_probe probe; /* the communication monitor (comm_monitor.h) */
+    rt_comm_begin(pc, &probe, ZT_COMM_BROADCAST, g, count, dtype, comm_stream(pc, stream));
     st = c->broadcast(c, g->comm, buf, count, dtype, root, comm_stream(pc, stream), &err);
+    rt_comm_end(pc, &probe, st);
     return backend_result(pc, "broadcast", g, st, &err);
 }
 
@@ -305,7 +318,10 @@ zt_status rt_host_send(void *ctx, const zt_group *group, const void *buf, uint64
     if (st != ZT_OK) return st;
     zt_error err;
     zt_comm_backend *c = pc->rt->comm;
+    comm_probe probe; /* the communication monitor (comm_monitor.h) */
+    rt_comm_begin(pc, &probe, ZT_COMM_SEND, g, count, dtype, comm_stream(pc, stream));
     st = c->send(c, g->comm, buf, count, dtype, peer, comm_stream(pc, stream), &err);
+    rt_comm_end(pc, &probe, st);
     return backend_result(pc, "send", g, st, &err);
 }
 
@@ -320,7 +336,10 @@ zt_status rt_host_recv(void *ctx, const zt_group *group, void *buf, uint64_t cou
     if (st != ZT_OK) return st;
     zt_error err;
     zt_comm_backend *c = pc->rt->comm;
+    comm_probe probe; /* the communication monitor (comm_monitor.h) */
+    rt_comm_begin(pc, &probe, ZT_COMM_RECV, g, count, dtype, comm_stream(pc, stream));
     st = c->recv(c, g->comm, buf, count, dtype, peer, comm_stream(pc, stream), &err);
+    rt_comm_end(pc, &probe, st);
     return backend_result(pc, "recv", g, st, &err);
 }
 

@@ -445,6 +445,7 @@ zt_status zt_runtime_create(const zt_runtime_options *opt, const zt_config *cfg,
         st = create_comm_backend(rt, opt, &launch, err);
     }
     if (st == ZT_OK) st = create_world_group(rt, err);
+    if (st == ZT_OK) st = rt_comm_monitor_create(rt, opt->comms_logger, err);
     if (st != ZT_OK) {
         zt_runtime_destroy(rt);
         return st;
@@ -456,6 +457,7 @@ zt_status zt_runtime_create(const zt_runtime_options *opt, const zt_config *cfg,
 void zt_runtime_destroy(zt_runtime *rt)
 {
     if (!rt) return;
+    rt_comm_monitor_destroy(rt); /* its events belong to the device, shut down below */
     for (comm_group *g = rt->groups, *next; g; g = next) {
         next = g->next;
         rt->comm->group_destroy(rt->comm, g->comm);

@@ -8,6 +8,7 @@
 #include "zt/zt_host.h"
 #include "base/error.h"
 #include "config/config.h"
+#include "config/settings.h"
 
 typedef struct zt_runtime zt_runtime;
 
@@ -21,6 +22,8 @@ typedef struct zt_runtime_options {
                                   forked by a rank to inspect plugins is not a rank itself) */
     double comm_timeout_s;     /* multi-rank runs: the collective watchdog's timeout (comm.timeout_s);
                                   0 waits forever */
+    const zt_comms_logger_settings *comms_logger; /* what the communication monitor logs
+                                                     (host/comm_monitor.h); NULL: nothing extra */
 } zt_runtime_options;
 
 /* cfg may be NULL (e.g. zt-run --list-plugins); it must outlive the runtime. */

@@ -5,6 +5,7 @@
  *   memory.c       memory accounting: counters per pool and place, limits, the allocation table,
  *                  out-of-memory messages
  *   collectives.c  named communication groups over the run's comm backend (dist/comm.h)
+ *   comm_monitor.c what each collective moved and how long it took (comm_monitor.h)
  */
 #ifndef ZT_FRAMEWORK_RUNTIME_INTERNAL_H
 #define ZT_FRAMEWORK_RUNTIME_INTERNAL_H
@@ -72,6 +73,8 @@ typedef struct comm_group {
     struct comm_group *next;
 } comm_group;
 
+typedef struct comm_monitor comm_monitor;
+
 struct zt_runtime {
     const zt_config *cfg;
     zt_threadpool *threads;
@@ -93,6 +96,8 @@ struct zt_runtime {
     pthread_mutex_t names_lock; /* guards the plugin and group lists */
     plugin_ctx *plugins;
     comm_group *groups;
+
+    comm_monitor *monitor; /* NULL only while the runtime is made */
 };
 
 /* ---- runtime.c ----------------------------------------------------------------------------------- */
@@ -131,5 +136,26 @@ zt_status rt_host_send(void *ctx, const zt_group *group, const void *buf, uint64
 zt_status rt_host_recv(void *ctx, const zt_group *group, void *buf, uint64_t count, int32_t dtype,
                        int32_t peer, void *stream);
 zt_status rt_host_barrier(void *ctx, const zt_group *group);
+
+/* ---- comm_monitor.c ------------------------------------------------------------------------------ */
+
+/* Parses comms_logger.prof_ops (an unknown name is ZT_ERR_CONFIG naming it); logger NULL: defaults. */
+zt_status rt_comm_monitor_create(zt_runtime *rt, const zt_comms_logger_settings *logger, zt_error *err);
+void rt_comm_monitor_destroy(zt_runtime *rt);
+
+/* One collective being watched: rt_comm_begin right before the backend call, rt_comm_end with its
+ * status right after. */
+typedef struct comm_probe {
+    int32_t entry;
+    uint64_t bytes;
+    void *stream;
+    void *start; /* the device event before the call, or NULL: timed by the clock */
+    double started_s;
+} comm_probe;
+
+/* op: ZT_COMM_*; count and dtype as the collective takes them. */
+void rt_comm_begin(plugin_ctx *pc, comm_probe *p, int32_t op, const comm_group *g, uint64_t count, int32_t dtype,
+                   void *stream);
+void rt_comm_end(plugin_ctx *pc, comm_probe *p, zt_status st);
 
 #endif

@@ -296,6 +296,27 @@ static void write_number(FILE *f, const char *key, double v)
     else fprintf(f, ",\"%s\":null", key);
 }
 
+/* ,"comm":{...}: the step's collectives (metrics.h). */
+static void write_comm(FILE *f, const zt_comm_stats *c, double step_s)
+{
+    fprintf(f, ",\"comm\":{\"time_s\":%.17g", c->time_s); /* a sum of finite times */
+    write_number(f, "share", step_s > 0 ? c->time_s / step_s : 0.0);
+    fputs(",\"ops\":[", f);
+    for (int32_t k = 0; k < c->n_ops; k++) {
+        const zt_comm_op_stats *s = &c->ops[k];
+        fprintf(f, "%s{\"op\":\"%s\"", k ? "," : "", zt_comm_op_name(s->op));
+        fputs(",\"group\":", f);
+        zt_json_write_string(f, s->group, strlen(s->group));
+        fprintf(f, ",\"ranks\":%d,\"count\":%llu,\"bytes\":%llu", (int)s->ranks, (unsigned long long)s->count,
+                (unsigned long long)s->bytes);
+        write_number(f, "time_s", s->time_s);
+        write_number(f, "algbw_gbps", zt_comm_algbw_gbps(s));
+        write_number(f, "busbw_gbps", zt_comm_busbw_gbps(s));
+        fputc('}', f);
+    }
+    fputs("]}", f);
+}
+
 zt_status zt_metrics_train(zt_metrics *m, const zt_train_record *r, zt_error *err)
 {
     record rec;
@@ -316,6 +337,7 @@ zt_status zt_metrics_train(zt_metrics *m, const zt_train_record *r, zt_error *er
     write_number(f, "eta_s", r->eta_s);
     write_mem(f, "mem_host", r->host_mem);
     if (r->has_device) write_mem(f, "mem_device", r->device_mem);
+    if (r->comm) write_comm(f, r->comm, r->step_s);
     return write_record(m, &rec, err);
 }
 

@@ -8,10 +8,15 @@
  *   {"step":12,"type":"train","total_steps":100,"loss":3.21,"lr":0.0003,"grad_norm":1.9,
  *    "skipped":false,"tokens":4096,"loss_tokens":2710,"tokens_per_s":15000.5,"step_s":0.27,
  *    "elapsed_s":3.3,"eta_s":23.7,
- *    "mem_host":{"params":{"current":N,"peak":N},...,"total":{"current":N,"peak":N}}}
+ *    "mem_host":{"params":{"current":N,"peak":N},...,"total":{"current":N,"peak":N}},
+ *    "comm":{"time_s":0.01,"share":0.037,"ops":[{"op":"all_reduce","group":"dp","ranks":2,"count":3,
+ *            "bytes":1200,"time_s":0.01,"algbw_gbps":0.00012,"busbw_gbps":0.00012},...]}}
  *   {"step":12,"type":"eval","eval_loss":3.3,"eval_tokens":8000,"eval_s":0.9}
  *
- * "mem_device" follows "mem_host" on GPU runs. Numbers are written with 17 significant digits, so a
+ * "mem_device" follows "mem_host" on GPU runs. "comm" holds the step's collectives by kind and group
+ * (host/comm_monitor.h: nccl-tests' bytes, algbw and busbw in GB/s); share is its time_s / step_s.
+ * Rank 0 writes metrics.jsonl; every other rank R writes the same records, with its own memory and
+ * communication, to metrics.rank<R>.jsonl. Numbers are written with 17 significant digits, so a
  * loss read back is the exact double the trainer computed (the resume test compares them bit for
  * bit). tokens counts non-padding tokens of the whole global batch, loss_tokens those with a target.
  */
@@ -22,6 +27,7 @@
 #include <stdint.h>
 #include "zt/zt_host.h"
 #include "base/error.h"
+#include "host/comm_monitor.h"
 
 typedef struct zt_metrics zt_metrics;
 
@@ -49,6 +55,7 @@ typedef struct zt_train_record {
     double eta_s;                 /* estimated time to finish the remaining steps */
     zt_mem_stats host_mem[ZT_POOL_COUNT];
     zt_mem_stats device_mem[ZT_POOL_COUNT];
+    const zt_comm_stats *comm;    /* the step's collectives; NULL: no "comm" object */
 } zt_train_record;
 
 /* Non-padding tokens of the global batch per second of the step; 0 for a step that took no time. */

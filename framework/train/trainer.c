@@ -958,7 +958,10 @@ static zt_status train_loop(trainer *t, zt_error *err)
         int64_t step = t->step + 1;
         double started = zt_now_s();
         step_outcome o;
+        zt_runtime_comm_step_begin(t->rt); /* the step's collectives, for its record (host/comm_monitor.h) */
         st = train_step(t, step, &o, err);
+        zt_comm_stats comm;
+        zt_runtime_comm_step_end(t->rt, &comm);
         if (st == ZT_ERR_CANCELLED) break; /* a plugin stopped mid-step: the last complete step is saved */
         if (st != ZT_OK) return st;
         double step_s = zt_now_s() - started;
@@ -970,6 +973,7 @@ static zt_status train_loop(trainer *t, zt_error *err)
 
         zt_train_record r;
         fill_record(t, &o, step, step_s, session_steps, &r);
+        r.comm = &comm;
         st = t->metrics ? zt_metrics_train(t->metrics, &r, err) : ZT_OK;
         if (st == ZT_OK && t->tensorboard) st = zt_tensorboard_train(t->tensorboard, &r, err);
         if (st != ZT_OK) return st;
@@ -993,6 +997,9 @@ static zt_status train_loop(trainer *t, zt_error *err)
         }
     }
     int cancelled = st == ZT_ERR_CANCELLED || stop[0];
+    /* Every rank is here (the ranks agreed to stop, or all finished): the end-of-run table. */
+    zt_status reported = zt_runtime_comm_report(t->rt, t->session_s, err);
+    if (reported != ZT_OK) return reported;
     char *dir = NULL;
     /* checkpoint.final = false skips the end-of-run checkpoint, never the one an interruption needs */
     int save = t->step > last_saved && (t->set->checkpoint_final || cancelled);
@@ -1009,10 +1016,15 @@ static zt_status train_loop(trainer *t, zt_error *err)
 
 static zt_status prepare_output(trainer *t, zt_error *err)
 {
-    if (t->dp.rank != 0) return ZT_OK; /* one run, one output directory: rank 0 writes it */
     zt_status st = zt_mkdir_p(t->set->output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];
+    if (t->dp.rank != 0) {
+        /* One run, one output directory, which rank 0 writes; each other rank keeps its own records
+         * (its memory and communication) beside rank 0's metrics.jsonl. */
+        snprintf(path, sizeof path, "%s/metrics.rank%d.jsonl", t->set->output_dir, (int)t->dp.rank);
+        return zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
+    }
     snprintf(path, sizeof path, "%s/config.resolved.json", t->set->output_dir);
     st = zt_config_save_resolved(t->req->cfg, path, t->req->plugins_json, err);
     if (st != ZT_OK) return st;
@@ -1053,7 +1065,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     else if (t->req->model_dir) st = tr_load_hf(t, t->req->model_dir, err);
     else st = tr_load_master(t, tr_random_source, NULL, err);
     tr_drop_shard_buffer(t);
-    if (st == ZT_OK) st = prepare_output(t, err);
+    if (st == ZT_OK) st = tr_agree_on_status(t, prepare_output(t, err), err, "preparing the output directory");
     if (st != ZT_OK) return st;
 
     zt_log(ZT_LOG_INFO, "training %lld parameters (%lld trainable) for %lld steps of %lld x %lld x %d sequences of "

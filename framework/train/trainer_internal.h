@@ -61,7 +61,7 @@ typedef struct trainer {
     int32_t max_unit_params;
     float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
 
-    zt_metrics *metrics;
+    zt_metrics *metrics;  /* rank 0: metrics.jsonl; rank R: metrics.rank<R>.jsonl */
     zt_tensorboard *tensorboard; /* rank 0 with tensorboard.enabled; else NULL */
     /* The run of skipped steps that ends at the last step (trainer.c, "skipped steps"): its length,
      * its first step, and its steps by cause (TR_SKIP_*). */
