@@ -149,6 +149,9 @@ static const zt_option k_host_options[] = {
     {"comm.timeout_s", ZT_OPT_FLOAT, MIN_ONLY, "300", 0, 0, NULL,
      "Multi-rank runs: a collective not completed after this many seconds ends every rank with a "
      "message naming it, instead of hanging; 0 waits forever (docs/distributed.md)."},
+    {"comm.flight_recorder.entries", ZT_OPT_INT, MIN_MAX, "256", 0, 1048576, NULL,
+     "The flight recorder: each rank keeps its last this many collectives, and writes them to a dump on a "
+     "watchdog timeout, a fatal signal or an interrupt; 0 turns it off (docs/distributed.md)."},
 };
 
 int cfg_host_option_capped(const zt_option *opt)

@@ -165,6 +165,7 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_int, "parallel_config.micro_batch_num", &s->micro_batch_num);
     READ(read_bool, "auto_trans_ckpt", &s->auto_trans_ckpt);
     READ(zt_config_get_float, "comm.timeout_s", &s->comm_timeout_s);
+    READ(zt_config_get_int, "comm.flight_recorder.entries", &s->flight_recorder_entries);
     return ZT_OK;
 }
 

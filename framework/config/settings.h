@@ -85,6 +85,7 @@ typedef struct zt_host_settings {
     int64_t data_parallel, model_parallel, pipeline_stage, micro_batch_num;
     int32_t auto_trans_ckpt;
     double comm_timeout_s;
+    int64_t flight_recorder_entries; /* comm.flight_recorder.entries */
 } zt_host_settings;
 
 /* Read every host key of a config that holds the host's schema (validated, or at least holding no

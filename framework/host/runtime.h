@@ -21,6 +21,7 @@ typedef struct zt_runtime_options {
                                   forked by a rank to inspect plugins is not a rank itself) */
     double comm_timeout_s;     /* multi-rank runs: the collective watchdog's timeout (comm.timeout_s);
                                   0 waits forever */
+    uint32_t flight_entries;   /* the flight recorder's ring (comm.flight_recorder.entries); 0: off */
 } zt_runtime_options;
 
 /* cfg may be NULL (e.g. zt-run --list-plugins); it must outlive the runtime. */
