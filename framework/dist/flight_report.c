@@ -255,8 +255,9 @@ static int analyze_group(const char *name, const dump_rec *dumps, int32_t world,
         free(waiting), free(missing), free(behind);
         return 0;
     }
-    int n_waiting = 0, n_missing = 0, n_behind = 0, lines = 0;
-    uint64_t top = 0, low_issued = UINT64_MAX, low_completed = UINT64_MAX;
+    int n_waiting = 0, n_missing = 0, n_behind = 0, n_ahead = 0, lines = 0;
+    /* Progress: the last collective issued, then the last completed. */
+    uint64_t top_i = 0, top_c = 0, low_i = UINT64_MAX, low_c = UINT64_MAX;
     for (int32_t i = 0; i < n; i++) {
         int32_t r = members->ranks[i];
         const group_rec *g = r >= 0 && r < world ? group_in(&dumps[r], name) : NULL;
@@ -264,60 +265,79 @@ static int analyze_group(const char *name, const dump_rec *dumps, int32_t world,
             missing[n_missing++] = r;
             continue;
         }
-        if (g->issued > top) top = g->issued;
-        if (g->issued < low_issued || (g->issued == low_issued && g->completed < low_completed)) {
-            low_issued = g->issued;
-            low_completed = g->completed;
-        }
+        if (g->issued > top_i || (g->issued == top_i && g->completed > top_c)) top_i = g->issued, top_c = g->completed;
+        if (g->issued < low_i || (g->issued == low_i && g->completed < low_c)) low_i = g->issued, low_c = g->completed;
     }
+    int all_same = low_i == top_i && low_c == top_c;
     /* Waiting: issued the furthest collective and not completed it. Behind: the lowest progress. */
     const entry_rec *waited = NULL;
     for (int32_t i = 0; i < n; i++) {
         int32_t r = members->ranks[i];
         const group_rec *g = r >= 0 && r < world ? group_in(&dumps[r], name) : NULL;
         if (!g) continue;
-        if (g->issued == top && g->completed < top) {
+        if (g->issued == top_i && g->completed < top_i) {
             waiting[n_waiting++] = r;
-            if (!waited) waited = entry_in(&dumps[r], name, top);
+            if (!waited) waited = entry_in(&dumps[r], name, top_i);
         }
-        if (g->issued == low_issued && g->completed == low_completed && (low_issued < top || low_completed < top))
-            behind[n_behind++] = r;
+        if (!all_same && g->issued == low_i && g->completed == low_c) behind[n_behind++] = r;
     }
     char what[256], who[1024], list[512];
-    describe_entry(name, top, waited, what, sizeof what);
+    describe_entry(name, top_i, waited, what, sizeof what);
     list_ranks(waiting, n_waiting, list, sizeof list);
+    const char *ranks_word = n_waiting == 1 ? "rank" : "ranks", *wait_word = n_waiting == 1 ? "waits" : "wait";
     for (int i = 0; i < n_missing; i++) {
         int32_t r = missing[i];
         if (r < 0 || r >= world || named[r] || (!n_waiting && n_missing == n)) continue;
         named[r] = 1;
         describe_rank(r, &dumps[r], states ? &states[r] : NULL, who, sizeof who);
         if (n_waiting)
-            fprintf(out, "%s%s left no dump; %s %s %s wait%s in %s, which it has not completed\n", prefix, who,
-                    n_waiting == 1 ? "rank" : "ranks", list, n_waiting == 1 ? "" : "s", n_waiting == 1 ? "s" : "",
-                    what);
+            fprintf(out, "%s%s left no dump; %s %s %s in %s, which it has not completed\n", prefix, who, ranks_word,
+                    list, wait_word, what);
         else
             fprintf(out, "%s%s left no dump; the other ranks of group '%s' were not waiting in a collective there\n",
                     prefix, who, name);
         lines++;
     }
-    if (n_behind && !(n_missing && n_behind == n - n_missing && low_issued == top)) {
-        for (int i = 0; i < n_behind; i++) {
-            int32_t r = behind[i];
-            describe_rank(r, &dumps[r], states ? &states[r] : NULL, who, sizeof who);
-            const entry_rec *last = entry_in(&dumps[r], name, low_issued);
-            char mine[256];
-            describe_entry(name, low_issued, last, mine, sizeof mine);
-            if (!n_waiting)
-                fprintf(out, "%s%s is behind in group '%s': its last collective there is %s\n", prefix, who, name,
-                        low_issued ? mine : "none");
-            else if (low_issued < top)
-                fprintf(out, "%s%s is behind in group '%s': its last collective there is %s (%s); %s %s wait%s in %s, "
-                        "which it has not issued\n", prefix, who, name, low_issued ? mine : "none",
-                        last ? last->state : "completed", n_waiting == 1 ? "rank" : "ranks", list,
-                        n_waiting == 1 ? "s" : "", what);
-            else
-                fprintf(out, "%s%s is behind in group '%s': it is still in %s, which other ranks completed\n", prefix,
-                        who, name, mine);
+    for (int i = 0; i < n_behind; i++) {
+        int32_t r = behind[i];
+        describe_rank(r, &dumps[r], states ? &states[r] : NULL, who, sizeof who);
+        const entry_rec *last = entry_in(&dumps[r], name, low_i);
+        char mine[256];
+        describe_entry(name, low_i, last, mine, sizeof mine);
+        if (low_i < top_i && n_waiting)
+            fprintf(out, "%s%s is behind in group '%s': its last collective there is %s (%s); %s %s %s in %s, "
+                    "which it has not issued\n", prefix, who, name, low_i ? mine : "none",
+                    last ? last->state : "completed", ranks_word, list, wait_word, what);
+        else if (low_i < top_i)
+            fprintf(out, "%s%s is behind in group '%s': its last collective there is %s (%s), the others' is #%llu\n",
+                    prefix, who, name, low_i ? mine : "none", last ? last->state : "completed",
+                    (unsigned long long)top_i);
+        else
+            fprintf(out, "%s%s is behind in group '%s': it is still in %s, which other ranks completed\n", prefix,
+                    who, name, mine);
+        lines++;
+    }
+    if (all_same && top_i > top_c && !n_missing) {
+        /* Every rank is in the same collective: the one its launcher saw stopped or killed holds it up. */
+        for (int i = 0; i < n_waiting; i++) {
+            int32_t r = waiting[i];
+            if (!states || (!states[r].stopped && !states[r].killed)) continue;
+            describe_rank(r, &dumps[r], &states[r], who, sizeof who);
+            int32_t others[64];
+            int n_others = 0;
+            for (int k = 0; k < n_waiting && n_others < 64; k++)
+                if (waiting[k] != r) others[n_others++] = waiting[k];
+            char other_list[512];
+            list_ranks(others, n_others, other_list, sizeof other_list);
+            fprintf(out, "%s%s is %s inside %s, and %s %s %s in it for rank %d\n", prefix, who,
+                    states[r].stopped ? "stopped" : "gone", what, n_others == 1 ? "rank" : "ranks", other_list,
+                    n_others == 1 ? "waits" : "wait", (int)r);
+            n_ahead++;
+            lines++;
+        }
+        if (!n_ahead) {
+            fprintf(out, "%s%s %s %s all in %s, which none has completed: none is behind in group '%s' (one may "
+                    "be stuck inside it)\n", prefix, ranks_word, list, n_waiting == 1 ? "is" : "are", what, name);
             lines++;
         }
     }
