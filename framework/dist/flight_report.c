@@ -240,6 +240,11 @@ static void list_ranks(const int32_t *ranks, int n, char *out, size_t cap)
         used += (size_t)snprintf(out + used, cap - used, "%s%d", i ? ", " : "", (int)ranks[i]);
 }
 
+static int is_suspect(const zt_flight_rank_state *states, int32_t world, int32_t r)
+{
+    return states && r >= 0 && r < world && (states[r].stopped || states[r].killed);
+}
+
 /* One group: prints what is wrong in it; returns how many lines. `named` marks the ranks already
  * named as leaving no dump (each is named once, in the first group that shows it). */
 static int analyze_group(const char *name, const dump_rec *dumps, int32_t world, const zt_flight_rank_state *states,
@@ -285,12 +290,18 @@ static int analyze_group(const char *name, const dump_rec *dumps, int32_t world,
     describe_entry(name, top_i, waited, what, sizeof what);
     list_ranks(waiting, n_waiting, list, sizeof list);
     const char *ranks_word = n_waiting == 1 ? "rank" : "ranks", *wait_word = n_waiting == 1 ? "waits" : "wait";
+    /* Suspects: the members its launcher saw stopped or killed. With one, a member without a dump that
+     * the launcher saw nothing wrong with was ended with the job before it could write one. */
+    int any_suspect = 0;
+    for (int32_t i = 0; i < n && states; i++) any_suspect |= is_suspect(states, world, members->ranks[i]);
     for (int i = 0; i < n_missing; i++) {
         int32_t r = missing[i];
         if (r < 0 || r >= world || named[r] || (!n_waiting && n_missing == n)) continue;
         named[r] = 1;
         describe_rank(r, &dumps[r], states ? &states[r] : NULL, who, sizeof who);
-        if (n_waiting)
+        if (any_suspect && !is_suspect(states, world, r))
+            fprintf(out, "%s%s left no dump: it was ended with the job before it wrote one\n", prefix, who);
+        else if (n_waiting)
             fprintf(out, "%s%s left no dump; %s %s %s in %s, which it has not completed\n", prefix, who, ranks_word,
                     list, wait_word, what);
         else
@@ -317,11 +328,11 @@ static int analyze_group(const char *name, const dump_rec *dumps, int32_t world,
                     who, name, mine);
         lines++;
     }
-    if (all_same && top_i > top_c && !n_missing) {
-        /* Every rank is in the same collective: the one its launcher saw stopped or killed holds it up. */
+    if (top_i > top_c) {
+        /* In the collective with the others: the one its launcher saw stopped or killed holds it up. */
         for (int i = 0; i < n_waiting; i++) {
             int32_t r = waiting[i];
-            if (!states || (!states[r].stopped && !states[r].killed)) continue;
+            if (!is_suspect(states, world, r)) continue;
             describe_rank(r, &dumps[r], &states[r], who, sizeof who);
             int32_t others[64];
             int n_others = 0;
@@ -329,13 +340,17 @@ static int analyze_group(const char *name, const dump_rec *dumps, int32_t world,
                 if (waiting[k] != r) others[n_others++] = waiting[k];
             char other_list[512];
             list_ranks(others, n_others, other_list, sizeof other_list);
-            fprintf(out, "%s%s is %s inside %s, and %s %s %s in it for rank %d\n", prefix, who,
-                    states[r].stopped ? "stopped" : "gone", what, n_others == 1 ? "rank" : "ranks", other_list,
-                    n_others == 1 ? "waits" : "wait", (int)r);
+            if (n_others)
+                fprintf(out, "%s%s is %s inside %s, and %s %s %s in it for rank %d\n", prefix, who,
+                        states[r].stopped ? "stopped" : "gone", what, n_others == 1 ? "rank" : "ranks", other_list,
+                        n_others == 1 ? "waits" : "wait", (int)r);
+            else
+                fprintf(out, "%s%s is %s inside %s, which the other ranks of group '%s' cannot complete without "
+                        "it\n", prefix, who, states[r].stopped ? "stopped" : "gone", what, name);
             n_ahead++;
             lines++;
         }
-        if (!n_ahead) {
+        if (!n_ahead && all_same && !n_missing) {
             fprintf(out, "%s%s %s %s all in %s, which none has completed: none is behind in group '%s' (one may "
                     "be stuck inside it)\n", prefix, ranks_word, list, n_waiting == 1 ? "is" : "are", what, name);
             lines++;
@@ -343,6 +358,16 @@ static int analyze_group(const char *name, const dump_rec *dumps, int32_t world,
     }
     free(waiting), free(missing), free(behind);
     return lines;
+}
+
+/* Whether some rank's dump has a collective on group `name` that it issued and not completed. */
+static int group_open(const dump_rec *dumps, int32_t world, const char *name)
+{
+    for (int32_t r = 0; r < world; r++) {
+        const group_rec *g = group_in(&dumps[r], name);
+        if (g && g->issued > g->completed) return 1;
+    }
+    return 0;
 }
 
 zt_status zt_flight_analyze(const char *dir, int32_t world_size, const zt_flight_rank_state *states, FILE *out,
@@ -412,15 +437,18 @@ zt_status zt_flight_analyze(const char *dir, int32_t world_size, const zt_flight
                 fprintf(out, "%srank %d: %s\n", prefix, (int)r, dumps[r].reason);
         int *named = calloc((size_t)world, sizeof *named);
         int lines = 0;
-        /* Every group any dump names, once each. */
-        for (int32_t r = 0; r < world && named; r++)
-            for (int i = 0; i < dumps[r].n_groups; i++) {
-                const char *name = dumps[r].groups[i].name;
-                int seen = 0;
-                for (int32_t q = 0; q < r && !seen; q++) seen = group_in(&dumps[q], name) != NULL;
-                for (int k = 0; k < i && !seen; k++) seen = strcmp(dumps[r].groups[k].name, name) == 0;
-                if (!seen) lines += analyze_group(name, dumps, world, states, named, out, prefix);
-            }
+        /* Every group any dump names, once each: first those a rank waits in, so that a rank that
+         * left no dump is named with the collective the others wait for it in. */
+        for (int pass = 0; pass < 2; pass++)
+            for (int32_t r = 0; r < world && named; r++)
+                for (int i = 0; i < dumps[r].n_groups; i++) {
+                    const char *name = dumps[r].groups[i].name;
+                    int seen = 0;
+                    for (int32_t q = 0; q < r && !seen; q++) seen = group_in(&dumps[q], name) != NULL;
+                    for (int k = 0; k < i && !seen; k++) seen = strcmp(dumps[r].groups[k].name, name) == 0;
+                    if (!seen && group_open(dumps, world, name) == !pass)
+                        lines += analyze_group(name, dumps, world, states, named, out, prefix);
+                }
         for (int32_t r = 0; r < world && named; r++) {
             /* A rank in no dump's groups, with no dump of its own: named by what its launcher knows. */
             if (dumps[r].present || named[r] || !states || (!states[r].stopped && !states[r].killed)) continue;

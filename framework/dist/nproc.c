@@ -668,7 +668,9 @@ static int supervise_mpirun(const char *mpirun, char **args, long nproc, const c
             states[r].pid = w[r].info.registered ? w[r].info.pid : 0;
             states[r].stopped = w[r].longest_stop >= 1.0;
             states[r].stopped_s = w[r].longest_stop;
-            states[r].killed = w[r].info.registered && w[r].gone_at > 0 && !w[r].info.ended;
+            /* Gone without saying how, before zt-run or mpirun ended the job (as find_culprit). */
+            states[r].killed = w[r].info.registered && w[r].gone_at > 0 && !w[r].info.ended &&
+                               (ended_at == 0 || w[r].gone_at < ended_at) && (culprit < 0 || r == culprit);
             if (states[r].killed && r == culprit && code > 128 && code < 128 + 65) states[r].signal = code - 128;
         }
         report_flight(job_dir, nproc, states);
