@@ -439,7 +439,8 @@ zt_status zt_flight_init(int32_t rank, int32_t world_size, uint32_t entries, zt_
 
 void zt_flight_set_dir(const char *dir)
 {
-    if (!g.ring || zt_job_attached() || !dir || strlen(dir) >= sizeof g.dir) return;
+    /* One process has no peers to be behind: its collectives are copies, and it writes no dump. */
+    if (!g.ring || zt_job_attached() || g.world_size < 2 || !dir || strlen(dir) >= sizeof g.dir) return;
     snprintf(g.dir, sizeof g.dir, "%s", dir);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/rank-%d%s", g.dir, (int)g.rank, ZT_FLIGHT_SUFFIX);

@@ -78,7 +78,7 @@ typedef void (*zt_comm_flight_fn)(const zt_flight_hooks *hooks);
  * else nowhere until zt_flight_set_dir. Once per process; a second call changes nothing. */
 zt_status zt_flight_init(int32_t rank, int32_t world_size, uint32_t entries, zt_error *err);
 /* Where the dumps go when there is no job directory (the run's output directory); removes this
- * rank's dump of an earlier run there. Ignored under a job directory. */
+ * rank's dump of an earlier run there. Ignored under a job directory and for a single process. */
 void zt_flight_set_dir(const char *dir);
 const zt_flight_hooks *zt_flight_hooks_get(void);
 
