@@ -25,7 +25,7 @@
 enum { ZT_EXIT_OK = 0, ZT_EXIT_ERROR = 1, ZT_EXIT_USAGE = 2, ZT_EXIT_INTERRUPTED = 130 };
 
 enum option_id {
-    OPT_HELP, OPT_VERSION, OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK,
+    OPT_HELP, OPT_VERSION, OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK, OPT_FLIGHT_RECORDER,
     OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR,
     OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC,
     OPT_NNODES, OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, /* torchrun's flags */
@@ -38,8 +38,9 @@ enum option_id {
 };
 
 typedef struct run_args {
-    int action; /* OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK, or -1 for none */
+    int action; /* OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK, OPT_FLIGHT_RECORDER, or -1 for none */
     const char *describe_name;
+    const char *flight_dir; /* --flight-recorder DIR */
     const char **plugin_paths;
     int n_plugin_paths;
     const char *plugins;

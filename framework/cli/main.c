@@ -13,6 +13,7 @@
 #include "base/args.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "dist/flight.h"
 #include "dist/job.h"
 #include "dist/launch.h"
 #include "generate/generate.h"
@@ -37,6 +38,9 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_ENV] = {"--env", NULL, NULL, "show this machine: CPU, memory, GPUs, CUDA/NCCL/MPI versions, plugins"},
     [OPT_CHECK] = {"--check", NULL, NULL,
                    "load, probe and initialize the run's plugins, validate the config, print it resolved"},
+    [OPT_FLIGHT_RECORDER] = {"--flight-recorder", NULL, "DIR",
+                             "read the ranks' flight recorder dumps in DIR and say which rank was behind, in "
+                             "which collective (docs/distributed.md)"},
     [OPT_PLUGIN_PATH] = {"--plugin-path", NULL, "DIR",
                          "search DIR first for NAME.plugin descriptors (repeatable; DIR may be a:b:c)"},
     [OPT_PLUGINS] = {"--plugins", NULL, "LIST",
@@ -105,6 +109,7 @@ static void print_help(FILE *f)
             "  zt-run --describe NAME [--plugin-path DIR]\n"
             "  zt-run --env [--plugin-path DIR]\n"
             "  zt-run --check [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR]\n"
+            "  zt-run --flight-recorder DIR\n"
             "  zt-run [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR] [--data DIR]\n"
             "         [--model DIR] [--resume DIR|latest] [--export DIR] [--nproc N]   (train; docs/training.md)\n"
             "         [--nnodes N --nproc-per-node P --node-rank R --master-addr HOST --master-port PORT]\n"
@@ -248,6 +253,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_DESCRIBE:
         case OPT_ENV:
         case OPT_CHECK:
+        case OPT_FLIGHT_RECORDER:
         case OPT_GENERATE:
             if (a->action >= 0) {
                 status = zt_cli_usage_error("%s and %s are separate actions; give one of them",
@@ -256,6 +262,7 @@ static int parse_args(int argc, char **argv, run_args *a)
             }
             a->action = o;
             if (o == OPT_DESCRIBE) a->describe_name = v;
+            if (o == OPT_FLIGHT_RECORDER) a->flight_dir = v;
             break;
         case OPT_PLUGIN_PATH: a->plugin_paths[a->n_plugin_paths++] = v; break;
         case OPT_PLUGINS: a->plugins = v; break;
@@ -382,6 +389,15 @@ static int do_generate(run_args *a)
     return zt_generate_run(g, &settings, &err) == ZT_OK ? ZT_EXIT_OK : zt_cli_run_error(&err);
 }
 
+/* zt-run --flight-recorder DIR: what a job's dumps say, after the fact (dist/flight.h). */
+static int show_flight_recorder(const char *dir)
+{
+    zt_error err;
+    int n = 0;
+    if (zt_flight_analyze(dir, 0, NULL, stdout, "", &n, &err) != ZT_OK) return zt_cli_run_error(&err);
+    return ZT_EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     run_args a;
@@ -407,6 +423,7 @@ int main(int argc, char **argv)
         case OPT_DESCRIBE: status = zt_cli_describe(&a); break;
         case OPT_ENV: status = zt_cli_list_plugins(&a, 1); break;
         case OPT_CHECK: status = zt_cli_check(&a); break;
+        case OPT_FLIGHT_RECORDER: status = show_flight_recorder(a.flight_dir); break;
         case OPT_GENERATE: status = do_generate(&a); break;
         default: status = zt_cli_train(&a); break;
         }

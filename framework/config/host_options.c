@@ -174,6 +174,9 @@ static const zt_option k_host_options[] = {
     {"comms_logger.debug", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
      "comms_logger: name the caller (the plugin, or zt for the host) of every logged collective, and "
      "give each caller its own rows in the end-of-run table."},
+    {"comm.flight_recorder.entries", ZT_OPT_INT, MIN_MAX, "256", 0, 1048576, NULL,
+     "The flight recorder: each rank keeps its last this many collectives, and writes them to a dump on a "
+     "watchdog timeout, a fatal signal or an interrupt; 0 turns it off (docs/distributed.md)."},
 };
 
 /* String keys that take a list: a JSON array of strings is joined with commas (DeepSpeed writes

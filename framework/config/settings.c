@@ -173,6 +173,7 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(read_bool, "comms_logger.prof_all", &s->comms_logger.prof_all);
     READ(read_bool, "comms_logger.debug", &s->comms_logger.debug);
     READ(zt_config_get_string, "comms_logger.prof_ops", &s->comms_logger.prof_ops);
+    READ(zt_config_get_int, "comm.flight_recorder.entries", &s->flight_recorder_entries);
     return ZT_OK;
 }
 

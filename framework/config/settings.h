@@ -98,6 +98,7 @@ typedef struct zt_host_settings {
 
     /* DeepSpeed's comms_logger block (docs/distributed.md, "Watching the collectives") */
     zt_comms_logger_settings comms_logger;
+    int64_t flight_recorder_entries; /* comm.flight_recorder.entries */
 } zt_host_settings;
 
 /* Read every host key of a config that holds the host's schema (validated, or at least holding no

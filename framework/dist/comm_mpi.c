@@ -23,6 +23,7 @@
 #define _POSIX_C_SOURCE 200809L /* sigaction, nanosleep, clock_gettime */
 #include "base/clock.h"
 #include "dist/comm_mpi.h"
+#include "dist/flight.h"
 #include "dist/job.h"
 
 #include <limits.h>
@@ -66,6 +67,10 @@ typedef struct mpi_backend {
 static char g_waiting_in[320];
 static char g_term_line[640];
 static struct sigaction g_term_before; /* the SIGTERM disposition the wait replaced */
+static const zt_flight_hooks *g_flight; /* zt-run's flight recorder (dist/flight.h); NULL: none */
+
+EXPORT void zt_comm_mpi_flight_v1(const zt_flight_hooks *hooks);
+EXPORT void zt_comm_mpi_flight_v1(const zt_flight_hooks *hooks) { g_flight = hooks; }
 
 static void describe_bytes(uint64_t bytes, char out[32])
 {
@@ -120,7 +125,10 @@ static void on_term_while_waiting(int sig, siginfo_t *info, void *context)
         ssize_t ignored = write(STDERR_FILENO, line, len);
         (void)ignored;
     }
-    if (!handled) zt_job_note_end("terminated", 128 + sig);
+    if (!handled) {
+        if (g_flight) g_flight->dump("SIGTERM while waiting for the other ranks");
+        zt_job_note_end("terminated", 128 + sig);
+    }
     if (g_term_before.sa_flags & SA_SIGINFO) {
         g_term_before.sa_sigaction(sig, info, context);
     } else if (g_term_before.sa_handler == SIG_DFL) {
@@ -166,6 +174,12 @@ static void abort_job(const mpi_backend *b, const char *why)
 {
     fprintf(stderr, "zt[rank %d] error: %s; ending every rank of the job\n", b->base.world_rank, why);
     fflush(stderr);
+    if (g_flight) {
+        char reason[400];
+        snprintf(reason, sizeof reason, "watchdog: timed out in %s", g_waiting_in);
+        g_flight->dump(reason);
+        g_flight->report();
+    }
     zt_job_note_end("aborted", 1);
     MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1); /* MPI_Abort does not return; this is for an MPI that does */

@@ -20,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep, clock_gettime, setenv */
 #include "base/clock.h"
 #include "dist/comm_nccl.h"
+#include "dist/flight.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -54,6 +55,7 @@ typedef struct pending_op {
     cudaEvent_t event; /* created on first use of the slot, reused after */
     int recorded;      /* 0 while the operation is being enqueued: not complete */
     double since;      /* enqueued, or became the oldest: the timeout counts from the later */
+    uint64_t flight;   /* the flight recorder's token of the collective (dist/flight.h); 0: none */
     char what[WHAT_MAX];
 } pending_op;
 
@@ -112,6 +114,12 @@ static zt_status nccl_failed(const nccl_backend *b, ncclComm_t comm, ncclResult_
                         ncclGetErrorString(rc), last && *last ? ": " : "", last ? last : "");
 }
 
+/* zt-run's flight recorder (dist/flight.h): told when a collective's event fires, dumped by die(). */
+static const zt_flight_hooks *g_flight;
+
+EXPORT void zt_comm_nccl_flight_v1(const zt_flight_hooks *hooks);
+EXPORT void zt_comm_nccl_flight_v1(const zt_flight_hooks *hooks) { g_flight = hooks; }
+
 /* ---- the end of the job: abort every communicator, exit ---------------------------------------- */
 
 /* Called with b->lock held (or by the only thread). ncclCommAbort does not wait for peers. */
@@ -119,6 +127,12 @@ static void die(nccl_backend *b, const char *message)
 {
     fprintf(stderr, "%s\n", message);
     fflush(stderr);
+    if (g_flight) {
+        char reason[320];
+        snprintf(reason, sizeof reason, "watchdog: %s", strncmp(message, "zt-run: ", 8) == 0 ? message + 8 : message);
+        g_flight->dump(reason);
+        g_flight->report();
+    }
     /* Should an abort itself get stuck (a wedged GPU), SIGALRM still ends the process. */
     signal(SIGALRM, SIG_DFL);
     alarm(20);
@@ -147,6 +161,7 @@ static void reap(nccl_backend *b)
                      b->base.world_rank, b->base.world_size, p->what, cudaGetErrorString(rc));
             die(b, msg);
         }
+        if (p->flight && g_flight) g_flight->completed(p->flight);
         b->head = (b->head + 1) % MAX_PENDING;
         b->n_pending--;
         if (b->n_pending > 0) {
@@ -173,6 +188,7 @@ static int track_begin(nccl_backend *b, const char *what)
     pending_op *p = &b->ring[slot];
     p->recorded = 0;
     p->since = zt_now_s();
+    p->flight = g_flight ? g_flight->current() : 0;
     snprintf(p->what, sizeof p->what, "%s", what);
     b->n_pending++;
     pthread_mutex_unlock(&b->lock);

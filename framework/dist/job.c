@@ -197,18 +197,26 @@ zt_status zt_job_dir_create(char *dir, size_t cap, zt_error *err)
     return ZT_OK;
 }
 
-void zt_job_dir_remove(const char *dir)
+int zt_job_dir_remove(const char *dir)
 {
     DIR *d = opendir(dir);
-    if (!d) return;
+    if (!d) return 0;
     struct dirent *e;
     char path[PATH_MAX];
+    int kept = 0;
+    size_t suffix = strlen(ZT_JOB_FLIGHT_SUFFIX);
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
+        size_t len = strlen(e->d_name);
+        if (len > suffix && strcmp(e->d_name + len - suffix, ZT_JOB_FLIGHT_SUFFIX) == 0) {
+            kept++;
+            continue;
+        }
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) unlink(path);
     }
     closedir(d);
-    rmdir(dir);
+    if (!kept) rmdir(dir);
+    return kept;
 }
 
 void zt_job_read_rank(const char *dir, int32_t rank, zt_job_rank_info *out)
@@ -282,6 +290,7 @@ void zt_job_attach(int32_t rank, int32_t world_size, const char *launcher)
 }
 
 int zt_job_attached(void) { return g_attached; }
+const char *zt_job_dir(void) { return g_attached ? g_dir : ""; }
 int32_t zt_job_rank(void) { return g_rank; }
 
 static void warn_once(const char *what)

@@ -21,6 +21,8 @@
  *                 zt-run passes on as mpirun's SIGTERM, from a first.
  *   failure       why zt-run ends the job itself (a rank stopped for longer than comm.timeout_s),
  *                 written before it does: the ranks say it as they end.
+ *   rank-R.flight.jsonl  rank R's flight recorder dump (flight.h), written on a watchdog timeout, a
+ *                 fatal signal or an interrupt. zt-run keeps these when it removes the directory.
  *
  * Without ZT_NPROC_DIR (one process, your own mpirun or srun) the rank-side calls do nothing and
  * the queries answer "nothing known". Everything marked async-signal-safe uses only open, read,
@@ -37,6 +39,8 @@
 #include "base/error.h"
 
 #define ZT_JOB_DIR_ENV "ZT_NPROC_DIR"
+/* The end of a flight recorder dump's name (flight.h): rank-R.flight.jsonl. */
+#define ZT_JOB_FLIGHT_SUFFIX ".flight.jsonl"
 
 /* ---- the rank's side ---------------------------------------------------------------------------- */
 
@@ -45,6 +49,8 @@
 void zt_job_attach(int32_t rank, int32_t world_size, const char *launcher);
 int zt_job_attached(void);
 int32_t zt_job_rank(void);
+/* The job directory when attached, else "". */
+const char *zt_job_dir(void);
 
 /* Writes rank-R (pid, start time, comm.timeout_s). A directory that cannot be written is a warning:
  * the run goes on, zt-run then knows less. */
@@ -97,8 +103,9 @@ typedef struct zt_job_rank_info {
 
 /* A new private directory $TMPDIR/zt-nproc-XXXXXX (/tmp without TMPDIR) into dir[cap]. */
 zt_status zt_job_dir_create(char *dir, size_t cap, zt_error *err);
-/* Removes the directory and what the ranks wrote in it. */
-void zt_job_dir_remove(const char *dir);
+/* Removes the directory and what the ranks wrote in it, except their flight recorder dumps
+ * (rank-R.flight.jsonl): the directory stays when there are some, and the number kept is returned. */
+int zt_job_dir_remove(const char *dir);
 /* Reads rank R's files into *out (zeroed first). */
 void zt_job_read_rank(const char *dir, int32_t rank, zt_job_rank_info *out);
 /* Writes `interrupt`: the signal relayed and how many interrupts there were; before the ranks get it. */

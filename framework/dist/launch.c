@@ -23,6 +23,7 @@
 #include "base/module.h"
 #include "dist/comm_mpi.h"
 #include "dist/comm_nccl.h"
+#include "dist/flight.h"
 #include "dist/requirements.h"
 
 #if !defined(ZT_HAVE_MPI_BACKEND) || !defined(ZT_HAVE_NCCL_BACKEND)
@@ -357,6 +358,14 @@ typedef struct nccl_module {
     zt_comm_nccl_create_fn create;
 } nccl_module;
 
+/* A comm module's watchdog dumps the flight recorder through these hooks (dist/flight.h); a module
+ * without the export works as before, without. */
+static void give_flight_hooks(void *lib, const char *entry)
+{
+    zt_comm_flight_fn give = (zt_comm_flight_fn)dlsym(lib, entry);
+    if (give) give(zt_flight_hooks_get());
+}
+
 /* Loads libzt-comm-nccl.so ($ZT_COMM_NCCL_LIBRARY, else where zt_module_find looks). */
 static zt_status load_nccl_module(int32_t world, const char *launcher, nccl_module *out, zt_error *err)
 {
@@ -391,6 +400,7 @@ static zt_status load_nccl_module(int32_t world, const char *launcher, nccl_modu
                             "%s\nInstall the NCCL it was built with (libnccl2, or the pip package "
                             "nvidia-nccl-cu12 with its lib/ on LD_LIBRARY_PATH)", world, launcher, path,
                             chosen ? " (ZT_COMM_NCCL_LIBRARY)" : "", why);
+    give_flight_hooks(lib, ZT_COMM_NCCL_FLIGHT_ENTRY);
     out->unique_id = (zt_comm_nccl_unique_id_fn)dlsym(lib, ZT_COMM_NCCL_ID_ENTRY);
     out->create = (zt_comm_nccl_create_fn)dlsym(lib, ZT_COMM_NCCL_ENTRY);
     if (!out->unique_id || !out->create) {
@@ -563,6 +573,7 @@ static zt_status load_mpi_backend(const zt_launch *launch, double timeout_s, zt_
                             "of zt; rebuild and reinstall zt%s", path, chosen ? " (ZT_COMM_MPI_LIBRARY)" : "",
                             ZT_COMM_MPI_ENTRY, chosen ? ", or unset ZT_COMM_MPI_LIBRARY" : "");
     }
+    give_flight_hooks(lib, ZT_COMM_MPI_FLIGHT_ENTRY);
     zt_comm_mpi_options opt = {
         .rank = launch->rank, .world_size = launch->world_size, .launcher = launch->launcher, .timeout_s = timeout_s};
     return create(&opt, out, err);

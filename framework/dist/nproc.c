@@ -29,6 +29,7 @@
 #include "device/device.h"
 #include "dist/comm_mpi.h"
 #include "dist/comm_nccl.h"
+#include "dist/flight.h"
 #include "dist/job.h"
 
 #if !defined(ZT_HAVE_MPI_BACKEND) || !defined(ZT_HAVE_NCCL_BACKEND)
@@ -108,6 +109,27 @@ static void describe_exit(int status, pid_t pid, char *out, size_t cap)
         describe_signal(WTERMSIG(status), pid, out, cap);
     else
         snprintf(out, cap, "ended with status %d", status);
+}
+
+/* After a job that failed: which rank the flight recorder's dumps show behind, and in which
+ * collective (dist/flight.h). `states` holds what this process saw of each of the `world` ranks. */
+static void report_flight(const char *job_dir, long world, const zt_flight_rank_state *states)
+{
+    zt_error err;
+    int n = 0;
+    fflush(stdout);
+    if (zt_flight_analyze(job_dir, (int32_t)world, states, stderr, "zt-run: flight recorder: ", &n, &err) != ZT_OK &&
+        err.status != ZT_ERR_NOT_FOUND)
+        fprintf(stderr, "zt-run: flight recorder: %s\n", err.msg);
+    fflush(stderr);
+}
+
+/* Removes the job directory; the ranks' flight recorder dumps stay, and this says where. */
+static void remove_job_dir(const char *job_dir)
+{
+    if (zt_job_dir_remove(job_dir))
+        fprintf(stderr, "zt-run: flight recorder: the ranks' dumps stay in %s (zt-run --flight-recorder %s reads "
+                "them again)\n", job_dir, job_dir);
 }
 
 static void pause_ms(long ms)
@@ -242,7 +264,7 @@ static int supervise_ranks(const char *exe, char **args, const node_ranks *job, 
 {
     long nproc = job->count, world = job->world_size;
     pid_t pids[MAX_LOCAL_RANKS];
-    int alive[MAX_LOCAL_RANKS];
+    int alive[MAX_LOCAL_RANKS], statuses[MAX_LOCAL_RANKS];
     rank_output *outs = calloc((size_t)(2 * nproc), sizeof *outs);
     if (!outs) {
         fprintf(stderr, "zt-run: error: out of memory starting %ld ranks\n", nproc);
@@ -331,6 +353,7 @@ static int supervise_ranks(const char *exe, char **args, const node_ranks *job, 
             while (r < started && pids[r] != pid) r++;
             if (r == started || !alive[r]) continue;
             alive[r] = 0;
+            statuses[r] = status;
             n_alive--;
             int bad = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
             int by_user = relayed && ((WIFEXITED(status) && WEXITSTATUS(status) == 130) ||
@@ -389,6 +412,17 @@ static int supervise_ranks(const char *exe, char **args, const node_ranks *job, 
         }
     free(outs);
     restore_user_signals(&caught);
+    if (code && code != 130) {
+        zt_flight_rank_state *states = calloc((size_t)world, sizeof *states);
+        for (long r = 0; states && r < started; r++) {
+            zt_flight_rank_state *s = &states[job->first + r];
+            s->pid = pids[r];
+            s->killed = !alive[r] && WIFSIGNALED(statuses[r]) && WTERMSIG(statuses[r]) != relayed;
+            s->signal = s->killed ? WTERMSIG(statuses[r]) : 0;
+        }
+        report_flight(job_dir, world, states);
+        free(states);
+    }
     return code;
 }
 
@@ -628,6 +662,20 @@ static int supervise_mpirun(const char *mpirun, char **args, long nproc, const c
         code = n_registered == nproc && n_done == nproc ? 0 : 130;
     }
     restore_user_signals(&caught);
+    if (code && code != 130) {
+        zt_flight_rank_state *states = calloc((size_t)nproc, sizeof *states);
+        for (long r = 0; states && r < nproc; r++) {
+            states[r].pid = w[r].info.registered ? w[r].info.pid : 0;
+            states[r].stopped = w[r].longest_stop >= 1.0;
+            states[r].stopped_s = w[r].longest_stop;
+            /* Gone without saying how, before zt-run or mpirun ended the job (as find_culprit). */
+            states[r].killed = w[r].info.registered && w[r].gone_at > 0 && !w[r].info.ended &&
+                               (ended_at == 0 || w[r].gone_at < ended_at) && (culprit < 0 || r == culprit);
+            if (states[r].killed && r == culprit && code > 128 && code < 128 + 65) states[r].signal = code - 128;
+        }
+        report_flight(job_dir, nproc, states);
+        free(states);
+    }
     free(w);
     return code;
 }
@@ -898,7 +946,7 @@ zt_status zt_launch_start(const zt_launch_request *req, int mode, int argc, char
         if (port_holder >= 0) close(port_holder);
         free(args);
         if (st != ZT_OK) return st;
-        zt_job_dir_remove(job_dir);
+        remove_job_dir(job_dir);
         fflush(NULL);
         exit(code);
     }
@@ -957,7 +1005,7 @@ zt_status zt_launch_start(const zt_launch_request *req, int mode, int argc, char
         return st;
     }
     int code = supervise_mpirun(mpirun, args, nproc, job_dir);
-    zt_job_dir_remove(job_dir);
+    remove_job_dir(job_dir);
     free(args);
     fflush(NULL);
     exit(code);

@@ -12,6 +12,7 @@
 
 #include "base/log.h"
 #include "host/comm_monitor.h"
+#include "dist/flight.h"
 #include "host/runtime_internal.h"
 
 /* ---- collectives ------------------------------------------------------------------------------ */
@@ -111,6 +112,7 @@ zt_status rt_create_group(zt_runtime *rt, const char *name, const int32_t *world
     g->world_ranks = ranks;
     g->size = n;
     g->rank = my_index;
+    g->flight_group = zt_flight_group(name, world_ranks, n, my_index);
     g->next = rt->groups;
     rt->groups = g;
     *out = g;
@@ -229,6 +231,20 @@ static void *comm_stream(const plugin_ctx *pc, void *stream)
     return stream ? stream : pc->rt->device_ctx.comm_stream;
 }
 
+/* The flight recorder (dist/flight.h) around one backend call: `multiple` counts the blocks of the
+ * call's larger buffer (the group's size for reduce_scatter and all_gather). NCCL returns once the
+ * collective is enqueued; its watchdog thread marks it complete. */
+static uint64_t flight_begin(const comm_group *g, int op, uint64_t count, int32_t dtype, uint64_t multiple,
+                             int32_t peer)
+{
+    return zt_flight_issue(g->flight_group, op, count, dtype, count * multiple * zt_comm_element_size(dtype), peer);
+}
+
+static void flight_end(const plugin_ctx *pc, uint64_t token, zt_status st)
+{
+    zt_flight_returned(token, st == ZT_OK, strcmp(pc->rt->comm->name, "nccl") == 0);
+}
+
 static zt_status backend_result(plugin_ctx *pc, const char *op_name, const comm_group *g, zt_status st,
                                 const zt_error *err)
 {
@@ -249,7 +265,9 @@ zt_status rt_host_all_reduce(void *ctx, const zt_group *group, const void *send,
     zt_comm_backend *c = pc->rt->comm;
     comm_probe probe; /* the communication monitor (comm_monitor.h) */
     rt_comm_begin(pc, &probe, ZT_COMM_ALL_REDUCE, g, count, dtype, comm_stream(pc, stream));
+    uint64_t flight = flight_begin(g, ZT_FLIGHT_ALL_REDUCE, count, dtype, 1, -1);
     st = c->all_reduce(c, g->comm, send, recv, count, dtype, op, comm_stream(pc, stream), &err);
+    flight_end(pc, flight, st);
     rt_comm_end(pc, &probe, st);
     return backend_result(pc, "all_reduce", g, st, &err);
 }
@@ -267,7 +285,9 @@ zt_status rt_host_reduce_scatter(void *ctx, const zt_group *group, const void *s
     zt_comm_backend *c = pc->rt->comm;
     comm_probe probe; /* the communication monitor (comm_monitor.h) */
     rt_comm_begin(pc, &probe, ZT_COMM_REDUCE_SCATTER, g, count, dtype, comm_stream(pc, stream));
+    uint64_t flight = flight_begin(g, ZT_FLIGHT_REDUCE_SCATTER, count, dtype, (uint64_t)g->size, -1);
     st = c->reduce_scatter(c, g->comm, send, recv, count, dtype, op, comm_stream(pc, stream), &err);
+    flight_end(pc, flight, st);
     rt_comm_end(pc, &probe, st);
     return backend_result(pc, "reduce_scatter", g, st, &err);
 }
@@ -284,7 +304,9 @@ zt_status rt_host_all_gather(void *ctx, const zt_group *group, const void *send,
     zt_comm_backend *c = pc->rt->comm;
     comm_probe probe; /* the communication monitor (comm_monitor.h) */
     rt_comm_begin(pc, &probe, ZT_COMM_ALL_GATHER, g, count, dtype, comm_stream(pc, stream));
+    uint64_t flight = flight_begin(g, ZT_FLIGHT_ALL_GATHER, count, dtype, (uint64_t)g->size, -1);
     st = c->all_gather(c, g->comm, send, recv, count, dtype, comm_stream(pc, stream), &err);
+    flight_end(pc, flight, st);
     rt_comm_end(pc, &probe, st);
     return backend_result(pc, "all_gather", g, st, &err);
 }
@@ -302,7 +324,9 @@ zt_status rt_host_broadcast(void *ctx, const zt_group *group, void *buf, uint64_
     zt_comm_backend *c = pc->rt->comm;
     comm_probe probe; /* the communication monitor (comm_monitor.h) */
     rt_comm_begin(pc, &probe, ZT_COMM_BROADCAST, g, count, dtype, comm_stream(pc, stream));
+    uint64_t flight = flight_begin(g, ZT_FLIGHT_BROADCAST, count, dtype, 1, root);
     st = c->broadcast(c, g->comm, buf, count, dtype, root, comm_stream(pc, stream), &err);
+    flight_end(pc, flight, st);
     rt_comm_end(pc, &probe, st);
     return backend_result(pc, "broadcast", g, st, &err);
 }
@@ -320,7 +344,9 @@ zt_status rt_host_send(void *ctx, const zt_group *group, const void *buf, uint64
     zt_comm_backend *c = pc->rt->comm;
     comm_probe probe; /* the communication monitor (comm_monitor.h) */
     rt_comm_begin(pc, &probe, ZT_COMM_SEND, g, count, dtype, comm_stream(pc, stream));
+    uint64_t flight = flight_begin(g, ZT_FLIGHT_SEND, count, dtype, 1, peer);
     st = c->send(c, g->comm, buf, count, dtype, peer, comm_stream(pc, stream), &err);
+    flight_end(pc, flight, st);
     rt_comm_end(pc, &probe, st);
     return backend_result(pc, "send", g, st, &err);
 }
@@ -338,7 +364,9 @@ zt_status rt_host_recv(void *ctx, const zt_group *group, void *buf, uint64_t cou
     zt_comm_backend *c = pc->rt->comm;
     comm_probe probe; /* the communication monitor (comm_monitor.h) */
     rt_comm_begin(pc, &probe, ZT_COMM_RECV, g, count, dtype, comm_stream(pc, stream));
+    uint64_t flight = flight_begin(g, ZT_FLIGHT_RECV, count, dtype, 1, peer);
     st = c->recv(c, g->comm, buf, count, dtype, peer, comm_stream(pc, stream), &err);
+    flight_end(pc, flight, st);
     rt_comm_end(pc, &probe, st);
     return backend_result(pc, "recv", g, st, &err);
 }
@@ -350,7 +378,9 @@ zt_status rt_host_barrier(void *ctx, const zt_group *group)
     if (!g) return ZT_ERR_INVALID_ARG;
     zt_error err;
     zt_comm_backend *c = pc->rt->comm;
+    uint64_t flight = flight_begin(g, ZT_FLIGHT_BARRIER, 0, ZT_U8, 1, -1);
     zt_status st = c->barrier(c, g->comm, &err);
+    flight_end(pc, flight, st);
     return backend_result(pc, "barrier", g, st, &err);
 }
 

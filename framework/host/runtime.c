@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "host/runtime_internal.h"
 #include "dist/job.h"
+#include "dist/flight.h"
 #include "dist/launch.h"
 
 static volatile sig_atomic_t g_cancel_requested = 0;
@@ -390,9 +391,12 @@ static zt_status gpu_of_rank(const zt_launch *launch, int *index, zt_error *err)
 static zt_status create_comm_backend(zt_runtime *rt, const zt_runtime_options *opt, const zt_launch *launch,
                                      zt_error *err)
 {
+    if (launch->world_size > 1) zt_job_attach(launch->rank, launch->world_size, launch->launcher);
+    /* Before the backend: the comm modules take its hooks as they start. */
+    zt_status st = zt_flight_init(launch->rank, launch->world_size, opt->flight_entries, err);
+    if (st != ZT_OK) return st;
     if (launch->world_size == 1) return zt_comm_local_create(rt->device, &rt->device_ctx, &rt->comm, err);
-    zt_job_attach(launch->rank, launch->world_size, launch->launcher);
-    zt_status st = zt_launch_comm_create(launch, opt->device_type, opt->comm_timeout_s, &rt->comm, err);
+    st = zt_launch_comm_create(launch, opt->device_type, opt->comm_timeout_s, &rt->comm, err);
     if (st == ZT_OK) {
         zt_log_set_rank(launch->rank);
         zt_job_register(opt->comm_timeout_s);

@@ -70,6 +70,7 @@ typedef struct comm_group {
     int32_t size;
     int32_t rank;
     void *comm; /* the backend's communicator */
+    int32_t flight_group; /* its index in the flight recorder (dist/flight.h); -1: not recorded */
     struct comm_group *next;
 } comm_group;
 

@@ -18,6 +18,7 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "base/log.h"
+#include "dist/flight.h"
 #include "dist/job.h"
 #include "state/checkpoint.h"
 #include "state/hf_model.h"
@@ -828,6 +829,8 @@ static void end_torn_down(int sig)
 
 static void on_interrupt(int sig)
 {
+    /* The ranks' last collectives first: a job interrupted because it hangs is what they explain. */
+    zt_flight_dump(sig == SIGTERM ? "SIGTERM" : "SIGINT");
     if (sig == SIGTERM && zt_job_sigterm_ends_job()) {
         end_torn_down(sig);
         return;
@@ -1016,6 +1019,7 @@ static zt_status train_loop(trainer *t, zt_error *err)
 
 static zt_status prepare_output(trainer *t, zt_error *err)
 {
+    zt_flight_set_dir(t->set->output_dir); /* its dumps, when there is no job directory (dist/flight.h) */
     zt_status st = zt_mkdir_p(t->set->output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];

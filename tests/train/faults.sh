@@ -12,6 +12,12 @@
 #                      checkpoint)
 #   mpirun_kill MPIEXEC  under your own mpirun -np 2, rank 1 killed by SIGKILL: rank 0 cannot tell
 #                      mpirun's SIGTERM from a user's, and says so instead of promising a checkpoint
+#   flight_stop        under zt-run --nproc 3, rank 1 stopped by SIGSTOP: the flight recorder's
+#                      analysis names it by rank and pid as stopped, and the collective ranks 0 and 2
+#                      wait in, which their own dumps (read by check_flight.py) hold open; each dump
+#                      holds the last comm.flight_recorder.entries collectives in order
+#   flight_kill        under zt-run --nproc 2, rank 1 killed by SIGKILL: found by elimination (no
+#                      dump, killed by signal 9, its pid), rank 0's dump checked the same way
 #   nproc_interrupt    Ctrl-C (SIGINT to the process group, as a terminal sends it) and SIGTERM to
 #                      zt-run alone, under --nproc 2: exit 130, a checkpoint, no message of a failure,
 #                      and the resumed run computes what an uninterrupted one does
@@ -134,12 +140,14 @@ running() {
     [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
-# Starts `zt-run --nproc 2` with comm.timeout_s = $2, waits for 3 steps and sends rank 1 signal $1;
-# then every rank must be gone within $3 s, and zt-run must exit non-zero naming rank 1.
+# Starts `zt-run --nproc ${NPROC:-2}` with comm.timeout_s = $2 (and any further arguments), waits for 3
+# steps and sends rank 1 signal $1; then every rank must be gone within $3 s, and zt-run must exit
+# non-zero naming rank 1.
 nproc_fault() {
     local sig=$1 timeout=$2 limit=$3 log=$out/$1.log
-    "$zt_run" --nproc 2 "${tiny[@]}" --output-dir "$out/$sig" --set steps=100000 --set comm.timeout_s="$timeout" \
-        >"$log" 2>&1 &
+    shift 3
+    "$zt_run" --nproc "${NPROC:-2}" "${tiny[@]}" --output-dir "$out/$sig" --set steps=100000 \
+        --set comm.timeout_s="$timeout" "$@" >"$log" 2>&1 &
     local zt=$!
     wait_lines "$out/$sig/metrics.jsonl" 3 "$zt" || { fail "the job did not start training"; cat "$log"; return; }
     local r0 r1
@@ -150,7 +158,7 @@ nproc_fault() {
     kill "-$sig" "$r1"
     wait "$zt"
     local rc=$? took=$(($(now_ms) - start)) p
-    echo "zt-run --nproc 2 exited with $rc $took ms after SIG$sig to rank 1 (pid $r1); rank 0 was pid $r0"
+    echo "zt-run --nproc ${NPROC:-2} exited with $rc $took ms after SIG$sig to rank 1 (pid $r1); rank 0 was pid $r0"
     cat "$log"
     [ "$rc" -ne 0 ] || fail "the job exited 0 after rank 1 got SIG$sig"
     [ "$took" -lt $((limit * 1000)) ] || fail "the job took $took ms to end, more than $limit s"
@@ -178,6 +186,35 @@ nproc_stop() {
     # rank 0 names it too: in its watchdog's timeout, or as it is ended
     grep -qE "rank 1 (of 2 )?\(pid $NPROC_R1\) (is|has been) stopped" "$NPROC_LOG" ||
         fail "expected rank 0 to name rank 1 (pid $NPROC_R1) as stopped"
+}
+
+# The directory zt-run kept the flight recorder's dumps in (its last line says).
+flight_dir() {
+    sed -n 's/^zt-run: flight recorder: the ranks.* dumps stay in \([^ ]*\) .*/\1/p' "$1" | tail -n 1
+}
+
+flight_stop() {
+    NPROC=3 nproc_fault STOP 2 15 --set comm.flight_recorder.entries=16
+    grep -qE "^zt-run: flight recorder: rank 1 \(pid $NPROC_R1, stopped for [0-9]+ s: SIGSTOP" "$NPROC_LOG" ||
+        fail "expected the flight recorder to name rank 1 (pid $NPROC_R1) as stopped"
+    local dir
+    dir=$(flight_dir "$NPROC_LOG")
+    [ -n "$dir" ] && [ -d "$dir" ] || { fail "zt-run did not say where the dumps are"; return; }
+    python3 "$here/check_flight.py" "$dir" 16 0,2 "$NPROC_LOG" 1 wait || zt_failures=$((zt_failures + 1))
+    # After the fact, from the dumps alone (the directory is kept).
+    expect_ok "the dumps of" -- "$zt_run" --flight-recorder "$dir"
+    rm -rf "$dir"
+}
+
+flight_kill() {
+    nproc_fault KILL 30 10 --set comm.flight_recorder.entries=16
+    has "zt-run: flight recorder: rank 1 (pid $NPROC_R1, killed by signal 9) left no dump" "$NPROC_LOG"
+    local dir
+    dir=$(flight_dir "$NPROC_LOG")
+    [ -n "$dir" ] && [ -d "$dir" ] || { fail "zt-run did not say where the dumps are"; return; }
+    [ ! -e "$dir/rank-1.flight.jsonl" ] || fail "a rank killed by SIGKILL cannot have written a dump"
+    python3 "$here/check_flight.py" "$dir" 16 0 "$NPROC_LOG" 1 || zt_failures=$((zt_failures + 1))
+    rm -rf "$dir"
 }
 
 mpirun_kill() {
