@@ -170,7 +170,8 @@ static char *row_label(const report_compare *cmp, int i)
     zt_buf b = {0};
     report_buf_printf(&b, "%d:", i + 1);
     for (int k = 0; k < cmp->n_keys; k++) {
-        const char *key = strrchr(cmp->keys[k], '.');
+        /* without its section: "zero_optimization.offload_optimizer.device" -> "offload_optimizer.device" */
+        const char *key = strchr(cmp->keys[k], '.');
         report_buf_printf(&b, " %s=%s", key ? key + 1 : cmp->keys[k], cmp->rows[i].config_values[k]);
     }
     return b.data ? b.data : report_xstrdup("");
@@ -194,7 +195,8 @@ static void bar_rows_new(report_chart *c, const report_compare *cmp, int n_stack
     }
 }
 
-static void compare_memory_chart(report_charts *cs, const report_run *run, const char *prefix, int space)
+static void compare_memory_chart(report_charts *cs, const report_run *run, const char *prefix, const char *number,
+                                 int space)
 {
     const report_compare *cmp = run->compare;
     /* The pools of the first row that has them name the stacks (every row comes from one zt). */
@@ -208,8 +210,7 @@ static void compare_memory_chart(report_charts *cs, const report_run *run, const
     double scale;
     byte_unit(max, &unit, &scale);
     char *id = report_format("%scompare_mem_%s", prefix, report_space_name(space));
-    char *title = report_format("Comparison of %s: %s memory by pool (measured peak)", run->name,
-                                report_space_name(space));
+    char *title = report_format("Comparison%s: %s memory by pool (measured peak)", number, report_space_name(space));
     char *note = report_format("no %s memory in the comparison", report_space_name(space));
     report_chart *c = chart_new(cs, id, title, unit, "", note);
     free(id);
@@ -229,11 +230,11 @@ static void compare_memory_chart(report_charts *cs, const report_run *run, const
     }
 }
 
-static void compare_tokens_chart(report_charts *cs, const report_run *run, const char *prefix)
+static void compare_tokens_chart(report_charts *cs, const report_run *run, const char *prefix, const char *number)
 {
     const report_compare *cmp = run->compare;
     char *id = report_format("%scompare_tokens", prefix);
-    char *title = report_format("Comparison of %s: tokens per second", run->name);
+    char *title = report_format("Comparison%s: tokens per second", number);
     report_chart *c = chart_new(cs, id, title, "tokens/s", "", "no tokens/s in the comparison");
     free(id);
     free(title);
@@ -267,11 +268,16 @@ void report_build_charts(const report_run *runs, int n_runs, report_charts *out)
     for (int i = 0; i < n_runs; i++) n_compare += runs[i].compare != NULL;
     for (int i = 0, k = 0; i < n_runs; i++) {
         if (!runs[i].compare) continue;
-        char prefix[32] = "";
-        if (n_compare > 1) snprintf(prefix, sizeof prefix, "run%d_", ++k);
-        compare_memory_chart(out, &runs[i], prefix, REPORT_DEVICE);
-        compare_memory_chart(out, &runs[i], prefix, REPORT_HOST);
-        compare_tokens_chart(out, &runs[i], prefix);
+        /* several comparisons are numbered in the order of their RUN_DIRs, as their tables are */
+        char prefix[32] = "", number[32] = "";
+        if (n_compare > 1) {
+            k++;
+            snprintf(prefix, sizeof prefix, "compare%d_", k);
+            snprintf(number, sizeof number, " %d", k);
+        }
+        compare_memory_chart(out, &runs[i], prefix, number, REPORT_DEVICE);
+        compare_memory_chart(out, &runs[i], prefix, number, REPORT_HOST);
+        compare_tokens_chart(out, &runs[i], prefix, number);
     }
 }
 
@@ -384,9 +390,12 @@ void report_chart_layout(const report_chart *c, report_layout *l)
     if (legend_chars > REPORT_LEGEND_MAX_CHARS) legend_chars = REPORT_LEGEND_MAX_CHARS;
     int legend_w = n_legend ? legend_chars * REPORT_CHAR_ADVANCE + 34 : 0;
     l->width = 560 + legend_w > 760 ? 560 + legend_w : 760; /* the plot keeps its width beside a long legend */
+    int title_w = 24 + (int)strlen(c->title) * REPORT_CHAR_ADVANCE * REPORT_TITLE_SCALE;
+    if (title_w > l->width) l->width = title_w;
     l->top = 12 + REPORT_GLYPH_H * REPORT_TITLE_SCALE + 12 + REPORT_LINE_HEIGHT;
     int min_plot_h = 260;
     if (c->kind == REPORT_CHART_BARS) min_plot_h = c->n_rows * 30 + 10;
+    if (!report_chart_has_data(c)) min_plot_h = 40; /* room for the note saying why */
     int legend_h = n_legend * REPORT_LINE_HEIGHT;
     int plot_h = min_plot_h > legend_h ? min_plot_h : legend_h;
     l->bottom = l->top + plot_h;

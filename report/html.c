@@ -15,7 +15,7 @@ static const char style[] =
     "h1{font-size:22px}h2{font-size:17px;margin:28px 0 8px}"
     "table{border-collapse:collapse;margin:8px 0 16px;font-size:13px;background:#fff}"
     "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
-    "th{background:#eee}td.num{text-align:right;font-family:'DejaVu Sans Mono',monospace}"
+    "th{background:#eee}td.num{text-align:right;white-space:nowrap;font-family:'DejaVu Sans Mono',monospace}"
     "tr.nofit td{color:#a00}.note{color:#666;font-size:13px}"
     "section.chart{background:#fff;border:1px solid #ddd;padding:8px;margin:16px 0;display:inline-block}"
     "code{font-family:'DejaVu Sans Mono',monospace}";
@@ -178,6 +178,7 @@ static void config_table(zt_buf *b, const report_run *runs, int n_runs)
                 for (int j = 0; j < i; j++) seen |= config_of(&runs[j], e->key) != NULL;
                 if (seen) continue; /* its row was written with the first run that has it */
                 for (int j = 0; j < n_runs; j++) {
+                    if (runs[j].n_config == 0) continue; /* no config.resolved.json: nothing to differ from */
                     const report_config_entry *o = config_of(&runs[j], e->key);
                     notable |= !o || strcmp(o->value, e->value) != 0 ||
                                (o->source && strcmp(o->source, "default") != 0);
@@ -198,10 +199,11 @@ static void relative_cell(zt_buf *b, double v, double first)
 
 /* compare.json as a table: configuration, memory by pool, total, tokens/s, loss, each relative to the
  * first row; a row that does not fit says which pool overflows. */
-static void compare_table(zt_buf *b, const report_run *run)
+static void compare_table(zt_buf *b, const report_run *run, int number)
 {
     const report_compare *c = run->compare;
-    report_buf_puts(b, "<h2 class=\"compare\">Comparison: ");
+    if (number) report_buf_printf(b, "<h2 class=\"compare\">Comparison %d: ", number);
+    else report_buf_puts(b, "<h2 class=\"compare\">Comparison: ");
     report_buf_escaped(b, c->path);
     report_buf_puts(b, "</h2>\n<table class=\"compare\"><tr><th>#</th>");
     for (int k = 0; k < c->n_keys; k++) {
@@ -378,14 +380,15 @@ zt_status report_write_html(const report_run *runs, int n_runs, const report_cha
             }
         summary_table(&b, runs, n_runs);
         config_table(&b, runs, n_runs);
+        int n_compare = 0, k = 0;
+        for (int i = 0; i < n_runs; i++) n_compare += runs[i].compare != NULL;
         for (int i = 0; i < n_runs; i++)
-            if (runs[i].compare) compare_table(&b, &runs[i]);
+            if (runs[i].compare) compare_table(&b, &runs[i], n_compare > 1 ? ++k : 0); /* numbered as the charts */
         report_buf_puts(&b, "<h2 id=\"charts\">Charts</h2>\n");
         for (int i = 0; i < cs->n; i++) {
             const report_chart *c = &cs->charts[i];
-            report_buf_printf(&b, "<section class=\"chart\" id=\"section-%s\">\n<h2>", c->id);
-            report_buf_escaped(&b, c->title);
-            report_buf_puts(&b, "</h2>\n");
+            /* the chart's title is the SVG's own (the PNG's too), so the section has no heading of its own */
+            report_buf_printf(&b, "<section class=\"chart\" id=\"section-%s\">\n", c->id);
             report_chart_svg(c, &b);
             report_buf_printf(&b, "<p class=\"note\">PNG: <a href=\"%s/%s.png\">%s/%s.png</a></p>\n</section>\n",
                               files_rel, c->id, files_rel, c->id);
