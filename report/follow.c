@@ -205,7 +205,10 @@ static int writer_state(follow *f)
 
 /* ---- the view ---------------------------------------------------------------------------------- */
 
-static const report_step *last_step(const tail *t) { return t->rank.n_steps ? &t->rank.steps[t->rank.n_steps - 1] : NULL; }
+static const report_step *last_step(const tail *t)
+{
+    return t->rank.n_steps ? &t->rank.steps[t->rank.n_steps - 1] : NULL;
+}
 
 static void status_line(const follow *f, zt_buf *b, int terminal)
 {
@@ -337,10 +340,11 @@ static int finish(follow *f, const char *why)
             report_note("%s:%ld: a torn last line (%zu bytes) left out: the run stopped while writing it",
                         f->tails[i].rank.path, f->tails[i].line_no + 1, f->tails[i].partial.len);
     if (done)
-        printf("zt-report: the run finished: step %lld/%lld (%s)\n", (long long)s->step, (long long)s->total_steps, why);
-    else if (s)
-        printf("zt-report: the run stopped at step %lld of %lld (%s)\n", (long long)s->step, (long long)s->total_steps,
+        printf("zt-report: the run finished: step %lld/%lld (%s)\n", (long long)s->step, (long long)s->total_steps,
                why);
+    else if (s)
+        printf("zt-report: the run stopped at step %lld of %lld (%s)\n", (long long)s->step,
+               (long long)s->total_steps, why);
     else
         printf("zt-report: the run stopped before its first step (%s)\n", why);
     fflush(stdout);

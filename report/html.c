@@ -104,7 +104,8 @@ static void summary_table(zt_buf *b, const report_run *runs, int n_runs)
         cell_text(b, runs[i].name);
         cell_number(b, runs[i].n_ranks, "%.0f");
         char steps[64] = "-";
-        if (s.last_step >= 0) snprintf(steps, sizeof steps, "%lld / %lld", (long long)s.last_step, (long long)s.total_steps);
+        if (s.last_step >= 0)
+            snprintf(steps, sizeof steps, "%lld / %lld", (long long)s.last_step, (long long)s.total_steps);
         cell_num(b, steps);
         cell_number(b, s.final_loss, "%.4f");
         cell_number(b, s.final_eval_loss, "%.4f");

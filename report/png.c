@@ -74,8 +74,9 @@ static const uint16_t len_base[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  
                                       31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
 static const uint8_t len_extra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
                                       2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-static const uint16_t dist_base[30] = {1,   2,   3,   4,   5,   7,    9,    13,   17,   25,   33,   49,   65,    97,    129,
-                                       193, 257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+static const uint16_t dist_base[30] = {1,    2,    3,    4,    5,    7,     9,     13,    17,  25,
+                                       33,   49,   65,   97,   129,  193,   257,   385,   513, 769,
+                                       1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
 static const uint8_t dist_extra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6,
                                        6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
 
@@ -97,7 +98,10 @@ static void put_match(bits *w, int len, int dist)
 #define HASH_BITS 15
 #define MAX_CHAIN 64
 
-static uint32_t hash3(const uint8_t *p) { return ((uint32_t)p[0] << 10 ^ (uint32_t)p[1] << 5 ^ p[2]) & ((1u << HASH_BITS) - 1); }
+static uint32_t hash3(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 10 ^ (uint32_t)p[1] << 5 ^ p[2]) & ((1u << HASH_BITS) - 1);
+}
 
 static void deflate_fixed(const uint8_t *in, size_t n, zt_buf *out)
 {
@@ -166,7 +170,8 @@ void report_png_encode(const uint8_t *pixels, int w, int h, const uint32_t *pale
     report_buf_add(b, signature, 8);
     uint8_t ihdr[13] = {(uint8_t)(w >> 24), (uint8_t)(w >> 16), (uint8_t)(w >> 8), (uint8_t)w,
                         (uint8_t)(h >> 24), (uint8_t)(h >> 16), (uint8_t)(h >> 8), (uint8_t)h,
-                        8 /* bits per index */, 3 /* palette */, 0, 0, 0 /* deflate, adaptive filters, no interlace */};
+                        8 /* bits per index */, 3 /* palette */,
+                        0, 0, 0 /* deflate, adaptive filters, no interlace */};
     chunk(b, "IHDR", ihdr, sizeof ihdr);
     uint8_t plte[256 * 3];
     for (int i = 0; i < n_colors; i++) {
