@@ -347,7 +347,7 @@ static void axis_ticks(report_axis *a, double lo, double hi, int integers)
         lo -= pad;
         hi += pad;
     }
-    double step = nice_step((hi - lo) / 5.0);
+    double step = nice_step((hi - lo) / 8.0); /* at most 8 intervals, so the range widens little */
     if (integers && step < 1) step = 1;
     a->lo = floor(lo / step + 1e-9) * step;
     a->hi = ceil(hi / step - 1e-9) * step;

@@ -109,7 +109,7 @@ static zt_status read_ranks(report_run *run, zt_error *err)
         r->path = report_format("%s/%s", run->dir, e->d_name);
     }
     closedir(d);
-    qsort(run->ranks, (size_t)run->n_ranks, sizeof *run->ranks, compare_ranks);
+    if (run->n_ranks > 1) qsort(run->ranks, (size_t)run->n_ranks, sizeof *run->ranks, compare_ranks);
     if (run->n_ranks > 0 && run->ranks[0].rank != 0)
         return zt_error_set(err, ZT_ERR_FORMAT, "%s has rank files (%s) but no metrics.jsonl, which rank 0 "
                             "writes: the run directory is incomplete", run->dir, run->ranks[0].path);

@@ -271,6 +271,8 @@ def main():
     rc, so, se = run([zt_report, run_a, run_b + '/', cmp_dir, '-o', out])
     print(se, end='')
     check(rc == 0, f'zt-report exits 0 (got {rc})')
+    if rc != 0:
+        return
     check(f'{run_b}/metrics.jsonl:11: a torn last line' in se, 'the torn last line of runB is named on stderr')
     page = parse_page(out)
     check(page.data is not None, 'the page has its JSON data block')
