@@ -355,9 +355,10 @@ static int finish(follow *f, const char *why)
 int report_follow(const report_follow_options *opt)
 {
     struct stat sb;
-    if (stat(opt->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    int found = stat(opt->dir, &sb) == 0;
+    if (!found || !S_ISDIR(sb.st_mode)) {
         report_fail("run directory %s: %s; give the output_dir of a zt-run run", opt->dir,
-                    errno && stat(opt->dir, &sb) != 0 ? strerror(errno) : "not a directory");
+                    found ? "not a directory" : strerror(errno));
         return 1;
     }
     follow f = {.opt = opt, .printed_lines = -1};
