@@ -12,6 +12,7 @@ pkgs=(
   openssh-server openssh-client iproute2  # CPU ranks on two hosts: network namespaces with an sshd each
   clang libclang-rt-dev               # libFuzzer targets
   python3 python3-numpy python3-sentencepiece python3-yaml  # independent references in tests
+  chromium                            # headless browser: tests/report renders zt-report's page in it
 )
 
 missing=()

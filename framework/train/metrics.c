@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fileio.h"
 #include "base/json.h"
 #include "base/log.h"
@@ -353,18 +354,6 @@ zt_status zt_metrics_eval(zt_metrics *m, int64_t step, double eval_loss, int64_t
     fprintf(f, ",\"eval_tokens\":%lld", (long long)eval_tokens);
     write_number(f, "eval_s", eval_s);
     return write_record(m, &rec, err);
-}
-
-void zt_format_duration(double seconds, char *buf, size_t cap)
-{
-    if (!(seconds >= 0) || seconds > 1e9) {
-        snprintf(buf, cap, "?");
-        return;
-    }
-    long long s = (long long)(seconds + 0.5);
-    if (s >= 3600) snprintf(buf, cap, "%lldh%02lldm%02llds", s / 3600, s / 60 % 60, s % 60);
-    else if (s >= 60) snprintf(buf, cap, "%lldm%02llds", s / 60, s % 60);
-    else snprintf(buf, cap, "%llds", s);
 }
 
 static void format_rate(double per_s, char *buf, size_t cap)

@@ -73,7 +73,5 @@ zt_status zt_metrics_eval(zt_metrics *m, int64_t step, double eval_loss, int64_t
  *   peak mem 1.21 GiB */
 void zt_metrics_format_train(const zt_train_record *r, char *buf, size_t cap);
 
-/* "1h02m03s", "4m05s", "12s" */
-void zt_format_duration(double seconds, char *buf, size_t cap);
 
 #endif

@@ -5,7 +5,8 @@
    the table "The host's folders" in docs/architecture.md allows (its last column, "may include").
    A host header is included by its path from framework/ ("train/trainer.h"), so the include names
    the folder it reaches into; a bare "name.h" that is a host header is an error too.
-2. dataprep/ (zt-prep) includes only the host folders its row in that table allows.
+2. The tools outside framework/, dataprep/ (zt-prep) and report/ (zt-report), include only the host
+   folders their rows in that table allow.
 3. Plugins and kernels include nothing of the host: only the SDK (include/zt), kernels/ and their
    own folder's headers (plugins link nothing from the host; docs/plugins.md).
 4. No source file outside tests/ is longer than MAX_LINES lines (one person can hold it).
@@ -19,16 +20,19 @@ import sys
 MAX_LINES = 1200
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCE = re.compile(r'\.(c|h|cc|cu|cuh|cpp)$')
+TOOLS = ('dataprep', 'report')  # top-level folders of programs built on the host's library
 
 
 def read_table(doc):
-    """{'base': set(), 'config': {'base'}, ...} from the rows '| `framework/X/` | ... | a, b |'."""
+    """{'base': set(), 'config': {'base'}, ...} from the rows '| `framework/X/` | ... | a, b |' (and the
+    tools' rows, '| `dataprep/` | ...')."""
     allowed = {}
+    tools = '|'.join(t + '/' for t in TOOLS)
     for line in open(doc, encoding='utf-8'):
-        m = re.match(r'\|\s*`(framework/(\w+)/|dataprep/)`\s*\|.*\|\s*([^|]*?)\s*\|\s*$', line)
+        m = re.match(r'\|\s*`(framework/(\w+)/|' + tools + r')`\s*\|.*\|\s*([^|]*?)\s*\|\s*$', line)
         if not m:
             continue
-        name = m.group(2) or 'dataprep'
+        name = m.group(2) or m.group(1).rstrip('/')
         cell = m.group(3).replace('`', '')
         allowed[name] = set() if cell in ('', '-', '(none)', 'nothing') else {
             w.strip().rstrip('/') for w in cell.split(',') if w.strip()}
@@ -49,10 +53,10 @@ def main():
         if d not in allowed:
             problems.append(f'framework/{d}/ has no row in the folder table of docs/architecture.md')
     for d in allowed:
-        if d != 'dataprep' and d not in folders:
+        if d not in TOOLS and d not in folders:
             problems.append(f'docs/architecture.md has a row for framework/{d}/, which does not exist')
         for other in allowed[d]:
-            if other not in allowed or other == 'dataprep':
+            if other not in allowed or other in TOOLS:
                 problems.append(f'docs/architecture.md: framework/{d}/ may include "{other}", which is no host folder')
     stray = [f for f in os.listdir(fw) if SOURCE.search(f)]
     for f in stray:
@@ -86,16 +90,19 @@ def main():
                                 f'"{host_headers[inc][0]}/{inc}"')
 
     def owner_name(owner):
-        return 'dataprep/' if owner == 'dataprep' else f'framework/{owner}/'
+        return f'{owner}/' if owner in TOOLS else f'framework/{owner}/'
 
     for d in folders:
         for dirpath, _, files in os.walk(os.path.join(fw, d)):
             for f in files:
                 if SOURCE.search(f):
                     check_file(os.path.join(dirpath, f), d, allowed.get(d, set()))
-    for f in os.listdir(os.path.join(root, 'dataprep')):
-        if SOURCE.search(f):
-            check_file(os.path.join(root, 'dataprep', f), 'dataprep', allowed.get('dataprep', set()))
+    for tool in TOOLS:
+        if tool not in allowed:
+            problems.append(f'{tool}/ has no row in the folder table of docs/architecture.md')
+        for f in os.listdir(os.path.join(root, tool)):
+            if SOURCE.search(f):
+                check_file(os.path.join(root, tool, f), tool, allowed.get(tool, set()))
 
     # Plugins and kernels: nothing of the host.
     for top in ('plugins', 'kernels', 'examples'):
@@ -114,7 +121,7 @@ def main():
                                         'plugins and kernels see only the SDK (include/zt)')
 
     # File length.
-    for top in ('framework', 'plugins', 'kernels', 'dataprep', 'include', 'examples'):
+    for top in ('framework', 'plugins', 'kernels', 'include', 'examples') + TOOLS:
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in files:
                 if SOURCE.search(f):

@@ -38,7 +38,8 @@ expect_ok -- cmake --install "$build" --prefix "$prefix"
 for f in include/zt/zt.h include/zt/zt_abi_check.h "$libdir/pkgconfig/zt.pc" \
          "$libdir/cmake/zt/ztConfig.cmake" "$libdir/cmake/zt/ztConfigVersion.cmake" \
          "$libdir/cmake/zt/ztTargets.cmake" "$libdir/cmake/zt/ZtPlugin.cmake" \
-         "$libdir/cmake/zt/zt-plugin.map" share/doc/zt/plugins.md \
+         "$libdir/cmake/zt/zt-plugin.map" share/doc/zt/plugins.md share/doc/zt/report.md \
+         bin/zt-run bin/zt-prep bin/zt-report \
          share/doc/zt/examples/lion-optimizer/lion.c; do
     check_file "$prefix/$f"
 done
