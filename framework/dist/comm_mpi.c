@@ -6,8 +6,9 @@
  * test loop, so a collective that the other ranks never join ends the whole job after
  * comm.timeout_s with a message naming it (then MPI_Abort, which makes mpirun stop every rank)
  * instead of hanging forever. Collectives first meet that way and check that every rank is doing
- * the same, then move their data with MPI's faster blocking call (meet_and_agree says why). Point
- * to point, group creation, start-up and shutdown are watched the same way.
+ * the same, then move their data with MPI's faster blocking call (meet_and_agree says why), which a
+ * thread watches instead (a rank stopped or stuck in the middle of it). Point to point, group
+ * creation, start-up and shutdown are watched the same way.
  * While a wait is long, SIGTERM (what mpirun sends every rank when one dies) first prints what
  * this rank was waiting in, so the job's output shows where each survivor stood; under zt-run
  * --nproc it also names the ranks that are gone or stopped (job.h), and so does a timeout.
@@ -28,8 +29,10 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +173,7 @@ static zt_status mpi_failed(int rc, zt_error *err)
 }
 
 /* Ends every rank of the job: this one cannot go on, and the others would otherwise wait for it. */
-static void abort_job(const mpi_backend *b, const char *why)
+static void abort_job(const mpi_backend *b, const char *why, int from_watch_thread)
 {
     fprintf(stderr, "zt[rank %d] error: %s; ending every rank of the job\n", b->base.world_rank, why);
     fflush(stderr);
@@ -181,9 +184,78 @@ static void abort_job(const mpi_backend *b, const char *why)
         g_flight->report();
     }
     zt_job_note_end("aborted", 1);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    /* MPI_THREAD_SERIALIZED: the watch thread may not call MPI while the main thread is inside it.
+     * A rank that exits non-zero makes the launcher end the others, as MPI_Abort does. */
+    if (!from_watch_thread) MPI_Abort(MPI_COMM_WORLD, 1);
     _exit(1); /* MPI_Abort does not return; this is for an MPI that does */
 }
+
+/* ---- watching the data phase --------------------------------------------------------------------- */
+
+/* The blocking data phase after a meeting cannot be tested in a loop, and a rank stopped or stuck in
+ * it (SIGSTOP, a debugger) would hold the others there for ever. While a data phase runs,
+ * g_data_since_us holds when it started (0: none); a thread looks every 200 ms and, past
+ * comm.timeout_s, ends this rank as a timed-out wait does. Time this process itself did not run
+ * (stopped: the thread sees a gap of a second or more) does not count, as in wait_watched. */
+static _Atomic int64_t g_data_since_us;
+static pthread_once_t g_watch_once = PTHREAD_ONCE_INIT;
+static const mpi_backend *g_watched;
+
+static int64_t now_us(void) { return (int64_t)(zt_now_s() * 1e6); }
+
+static void *watch_data_phase(void *arg)
+{
+    (void)arg;
+    const mpi_backend *b = g_watched;
+    int64_t last = now_us();
+    for (;;) {
+        struct timespec pause = {0, 200 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        int64_t now = now_us(), since = atomic_load(&g_data_since_us);
+        if (since && now - last >= 1000000) /* this process was not running: move the start on */
+            atomic_compare_exchange_strong(&g_data_since_us, &since, since + (now - last));
+        last = now;
+        since = atomic_load(&g_data_since_us);
+        if (!since || (double)(now - since) < b->timeout_s * 1e6) continue;
+        char trouble[1024] = "";
+        size_t trouble_len = 0;
+        zt_job_append(trouble, sizeof trouble, &trouble_len, "; ");
+        if (!zt_job_describe_peers(trouble, sizeof trouble, &trouble_len)) trouble[0] = '\0';
+        char why[2048];
+        snprintf(why, sizeof why, "timed out after %g s in %s, moving its data: every rank had met for it, and "
+                 "one has not finished (stopped, stuck, or too slow)%s (if a rank legitimately needs longer, "
+                 "raise comm.timeout_s)", b->timeout_s, g_waiting_in, trouble);
+        abort_job(b, why, 1);
+    }
+    return NULL;
+}
+
+static void start_watch_thread(void)
+{
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* Signals go to the main thread, whose handlers say what it waits in. */
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &before);
+    if (pthread_create(&thread, &attr, watch_data_phase, NULL) != 0)
+        fprintf(stderr, "zt warning: cannot start the thread that watches MPI's data phases; a rank stopped in "
+                "one is not timed out\n");
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    pthread_attr_destroy(&attr);
+}
+
+static void data_phase_begin(const mpi_backend *b)
+{
+    if (b->timeout_s <= 0) return;
+    g_watched = b;
+    pthread_once(&g_watch_once, start_watch_thread);
+    atomic_store(&g_data_since_us, now_us());
+}
+
+static void data_phase_end(void) { atomic_store(&g_data_since_us, 0); }
 
 /* The pause between two tests of a pending request. MPI makes progress only inside MPI calls
  * (Open MPI has no progress thread), so the first milliseconds spin at full speed: a meeting whose
@@ -255,7 +327,7 @@ static zt_status wait_watched(const mpi_backend *b, MPI_Request *reqs, int n, co
     char why[3072];
     snprintf(why, sizeof why, "timed out after %g s in %s; %s%s (if a rank legitimately needs longer, for "
              "example to save a large checkpoint, raise comm.timeout_s)", b->timeout_s, g_waiting_in, who, trouble);
-    abort_job(b, why);
+    abort_job(b, why, 0);
     return ZT_ERR_TIMEOUT;
 }
 
@@ -367,8 +439,9 @@ static uint64_t fnv_add(uint64_t hash, uint64_t value)
  * for MPI_Allreduce alone), 4 KiB 7.7 us against 4.8 us. And agreeing first turns a mismatch (one
  * rank in all_reduce, another in broadcast, or different counts), which MPI leaves undefined and
  * which usually hangs or corrupts memory, into an error on every rank. The price is one small
- * all_reduce per collective (a few microseconds on one machine). What the meeting cannot catch is a
- * rank dying during the data phase; the launcher ends the job then (mpirun, srun --kill-on-bad-exit). */
+ * all_reduce per collective (a few microseconds on one machine). What the meeting cannot catch, a
+ * rank dying during the data phase, the launcher does (mpirun, srun --kill-on-bad-exit); a rank
+ * stopped or stuck in it, the thread of watch_data_phase. */
 static zt_status meet_and_agree(const mpi_backend *b, mpi_group *g, int op, uint64_t count, int32_t dtype,
                                 int32_t reduce_op, int32_t root, zt_error *err)
 {
@@ -407,8 +480,10 @@ static zt_status mpi_all_reduce(zt_comm_backend *self, void *comm, const void *s
     begin_call(g, OP_ALL_REDUCE, "", count, dtype, "");
     st = meet_and_agree((mpi_backend *)self, g, OP_ALL_REDUCE, count, dtype, op, -1, err);
     if (st != ZT_OK) return st;
+    data_phase_begin((mpi_backend *)self);
     int rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mpi_type_of(dtype),
                            mpi_op_of(op), g->comm);
+    data_phase_end();
     if (rc != MPI_SUCCESS) return mpi_failed(rc, err);
     if (op == ZT_REDUCE_AVG) divide_by(recv, count, dtype, g->size);
     return ZT_OK;
@@ -429,8 +504,10 @@ static zt_status mpi_reduce_scatter(zt_comm_backend *self, void *comm, const voi
     begin_call(g, OP_REDUCE_SCATTER, "", count, dtype, " per rank");
     st = meet_and_agree((mpi_backend *)self, g, OP_REDUCE_SCATTER, count, dtype, op, -1, err);
     if (st != ZT_OK) return st;
+    data_phase_begin((mpi_backend *)self);
     int rc = MPI_Reduce_scatter_block(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mpi_type_of(dtype),
                                       mpi_op_of(op), g->comm);
+    data_phase_end();
     if (rc != MPI_SUCCESS) return mpi_failed(rc, err);
     if (op == ZT_REDUCE_AVG) divide_by(recv, count, dtype, g->size);
     return ZT_OK;
@@ -454,7 +531,9 @@ static zt_status mpi_all_gather(zt_comm_backend *self, void *comm, const void *s
      * the others the two ranges do not overlap. */
     if (send == recv && g->rank > 0 && bytes) memcpy((char *)recv + (uint64_t)g->rank * bytes, send, bytes);
     MPI_Datatype type = mpi_type_of(dtype);
+    data_phase_begin((mpi_backend *)self);
     int rc = MPI_Allgather(send == recv ? MPI_IN_PLACE : send, (int)count, type, recv, (int)count, type, g->comm);
+    data_phase_end();
     return rc == MPI_SUCCESS ? ZT_OK : mpi_failed(rc, err);
 }
 
@@ -470,7 +549,9 @@ static zt_status mpi_broadcast(zt_comm_backend *self, void *comm, void *buf, uin
     begin_call(g, OP_BROADCAST, detail, count, dtype, "");
     st = meet_and_agree((mpi_backend *)self, g, OP_BROADCAST, count, dtype, -1, root, err);
     if (st != ZT_OK) return st;
+    data_phase_begin((mpi_backend *)self);
     int rc = MPI_Bcast(buf, (int)count, mpi_type_of(dtype), root, g->comm);
+    data_phase_end();
     return rc == MPI_SUCCESS ? ZT_OK : mpi_failed(rc, err);
 }
 
@@ -682,7 +763,7 @@ static void mpi_destroy(zt_comm_backend *self)
         zt_status st = rc == MPI_SUCCESS ? wait_watched(b, &req, 1, NULL, "the other ranks did not finish: one "
                                                         "may have crashed or be stuck elsewhere", &err)
                                          : mpi_failed(rc, &err);
-        if (st != ZT_OK) abort_job(b, err.msg);
+        if (st != ZT_OK) abort_job(b, err.msg, 0);
     }
     MPI_Comm_free(&b->control);
     if (b->finalize_mpi) MPI_Finalize();

@@ -54,10 +54,11 @@ expect_fail "zt[rank 0] error: this process is rank 0 of 2 by torchrun's variabl
             "--set device=cpu --output-dir $work/torchrun --nproc 2 (docs/distributed.md" -- \
     env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 "$zt_run" "${run[@]}" --output-dir "$work/torchrun"
 # The same under torchrun itself, where it is installed (PyTorch): its ranks say so, and it fails.
+# torchrun ends the other ranks as soon as one has failed, so the one that says it first may be
+# either (and the other may be ended before it prints).
 if command -v torchrun >/dev/null; then
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    expect_fail "zt[rank 0] error: this process is rank 0 of 2 by torchrun's variables" \
-                "zt[rank 1] error: this process is rank 1 of 2 by torchrun's variables" \
+    expect_fail " of 2 by torchrun's variables (RANK, WORLD_SIZE) and runs on the CPU" \
                 "--output-dir $work/torchrun --nproc 2 (docs/distributed.md" -- \
         timeout 60 torchrun --no-python --nnodes 1 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port "$port" \
         "$zt_run" "${run[@]}" --output-dir "$work/torchrun"

@@ -10,6 +10,8 @@
 #                      (both: every rank is gone within comm.timeout_s plus a margin, zt-run exits
 #                      non-zero and names rank 1 by its pid, rank 0 names it too, nobody claims a
 #                      checkpoint)
+#   mpirun_flight_stop MPIEXEC  under your own mpirun -np 3, rank 1 stopped: a timed-out rank's flight
+#                      recorder names it (no dump) and the collective the others wait in
 #   mpirun_kill MPIEXEC  under your own mpirun -np 2, rank 1 killed by SIGKILL: rank 0 cannot tell
 #                      mpirun's SIGTERM from a user's, and says so instead of promising a checkpoint
 #   flight_stop        under zt-run --nproc 3, rank 1 stopped by SIGSTOP: the flight recorder's
@@ -234,6 +236,35 @@ mpirun_kill() {
     [ "$rc" -ne 0 ] || fail "the job exited 0 after rank 1 was killed"
     has "zt[rank 0] SIGTERM: finishing the current step, then saving a checkpoint if every rank is still there" "$log"
     lacks "interrupt: finishing the current step, then saving a checkpoint" "$log"
+}
+
+# Under your own mpirun (no zt-run supervisor) the ranks whose watchdog times out dump their last
+# collectives into the output directory, and the first of them, once the others' dumps are there,
+# says which rank is behind: rank 1, stopped by SIGSTOP, left no dump, and ranks 0 and 2 wait for it.
+mpirun_flight_stop() {
+    local mpiexec=$1 log=$out/mpirun-flight.log
+    "$mpiexec" -np 3 --oversubscribe --allow-run-as-root "$zt_run" "${tiny[@]}" --output-dir "$out/run" \
+        --set steps=100000 --set comm.timeout_s=2 --set comm.flight_recorder.entries=16 >"$log" 2>&1 &
+    local job=$!
+    wait_lines "$out/run/metrics.jsonl" 3 "$job" || { fail "the job did not start training"; cat "$log"; return; }
+    local r1
+    r1=$(for p in $(children "$job"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && echo "$p"; done)
+    [ -n "$r1" ] || { fail "cannot find rank 1 under mpirun $job"; kill -KILL "$job"; return; }
+    kill -STOP "$r1"
+    local i
+    for i in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$job" 2>/dev/null && { fail "mpirun still runs 30 s after rank 1 was stopped"; kill -KILL "$job"; }
+    wait "$job"
+    local rc=$?
+    kill -KILL "$r1" 2>/dev/null # mpirun's teardown continues it (SIGCONT, SIGTERM): it may dump then
+    cat "$log"
+    [ "$rc" -ne 0 ] || fail "the job exited 0 after rank 1 was stopped"
+    grep -qE "^zt\[rank [02]\] flight recorder: rank 1 .*left no dump" "$log" ||
+        fail "expected a rank's flight recorder to name rank 1 as the one that left no dump"
+    grep -qE "^zt\[rank [02]\] flight recorder: .*rank[s]? [0-9, ]*wait" "$log" ||
+        fail "expected the flight recorder to say which ranks wait, and in which collective"
+    ls "$out/run/"rank-*.flight.jsonl >/dev/null 2>&1 || fail "no dump in the output directory $out/run"
 }
 
 # Ctrl-C as a terminal sends it (SIGINT to zt-run's process group), then SIGTERM to zt-run alone;
