@@ -63,7 +63,7 @@ fixture() {
         --set train_micro_batch_size_per_gpu=2 --set data.seq_len=16 --set data.shuffle=false --set steps=1 \
         --set scheduler.type=constant --set optimizer.params.lr=0.01 --set 'optimizer.params.betas=[0.9,0.95]' \
         --set optimizer.params.eps=1e-8 --set optimizer.params.weight_decay=0.1 --set gradient_clipping=0 \
-        --export "$out/run/hf"
+        --export "$out/run/hf" --export-dtype fp32
     check fixture "$fixture_dir" "$out/run/metrics.jsonl" "$out/run/hf"
 }
 
@@ -132,7 +132,7 @@ odd_vocab() {
     expect_ok "vocab $vocab" -- "$zt_run" "${steps[@]}" --set device=cpu --output-dir "$out/cpu"
     [ "$ZT_RC" -eq 0 ] || return
     expect_ok "vocab $vocab" "checkpoint of step $half saved" -- "$zt_run" "${steps[@]}" "${gpu[@]}" \
-        --set checkpoint.every="$half" --output-dir "$out/gpu" --export "$out/gpu/hf"
+        --set checkpoint.every="$half" --output-dir "$out/gpu" --export "$out/gpu/hf" --export-dtype fp32
     [ "$ZT_RC" -eq 0 ] || return
     check curves "$out/cpu/metrics.jsonl" "$out/gpu/metrics.jsonl"
     local ckpt
