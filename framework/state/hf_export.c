@@ -26,21 +26,19 @@
 
 zt_status zt_hf_parse_shard_size(const char *text, const char *what, uint64_t *bytes, zt_error *err)
 {
-    static const struct { const char *suffix; uint64_t unit; int bits; } units[] = {
-        {"GiB", 1ull << 30, 0}, {"MiB", 1ull << 20, 0}, {"KiB", 1ull << 10, 0},
-        {"GB", 1000000000ull, 0}, {"MB", 1000000ull, 0}, {"KB", 1000ull, 0},
-        {"Gb", 1000000000ull, 1}, {"Mb", 1000000ull, 1}, {"Kb", 1000ull, 1},
+    static const struct { const char *suffix; uint64_t unit; } units[] = {
+        {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10},
+        {"GB", 1000000000ull}, {"MB", 1000000ull}, {"KB", 1000ull},
     };
     size_t n = strlen(text), digits = strspn(text, "0123456789");
     uint64_t unit = 1;
     int bits = 0, known = digits == n;
     for (size_t i = 0; i < sizeof units / sizeof units[0] && !known; i++) {
         size_t k = strlen(units[i].suffix);
-        /* transformers compares the suffix case-insensitively, except that a lowercase b means bits */
-        if (digits + k == n && strcasecmp(text + digits, units[i].suffix) == 0 &&
-            (text[n - 1] == 'b') == units[i].bits && (k == 3 || text[n - 1] == 'b' || text[n - 1] == 'B')) {
+        /* as transformers: units in any case, but a decimal unit ending in a lowercase b counts bits */
+        if (digits + k == n && strcasecmp(text + digits, units[i].suffix) == 0) {
             unit = units[i].unit;
-            bits = units[i].bits;
+            bits = k == 2 && text[n - 1] == 'b';
             known = 1;
         }
     }

@@ -105,19 +105,6 @@ static int file_in(const char *dir, const char *name)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-/* tokenizer.path of the manifest, as given to zt-prep: relative to where it ran, which is usually
- * where zt-run runs too; else relative to the data set. */
-static void resolve_tokenizer_path(const char *data_dir, const char *given, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s", given);
-    struct stat sb;
-    if (given[0] == '/' || stat(out, &sb) == 0) return;
-    char *beside = NULL;
-    if (asprintf(&beside, "%s/%s", data_dir, given) > 0 && strlen(beside) < cap && stat(beside, &sb) == 0)
-        memcpy(out, beside, strlen(beside) + 1);
-    free(beside);
-}
-
 /* Where the tokenizer comes from: the --model directory's own files, else the data set's tokenizer. */
 static zt_status plan_tokenizer(trainer *t, tr_export_plan *p, zt_error *err)
 {
@@ -149,14 +136,14 @@ static zt_status plan_tokenizer(trainer *t, tr_export_plan *p, zt_error *err)
                t->req->export_dir, dt.path, dt.plugin, t->req->export_dir);
         return ZT_OK;
     }
-    resolve_tokenizer_path(t->set->data_path, dt.path, p->spm_path, sizeof p->spm_path);
+    snprintf(p->spm_path, sizeof p->spm_path, "%s", dt.path);
     p->spm = (zt_hf_spm_tokenizer){p->spm_path, dt.hash, dt.bos_id, dt.eos_id, dt.unk_id, dt.pad_id,
                                    p->config.max_position_embeddings};
     st = zt_hf_spm_check(&p->spm, err);
     if (st == ZT_ERR_NOT_FOUND)
-        zt_error_append(err, "\n--export ships the data set's tokenizer (tokenizer.path of %s/manifest.json, as given "
-                             "to zt-prep, read relative to this directory and to the data set): run zt-run where "
-                             "zt-prep ran, or re-run zt-prep with the tokenizer's absolute path%s",
+        zt_error_append(err, "\n--export ships the data set's tokenizer (tokenizer.path of %s/manifest.json, where "
+                             "zt-prep read it): put the file back, or re-run zt-prep with the tokenizer where it is "
+                             "now%s",
                         t->set->data_path, model_dir ? ", or put the model's tokenizer.model into the --model directory" : "");
     else if (st != ZT_OK)
         zt_error_append(err, "\n(--export ships the data set's tokenizer, tokenizer.path of %s/manifest.json)",
