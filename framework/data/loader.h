@@ -164,7 +164,8 @@ void zt_loader_batch_view(const zt_loader_batch *b, zt_batch *out);
 
 /* The "tokenizer" object of a data set's manifest.json: which tokenizer model file zt-prep used
  * (path as given to zt-prep, so relative to where it ran; its FNV-1a 64 hash tells whether a file is
- * that one), the plugin that read it, and its special ids (-1: none). */
+ * that one), the plugin that read it (both "" when the manifest names none), and its special ids
+ * (-1: none). */
 typedef struct zt_data_tokenizer {
     char path[4096];
     char plugin[64];

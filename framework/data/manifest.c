@@ -340,8 +340,11 @@ zt_status zt_data_tokenizer_read(const char *data_dir, zt_data_tokenizer *out, z
         if (!st) st = parse_header(&j, &m, err);
         if (!st) st = parse_tokenizer(&j, 0, &m, err);
         if (!st) st = loader_json_member(&j, 0, "tokenizer", "the manifest", &tok, err);
-        if (!st) st = json_string_into(&j, tok, "path", out->path, sizeof out->path, err);
-        if (!st) st = json_string_into(&j, tok, "plugin", out->plugin, sizeof out->plugin, err);
+        /* zt-prep always names them; a data set made another way (a test's) may not */
+        if (!st && zt_json_object_get(&j, tok, "path") >= 0)
+            st = json_string_into(&j, tok, "path", out->path, sizeof out->path, err);
+        if (!st && zt_json_object_get(&j, tok, "plugin") >= 0)
+            st = json_string_into(&j, tok, "plugin", out->plugin, sizeof out->plugin, err);
         out->unk_id = -1;
         if (!st && (t = zt_json_object_get(&j, tok, "unk_id")) >= 0)
             st = loader_json_integer(&j, t, "unk_id", -1, m.vocab_size - 1, &out->unk_id, err);

@@ -138,7 +138,8 @@ zt_status zt_hf_export_check_dest(const char *dir, zt_error *err)
                             "would replace the link, not what it points to; give the directory itself",
                             dir);
     if (!S_ISDIR(sb.st_mode))
-        return zt_error_set(err, ZT_ERR_CONFIG, "--export %s exists and is not a directory; choose another --export DIR",
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "--export %s exists and is not a directory; choose another --export DIR",
                             dir);
     DIR *d = opendir(dir);
     if (!d) return zt_error_set(err, ZT_ERR_IO, "--export %s: cannot list it: %s", dir, strerror(errno));
@@ -294,7 +295,8 @@ static zt_status write_marker(const char *staging, zt_error *err)
             if (!grown) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
             else names = grown;
         }
-        if (st == ZT_OK && !(names[n++] = strdup(e->d_name))) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+        if (st == ZT_OK && !(names[n++] = strdup(e->d_name)))
+            st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
     }
     closedir(d);
     char *text = NULL, *path = join(staging, ZT_HF_EXPORT_MARKER);

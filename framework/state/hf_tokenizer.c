@@ -234,7 +234,8 @@ zt_status zt_hf_spm_write(const zt_hf_spm_tokenizer *t, const char *dir, zt_erro
 {
     char *dst = join(dir, "tokenizer.model");
     uint64_t copied = 0;
-    zt_status st = dst ? zt_copy_file(t->path, dst, &copied, err) : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+    zt_status st = dst ? zt_copy_file(t->path, dst, &copied, err)
+                       : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
     free(dst);
     if (st == ZT_OK && t->expected_hash && copied != t->expected_hash)
         st = zt_error_set(err, ZT_ERR_FORMAT,

@@ -128,6 +128,13 @@ static zt_status plan_tokenizer(trainer *t, tr_export_plan *p, zt_error *err)
         free(bytes);
         return ZT_OK;
     }
+    if (!dt.path[0]) {
+        zt_log(ZT_LOG_WARN,
+               "--export %s: %s/manifest.json names no tokenizer file, so the export gets no tokenizer files; "
+               "add the tokenizer's Hugging Face files to %s yourself",
+               t->req->export_dir, t->set->data_path, t->req->export_dir);
+        return ZT_OK;
+    }
     if (strcmp(dt.plugin, "sentencepiece") != 0) {
         zt_log(ZT_LOG_WARN,
                "--export %s: the data set's tokenizer %s was read by the tokenizer plugin '%s', not sentencepiece, "
@@ -144,7 +151,8 @@ static zt_status plan_tokenizer(trainer *t, tr_export_plan *p, zt_error *err)
         zt_error_append(err, "\n--export ships the data set's tokenizer (tokenizer.path of %s/manifest.json, where "
                              "zt-prep read it): put the file back, or re-run zt-prep with the tokenizer where it is "
                              "now%s",
-                        t->set->data_path, model_dir ? ", or put the model's tokenizer.model into the --model directory" : "");
+                        t->set->data_path,
+                        model_dir ? ", or put the model's tokenizer.model into the --model directory" : "");
     else if (st != ZT_OK)
         zt_error_append(err, "\n(--export ships the data set's tokenizer, tokenizer.path of %s/manifest.json)",
                         t->set->data_path);
