@@ -51,3 +51,23 @@ if ! python3 -c 'import tensorboard' 2>/dev/null; then
   python3 -m pip install --quiet tensorboard ||
     echo "install-deps: note: could not install tensorboard for $(command -v python3); train.tensorboard_run will fail (ZT_SKIP_TENSORBOARD=1 skips it)" >&2
 fi
+
+# torch and transformers: tests/export loads zt's exports with AutoTokenizer and AutoModelForCausalLM
+# (export.transformers fails without them unless ZT_SKIP_TRANSFORMERS=1). torch's CPU wheel from its
+# own index where that is reachable (a tenth of the size), else PyPI's; transformers converts the
+# SentencePiece tokenizer.model with sentencepiece and protobuf.
+if ! python3 -c 'import torch' 2>/dev/null; then
+  echo "install-deps: installing torch (CPU)"
+  python3 -m pip install --quiet --retries 0 --timeout 30 torch --index-url https://download.pytorch.org/whl/cpu 2>/dev/null ||
+    python3 -m pip install --quiet torch ||
+    { echo "install-deps: could not install torch for $(command -v python3)" >&2; exit 1; }
+fi
+for module in transformers protobuf; do
+  import=$module
+  [ "$module" = protobuf ] && import=google.protobuf
+  if ! python3 -c "import $import" 2>/dev/null; then
+    echo "install-deps: installing $module"
+    python3 -m pip install --quiet "$module" ||
+      { echo "install-deps: could not install $module for $(command -v python3)" >&2; exit 1; }
+  fi
+done

@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "base/fileio.h"
 
+#include "base/checksum.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -207,4 +209,34 @@ zt_status zt_mkdir_p(const char *dir, const char *what, const char *fix, zt_erro
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return zt_error_set(err, ZT_ERR_IO, "%s path '%s' exists and is not a directory; %s", what, dir, fix);
     return ZT_OK;
+}
+
+zt_status zt_copy_file(const char *src, const char *dst, uint64_t *hash, zt_error *err)
+{
+    int fd = open(src, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return zt_error_set(err, e == ENOENT ? ZT_ERR_NOT_FOUND : ZT_ERR_IO, "cannot open '%s' to copy it: %s", src,
+                            strerror(e));
+    }
+    zt_atomic_file f;
+    zt_status st = zt_atomic_file_open(&f, dst, err);
+    uint64_t h = ZT_FNV1A64_INIT;
+    static const size_t chunk = 1u << 20;
+    char *buf = st == ZT_OK ? malloc(chunk) : NULL;
+    if (st == ZT_OK && !buf) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory copying '%s'", src);
+    while (st == ZT_OK) {
+        ssize_t n = read(fd, buf, chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) st = zt_error_set(err, ZT_ERR_IO, "cannot read '%s': %s", src, strerror(errno));
+        if (n <= 0) break;
+        h = zt_fnv1a64(h, buf, (size_t)n);
+        st = zt_atomic_file_write(&f, buf, (size_t)n, err);
+    }
+    free(buf);
+    close(fd);
+    if (st == ZT_OK) st = zt_atomic_file_commit(&f, err);
+    else zt_atomic_file_abort(&f);
+    if (st == ZT_OK && hash) *hash = h;
+    return st;
 }

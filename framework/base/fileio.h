@@ -5,6 +5,7 @@
 #define ZT_FRAMEWORK_FILEIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "base/error.h"
 
 /* A file that appears at `path` complete or not at all: written to a temp file in the same directory,
@@ -28,6 +29,10 @@ zt_status zt_fsync_dir(const char *dir, zt_error *err);
  * ("output": "cannot create output directory 'x': ..."), `fix` what to do about a failure ("choose
  * another with -o DIR"). An existing directory is fine; an existing file of that name is an error. */
 zt_status zt_mkdir_p(const char *dir, const char *what, const char *fix, zt_error *err);
+/* Copy the regular file src to dst atomically (as zt_atomic_file), streaming it, so large files need
+ * no memory. A missing src is ZT_ERR_NOT_FOUND. If hash is not NULL it receives the FNV-1a 64 of the
+ * bytes copied (base/checksum.h), so a caller can check the file is the one it expects. */
+zt_status zt_copy_file(const char *src, const char *dst, uint64_t *hash, zt_error *err);
 /* Read a whole (small) file into a NUL-terminated malloc'd buffer; *len excludes the NUL. A missing
  * file is ZT_ERR_NOT_FOUND. */
 zt_status zt_read_file(const char *path, char **out, size_t *len, zt_error *err);

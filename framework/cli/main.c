@@ -17,6 +17,7 @@
 #include "dist/job.h"
 #include "dist/launch.h"
 #include "generate/generate.h"
+#include "state/hf_export.h"
 
 #ifndef ZT_VERSION
 #error "ZT_VERSION must be defined (framework/CMakeLists.txt)"
@@ -53,7 +54,12 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_DATA] = {"--data", NULL, "DIR", "train on this zt-prep data set (same as --set data.path=DIR)"},
     [OPT_MODEL] = {"--model", NULL, "DIR", "fine-tune the Hugging Face LLaMA model in DIR (config.json + safetensors)"},
     [OPT_RESUME] = {"--resume", NULL, "DIR|latest", "continue from a checkpoint: its directory, or the newest in checkpoint.dir"},
-    [OPT_EXPORT] = {"--export", NULL, "DIR", "after training, write the model to DIR in Hugging Face format"},
+    [OPT_EXPORT] = {"--export", NULL, "DIR",
+                    "after training, write the model to DIR as transformers loads it (weights, configs, tokenizer)"},
+    [OPT_EXPORT_DTYPE] = {"--export-dtype", NULL, "fp32|bf16|fp16|auto",
+                          "the export's dtype (auto: the --model's, else bf16; docs/export.md)"},
+    [OPT_EXPORT_SHARD_SIZE] = {"--export-shard-size", NULL, "SIZE",
+                               "the export's largest weight file, as transformers' max_shard_size (5GB, 2GiB, ...)"},
     [OPT_NPROC] = {"--nproc", NULL, "N",
                    "train with N ranks on this machine (GPU runs: one rank per GPU over NCCL; CPU runs: "
                    "through mpirun; docs/distributed.md)"},
@@ -112,6 +118,7 @@ static void print_help(FILE *f)
             "  zt-run --flight-recorder DIR\n"
             "  zt-run [--plugins LIST] [--config FILE] [--set KEY=VALUE]... [--output-dir DIR] [--data DIR]\n"
             "         [--model DIR] [--resume DIR|latest] [--export DIR] [--nproc N]   (train; docs/training.md)\n"
+            "         [--export-dtype fp32|bf16|fp16|auto] [--export-shard-size SIZE]   (docs/export.md)\n"
             "         [--nnodes N --nproc-per-node P --node-rank R --master-addr HOST --master-port PORT]\n"
             "         [--dry-run] [--gpu-mem-limit SIZE]\n"
             "  zt-run --compare KEY=V1,V2[,...] [--compare KEY2=...]... [--compare-steps N] [--compare-warmup N]\n"
@@ -202,6 +209,7 @@ static int parse_args(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
     a->action = -1;
+    a->export_dtype = -1;
     zt_cli_arg *args;
     int n;
     zt_error err;
@@ -277,6 +285,14 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_MODEL: a->model = v; break;
         case OPT_RESUME: a->resume = v; break;
         case OPT_EXPORT: a->export_dir = v; break;
+        case OPT_EXPORT_DTYPE:
+            if (zt_hf_parse_dtype(v, "--export-dtype", &a->export_dtype, &err) != ZT_OK)
+                status = zt_cli_usage_error("%s", err.msg);
+            break;
+        case OPT_EXPORT_SHARD_SIZE:
+            if (zt_hf_parse_shard_size(v, "--export-shard-size", &a->export_shard_bytes, &err) != ZT_OK)
+                status = zt_cli_usage_error("%s", err.msg);
+            break;
         case OPT_NPROC: a->nproc = v; break;
         case OPT_NNODES: a->nnodes = v; break;
         case OPT_NPROC_PER_NODE: a->nproc_per_node = v; break;
@@ -313,7 +329,8 @@ static int parse_args(int argc, char **argv, run_args *a)
         if (given[run_only[i]] && a->action >= 0 && a->action != OPT_CHECK &&
             !(a->action == OPT_GENERATE && (run_only[i] == OPT_PLUGINS || run_only[i] == OPT_SET)))
             status = zt_cli_usage_error("%s has no effect with %s", options[run_only[i]].name, options[a->action].name);
-    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_NNODES,
+    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_EXPORT_DTYPE,
+                                     OPT_EXPORT_SHARD_SIZE, OPT_NPROC, OPT_NNODES,
                                      OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT,
                                      OPT_DRY_RUN, OPT_GPU_MEM_LIMIT, OPT_COMPARE};
     for (size_t i = 0; i < sizeof train_only / sizeof train_only[0] && status < 0; i++)
@@ -325,6 +342,9 @@ static int parse_args(int argc, char **argv, run_args *a)
     for (int o = OPT_COMPARE_STEPS; o <= OPT_COMPARE_WARMUP && status < 0; o++)
         if (given[o] && !given[OPT_COMPARE])
             status = zt_cli_usage_error("%s goes with --compare KEY=V1,V2 (docs/compare.md)", options[o].name);
+    for (int o = OPT_EXPORT_DTYPE; o <= OPT_EXPORT_SHARD_SIZE && status < 0; o++)
+        if (given[o] && !given[OPT_EXPORT] && a->action < 0)
+            status = zt_cli_usage_error("%s sets how --export writes the model; add --export DIR", options[o].name);
     for (int o = OPT_TOKENIZER; o <= OPT_PRINT_IDS && status < 0; o++)
         if (given[o] && a->action != OPT_GENERATE)
             status = zt_cli_usage_error("%s is for generation: add --generate (docs/generate.md)", options[o].name);

@@ -160,6 +160,22 @@ zt_status zt_loader_next(zt_loader *l, const zt_loader_batch **out, zt_error *er
  * the sum of n_loss_tokens over the step's micro-batches and ranks. */
 void zt_loader_batch_view(const zt_loader_batch *b, zt_batch *out);
 
+/* ---- the data set's tokenizer ---------------------------------------------------------------- */
+
+/* The "tokenizer" object of a data set's manifest.json: which tokenizer model file zt-prep used
+ * (path as given to zt-prep, so relative to where it ran; its FNV-1a 64 hash tells whether a file is
+ * that one), the plugin that read it (both "" when the manifest names none), and its special ids
+ * (-1: none). */
+typedef struct zt_data_tokenizer {
+    char path[4096];
+    char plugin[64];
+    uint64_t hash;
+    int64_t vocab_size, bos_id, eos_id, pad_id, unk_id;
+} zt_data_tokenizer;
+
+/* Read it from data_dir/manifest.json; errors name the file, line and column. */
+zt_status zt_data_tokenizer_read(const char *data_dir, zt_data_tokenizer *out, zt_error *err);
+
 /* ---- position: save and resume ------------------------------------------------------------- */
 
 typedef struct zt_loader_position {

@@ -303,3 +303,58 @@ zt_status loader_manifest_load(const char *path, const char *dir, const char *sp
     free(text);
     return st;
 }
+
+/* ---- the data set's tokenizer ------------------------------------------------------------------ */
+
+static zt_status json_string_into(const zt_json *j, int obj, const char *key, char *dst, size_t cap, zt_error *err)
+{
+    int t;
+    zt_status st = loader_json_member(j, obj, key, "\"tokenizer\"", &t, err);
+    if (st) return st;
+    if (j->tok[t].type != ZT_JSON_STRING) return loader_json_fail(j, t, err, "\"%s\" must be a string", key);
+    char *value = NULL;
+    size_t len = 0;
+    st = zt_json_string(j, t, &value, &len, err);
+    if (!st && len >= cap) st = loader_json_fail(j, t, err, "\"%s\" is longer than %zu bytes", key, cap - 1);
+    if (!st) memcpy(dst, value, len + 1);
+    free(value);
+    return st;
+}
+
+zt_status zt_data_tokenizer_read(const char *data_dir, zt_data_tokenizer *out, zt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", data_dir, ZT_LOADER_MANIFEST);
+    char *text = NULL;
+    size_t len = 0;
+    zt_status st = read_file(path, &text, &len, err);
+    if (st) return st;
+    zt_json j;
+    st = zt_json_parse(text, len, path, &j, err);
+    if (!st) {
+        manifest m;
+        memset(&m, 0, sizeof m);
+        int tok = -1, t;
+        if (j.n_tok < 1 || j.tok[0].type != ZT_JSON_OBJECT) st = loader_json_fail(&j, 0, err, "the manifest must be an object");
+        if (!st) st = parse_header(&j, &m, err);
+        if (!st) st = parse_tokenizer(&j, 0, &m, err);
+        if (!st) st = loader_json_member(&j, 0, "tokenizer", "the manifest", &tok, err);
+        /* zt-prep always names them; a data set made another way (a test's) may not */
+        if (!st && zt_json_object_get(&j, tok, "path") >= 0)
+            st = json_string_into(&j, tok, "path", out->path, sizeof out->path, err);
+        if (!st && zt_json_object_get(&j, tok, "plugin") >= 0)
+            st = json_string_into(&j, tok, "plugin", out->plugin, sizeof out->plugin, err);
+        out->unk_id = -1;
+        if (!st && (t = zt_json_object_get(&j, tok, "unk_id")) >= 0)
+            st = loader_json_integer(&j, t, "unk_id", -1, m.vocab_size - 1, &out->unk_id, err);
+        out->hash = m.tokenizer_hash;
+        out->vocab_size = m.vocab_size;
+        out->bos_id = m.bos_id;
+        out->eos_id = m.eos_id;
+        out->pad_id = m.pad_id;
+        zt_json_free(&j);
+    }
+    free(text);
+    return st;
+}

@@ -1070,6 +1070,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     else st = tr_load_master(t, tr_random_source, NULL, err);
     tr_drop_shard_buffer(t);
     if (st == ZT_OK) st = tr_agree_on_status(t, prepare_output(t, err), err, "preparing the output directory");
+    if (st == ZT_OK && t->req->export_dir) st = tr_export_prepare(t, err);
     if (st != ZT_OK) return st;
 
     zt_log(ZT_LOG_INFO, "training %lld parameters (%lld trainable) for %lld steps of %lld x %lld x %d sequences of "
@@ -1097,6 +1098,7 @@ zt_status zt_train_run(const zt_train_request *req, zt_error *err)
     restore_interrupts();
     zt_metrics_close(t.metrics);
     zt_tensorboard_close(t.tensorboard);
+    tr_export_free(&t);
     if (t.info) free_buffers(&t);
     zt_loader_close(t.train_loader);
     zt_loader_close(t.val_loader);

@@ -50,6 +50,8 @@ typedef struct zt_train_request {
                                   (a step-NNNNNN directory, or a checkpoint root: its newest) */
     const char *model_dir;     /* NULL, or the HF directory to start from (fine-tuning) */
     const char *export_dir;    /* NULL, or where to write the trained model in HF format at the end */
+    int export_dtype;          /* ZT_ST_F32, BF16 or F16; -1: auto (the --model's dtype, else bf16) */
+    uint64_t export_shard_bytes; /* the largest weight file of the export; 0: 5 GB, as transformers */
 } zt_train_request;
 
 /* Train. ZT_ERR_CANCELLED after a Ctrl-C (checkpoint saved; err says how to resume). On return the

@@ -2,7 +2,8 @@
  *
  *   trainer.c        settings and configuration, setup, one micro-batch, one optimizer step,
  *                    evaluation, ranks, Ctrl-C, the loop, the entry
- *   weights.c        weights in (random, a Hugging Face directory) and out (the HF export)
+ *   weights.c        weights in (random, a Hugging Face directory)
+ *   export.c         weights out: the Hugging Face export, planned before the first step
  *   checkpointing.c  checkpoints: saving (every rank's shard, committed by rank 0) and resuming
  */
 #ifndef ZT_FRAMEWORK_TRAINER_INTERNAL_H
@@ -23,6 +24,8 @@ typedef struct micro_batch {
     int32_t n_spans, max_span_len;
     int64_t n_tokens, n_loss_tokens;
 } micro_batch;
+
+typedef struct tr_export_plan tr_export_plan; /* export.c */
 
 typedef struct trainer {
     const zt_train_request *req;
@@ -63,6 +66,7 @@ typedef struct trainer {
 
     zt_metrics *metrics;  /* rank 0: metrics.jsonl; rank R: metrics.rank<R>.jsonl */
     zt_tensorboard *tensorboard; /* rank 0 with tensorboard.enabled; else NULL */
+    tr_export_plan *export_plan; /* --export: what rank 0 will write (NULL on the other ranks) */
     /* The run of skipped steps that ends at the last step (trainer.c, "skipped steps"): its length,
      * its first step, and its steps by cause (TR_SKIP_*). */
     int64_t skipped_in_row, skipped_since, skipped_by_cause[4];
@@ -107,9 +111,18 @@ zt_status tr_random_source(trainer *t, void *ctx, int32_t unit, int64_t offset, 
 zt_status tr_for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count, float *slice, piece_fn fn,
                             void *ctx, zt_error *err);
 zt_status tr_load_hf(trainer *t, const char *dir, zt_error *err);
-/* Rank 0 writes the files. Sharded units are gathered as it reads them: it broadcasts each unit it
- * needs and every rank joins the gather, until it broadcasts -1. */
+
+/* ---- export.c ------------------------------------------------------------------------------------ */
+
+/* Before the first step (so a run never trains only to fail at the end): rank 0 decides everything
+ * the export writes (config.json, dtype, tokenizer and generation config sources) and checks the
+ * destination and the tokenizer file; every rank learns whether that worked. */
+zt_status tr_export_prepare(trainer *t, zt_error *err);
+/* After the last step. Rank 0 writes the files into a staging directory and swaps it in; sharded
+ * units are gathered as it reads them: it broadcasts each unit it needs and every rank joins the
+ * gather, until it broadcasts -1. */
 zt_status tr_export_hf(trainer *t, zt_error *err);
+void tr_export_free(trainer *t);
 
 /* ---- checkpointing.c ----------------------------------------------------------------------------- */
 

@@ -171,7 +171,16 @@ typedef struct zt_model_info {
      * used by the memory estimator. */
     double act_bytes_per_token_layer;
     double act_bytes_per_token_layer_recompute;
+    /* ABI 1.3 (read only when struct_size >= ZT_MODEL_INFO_SIZE_1_3): the numbers of the model's math
+     * that its shape does not say, so the host can write a complete config.json for an export of a
+     * model built from a preset: the RMSNorm epsilon and the RoPE base. 0 when the model has none. */
+    double rms_norm_eps;
+    double rope_theta;
 } zt_model_info;
+
+/* struct_size of a v1.0 zt_model_info and of a 1.3 one (rms_norm_eps, rope_theta). */
+#define ZT_MODEL_INFO_SIZE_1_0 80u
+#define ZT_MODEL_INFO_SIZE_1_3 96u
 
 /* ---- one unit's forward or backward ---------------------------------------------------------- */
 

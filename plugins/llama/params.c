@@ -128,6 +128,9 @@ zt_status llama_params_build(llama_state *s)
     info->n_parameters = total;
     info->act_bytes_per_token_layer = floats * sizeof(float);
     info->act_bytes_per_token_layer_recompute = (double)H * sizeof(float);
+    /* ABI 1.3: what an export's config.json needs beyond the shape (a preset's values included) */
+    info->rms_norm_eps = c->rms_norm_eps;
+    info->rope_theta = c->rope.theta;
     return ZT_OK;
 }
 

@@ -92,9 +92,9 @@ overflow() {
     first=$(python3 "$here/check_fp16.py" first-applied "$out/a/metrics.jsonl")
     echo "settled at 2^$power; first applied step $first"
     expect_ok -- "$zt_run" "${base[@]}" "${fp16[@]}" --set fp16.initial_scale_power=32 --set steps="$first" \
-        --set checkpoint.final=false --output-dir "$out/a1" --export "$out/a1/hf"
+        --set checkpoint.final=false --output-dir "$out/a1" --export "$out/a1/hf" --export-dtype fp32
     expect_ok -- "$zt_run" "${base[@]}" "${fp16[@]}" --set fp16.initial_scale_power="$power" --set steps=1 \
-        --set checkpoint.final=false --output-dir "$out/b" --export "$out/b/hf"
+        --set checkpoint.final=false --output-dir "$out/b" --export "$out/b/hf" --export-dtype fp32
     check same-bits "$out/a1/hf/model.safetensors" "$out/b/hf/model.safetensors"
 }
 

@@ -63,7 +63,7 @@ fixture() {
         --set train_micro_batch_size_per_gpu=2 --set data.seq_len=16 --set data.shuffle=false --set steps=1 \
         --set scheduler.type=constant --set optimizer.params.lr=0.01 --set 'optimizer.params.betas=[0.9,0.95]' \
         --set optimizer.params.eps=1e-8 --set optimizer.params.weight_decay=0.1 --set gradient_clipping=0 \
-        --export "$out/run/hf"
+        --export "$out/run/hf" --export-dtype fp32
     check fixture "$fixture_dir" "$out/run/metrics.jsonl" "$out/run/hf"
 }
 
@@ -132,7 +132,7 @@ odd_vocab() {
     expect_ok "vocab $vocab" -- "$zt_run" "${steps[@]}" --set device=cpu --output-dir "$out/cpu"
     [ "$ZT_RC" -eq 0 ] || return
     expect_ok "vocab $vocab" "checkpoint of step $half saved" -- "$zt_run" "${steps[@]}" "${gpu[@]}" \
-        --set checkpoint.every="$half" --output-dir "$out/gpu" --export "$out/gpu/hf"
+        --set checkpoint.every="$half" --output-dir "$out/gpu" --export "$out/gpu/hf" --export-dtype fp32
     [ "$ZT_RC" -eq 0 ] || return
     check curves "$out/cpu/metrics.jsonl" "$out/gpu/metrics.jsonl"
     local ckpt
@@ -142,6 +142,30 @@ odd_vocab() {
         --output-dir "$out/resumed"
     [ "$ZT_RC" -eq 0 ] || return
     check resumed "$out/cpu/metrics.jsonl" "$out/resumed/metrics.jsonl" "$half"
+}
+
+# --export after GPU training: the fp32 export, then the same weights (a resume with nothing left to
+# train) in bf16 by default and in fp16, each the fp32 one rounded to nearest even (check_export.py,
+# numpy's rounding); the bf16 export is a whole directory with its tokenizer, and trains again on the
+# GPU and generates on the CPU.
+export_round_trip() {
+    need_gpu
+    example_data
+    local x=$src/tests/export/check_export.py d
+    local steps=(--data "$DATA" "${common[@]}" "${gpu[@]}" --set steps=4)
+    expect_ok "(float32)" -- "$zt_run" "${steps[@]}" --output-dir "$out/run" --export "$out/fp32" --export-dtype fp32
+    [ "$ZT_RC" -eq 0 ] || return
+    for d in auto fp16; do
+        expect_ok "nothing left to train" "model exported" -- "$zt_run" "${steps[@]}" --output-dir "$out/run" \
+            --resume latest --export "$out/$d" --export-dtype "$d"
+        python3 "$x" rounded "$out/fp32" "$out/$d" || zt_failures=$((zt_failures + 1))
+    done
+    python3 "$x" dtype "$out/auto" BF16 && python3 "$x" complete "$out/auto" &&
+        python3 "$x" tokenizer "$out/auto" "$src/examples/data/tokenizer.model" 1 2 0 -1 || zt_failures=$((zt_failures + 1))
+    expect_ok "model exported" -- "$zt_run" --model "$out/auto" --data "$DATA" "${gpu[@]}" --set data.seq_len=128 \
+        --set steps=1 --output-dir "$out/tune" --export "$out/tune/hf"
+    python3 "$x" dtype "$out/tune/hf" BF16 || zt_failures=$((zt_failures + 1))
+    expect_ok -- "$zt_run" --generate --model "$out/auto" --prompt-ids 1,2,3 --max-new-tokens 4 --print-ids
 }
 
 # What a GPU run refuses, and how it says so.

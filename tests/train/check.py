@@ -19,6 +19,14 @@ import numpy as np
 DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "F16": np.float16}
 
 
+def decode(raw, dtype):
+    """A tensor's bytes as numpy: BF16 (which numpy lacks) widened to the float32 it stands for, the
+    upper half of its bits, exactly."""
+    if dtype == "BF16":
+        return (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    return np.frombuffer(raw, dtype=DTYPES[dtype])
+
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         data = f.read()
@@ -30,8 +38,20 @@ def read_safetensors(path):
         if name == "__metadata__":
             continue
         begin, end = info["data_offsets"]
-        array = np.frombuffer(data[base + begin:base + end], dtype=DTYPES[info["dtype"]])
-        tensors[name] = array.reshape(info["shape"])
+        tensors[name] = decode(data[base + begin:base + end], info["dtype"]).reshape(info["shape"])
+    return tensors
+
+
+def read_model_dir(path):
+    """The weights of a Hugging Face directory: model.safetensors, or the shards its index names."""
+    try:
+        with open(f"{path}/model.safetensors.index.json") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+    except FileNotFoundError:
+        return read_safetensors(f"{path}/model.safetensors")
+    tensors = {}
+    for shard in shards:
+        tensors.update(read_safetensors(f"{path}/{shard}"))
     return tensors
 
 

@@ -65,7 +65,7 @@ loss_invariance() {
     for split in 8x1 4x2 2x4; do
         expect_ok -- "$zt_run" "${common[@]}" --output-dir "$out/$split" --set steps=3 \
             --set train_micro_batch_size_per_gpu="${split%x*}" --set gradient_accumulation_steps="${split#*x}" \
-            --export "$out/$split/hf"
+            --export "$out/$split/hf" --export-dtype fp32
     done
     for split in 4x2 2x4; do
         check same-metrics "$out/8x1/metrics.jsonl" "$out/$split/metrics.jsonl" 1e-5
@@ -81,12 +81,12 @@ resume() {
                 --set scheduler.params.total_num_steps=6 --set scheduler.params.warmup_num_steps=2 --set eval.every=2
                 --set eval.batches=4)
     expect_ok -- "$zt_run" "${common[@]}" "${same[@]}" --output-dir "$out/straight" --set steps=6 \
-        --export "$out/straight/hf"
+        --export "$out/straight/hf" --export-dtype fp32
     expect_ok "checkpoint of step 3 saved" "checkpoint of step 5 saved" -- "$zt_run" "${common[@]}" "${same[@]}" \
         --output-dir "$out/resumed" --set steps=5 --set checkpoint.every=3
     expect_ok "resumed from $out/resumed/checkpoints/step-000003 at step 3" -- "$zt_run" "${common[@]}" \
         "${same[@]}" --output-dir "$out/resumed" --set steps=6 --set threads=1 \
-        --resume "$out/resumed/checkpoints/step-000003" --export "$out/resumed/hf"
+        --resume "$out/resumed/checkpoints/step-000003" --export "$out/resumed/hf" --export-dtype fp32
     # metrics.jsonl of the resumed run: steps 4 and 5 of the first session were dropped and redone
     check same-metrics "$out/straight/metrics.jsonl" "$out/resumed/metrics.jsonl" 0
     if ! cmp -s "$out/straight/hf/model.safetensors" "$out/resumed/hf/model.safetensors"; then
@@ -146,7 +146,7 @@ fixture() {
         --set train_micro_batch_size_per_gpu=2 --set data.seq_len=16 --set data.shuffle=false --set steps=1 \
         --set scheduler.type=constant --set optimizer.params.lr=0.01 --set 'optimizer.params.betas=[0.9,0.95]' \
         --set optimizer.params.eps=1e-8 --set optimizer.params.weight_decay=0.1 --set gradient_clipping=0 \
-        --export "$out/run/hf"
+        --export "$out/run/hf" --export-dtype fp32
     check fixture "$fixture_dir" "$out/run/metrics.jsonl" "$out/run/hf"
 }
 

@@ -42,6 +42,7 @@ def fail(message):
 
 
 def read_safetensors(path):
+    """F32, BF16 or F16 tensors as float32 (BF16 widened exactly: numpy has no bfloat16)."""
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
@@ -51,10 +52,17 @@ def read_safetensors(path):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        if info["dtype"] != "F32":
-            fail(f"{path}: {name} is {info['dtype']}, expected F32 exports")
         begin, end = info["data_offsets"]
-        tensors[name] = np.frombuffer(data[base + begin:base + end], dtype=np.float32).reshape(info["shape"])
+        raw = data[base + begin:base + end]
+        if info["dtype"] == "F32":
+            array = np.frombuffer(raw, dtype="<f4")
+        elif info["dtype"] == "BF16":
+            array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        elif info["dtype"] == "F16":
+            array = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+        else:
+            fail(f"{path}: {name} is {info['dtype']}, expected an F32, BF16 or F16 export")
+        tensors[name] = array.reshape(info["shape"])
     return tensors
 
 

@@ -78,7 +78,7 @@ run() {
     [ "$ranks" -gt 1 ] && launch=(--nproc "$ranks") && extra=("${buckets[@]}")
     echo "== $name: stage $stage on $ranks GPU(s)"
     if ! "$zt_run" "${launch[@]}" "${common[@]}" "${extra[@]}" --plugins "flash,zero$stage" \
-            --set train_micro_batch_size_per_gpu=$((8 / ranks)) --output-dir "$dir" --export "$dir/hf" "$@" \
+            --set train_micro_batch_size_per_gpu=$((8 / ranks)) --output-dir "$dir" --export "$dir/hf" --export-dtype fp32 "$@" \
             >"$dir.log" 2>&1; then
         tail -n 30 "$dir.log"
         fail "$name: zt-run failed (log: $dir.log)"

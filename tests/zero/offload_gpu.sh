@@ -68,7 +68,7 @@ run() {
     esac
     local before=$zt_failures
     expect_ok "${needles[@]}" -- "${launch[@]}" "${common[@]}" --plugins "flash,zero$stage" --output-dir "$work/$name" \
-        --export "$work/$name/hf" "$@"
+        --export "$work/$name/hf" --export-dtype fp32 "$@"
     echo "$ZT_OUT" >"$work/$name.log"
     [ "$ZT_RC" -eq 0 ] && [ "$zt_failures" -eq "$before" ]
 }

@@ -70,9 +70,9 @@ prepare() {
     mkdir -p "$work"
     expect_ok "wrote" -- "$zt_prep" "$src/examples/data/tasks.json" -t "$src/examples/data/tokenizer.model" \
         -o "$data" --val-fraction 0.05 --seed 0 --no-progress
-    train 1 --plugins zero0 --output-dir "$ref" --set steps=4 --export "$ref/hf"
+    train 1 --plugins zero0 --output-dir "$ref" --set steps=4 --export "$ref/hf" --export-dtype fp32
     train 1 --plugins zero0 --output-dir "$ref-untied" --set steps=4 --set model.tie_word_embeddings=false \
-        --export "$ref-untied/hf"
+        --export "$ref-untied/hf" --export-dtype fp32
 }
 
 # Stage N on 1, 2 and 4 ranks against the 1-rank stage-0 reference; 4 ranks through small buckets;
@@ -84,14 +84,14 @@ stage() {
         local extra=()
         [ "$ranks" -eq 4 ] && extra=("${small_buckets[@]}")
         train "$ranks" --plugins "zero$n" --output-dir "$out/ranks$ranks" --set steps=4 "${extra[@]}" \
-            --export "$out/ranks$ranks/hf"
+            --export "$out/ranks$ranks/hf" --export-dtype fp32
         compare same-run "$ref" "$out/ranks$ranks"
     done
     [ "$n" -eq 0 ] && return
     local offload=(--set zero_optimization.offload_optimizer.device=cpu
                    --set zero_optimization.offload_optimizer.pin_memory=true)
     [ "$n" -eq 3 ] && offload+=(--set zero_optimization.offload_param.device=cpu)
-    train 2 --plugins "zero$n" --output-dir "$out/offload" --set steps=4 "${offload[@]}" --export "$out/offload/hf"
+    train 2 --plugins "zero$n" --output-dir "$out/offload" --set steps=4 "${offload[@]}" --export "$out/offload/hf" --export-dtype fp32
     output_has "offload to the CPU requested: this run computes on the CPU, where every buffer already is host memory"
     compare identical-run "$out/ranks2" "$out/offload"
 }
@@ -102,7 +102,7 @@ stage2() { stage 2; }
 stage3() {
     stage 3
     train 2 --plugins zero3 --output-dir "$out/untied" --set steps=4 --set model.tie_word_embeddings=false \
-        --export "$out/untied/hf"
+        --export "$out/untied/hf" --export-dtype fp32
     compare same-run "$ref-untied" "$out/untied"
 }
 
@@ -113,12 +113,12 @@ reshard() {
     local saved=$out/written/checkpoints/step-000002
     [ -f "$saved/checkpoint.json" ] || { echo "FAIL: no $saved/checkpoint.json"; zt_failures=$((zt_failures + 1)); }
     expect_ok '"zero_stage": 3' '"dp_size": 2' -- cat "$saved/checkpoint.json"
-    train 1 --plugins zero0 --output-dir "$out/one" --set steps=4 --resume "$saved" --export "$out/one/hf"
+    train 1 --plugins zero0 --output-dir "$out/one" --set steps=4 --resume "$saved" --export "$out/one/hf" --export-dtype fp32
     output_has "resumed from $saved at step 2"
     output_has "the checkpoint was written by 2 data-parallel ranks, this run has 1: the data continues at sample 16"
     output_has "exactly where the old ranks stopped"
     compare same-run "$ref" "$out/one" 3
-    train 4 --plugins zero2 --output-dir "$out/four" --set steps=4 --resume "$saved" --export "$out/four/hf"
+    train 4 --plugins zero2 --output-dir "$out/four" --set steps=4 --resume "$saved" --export "$out/four/hf" --export-dtype fp32
     compare same-run "$ref" "$out/four" 3
 }
 
@@ -180,9 +180,9 @@ step_in_backward() {
             local run=("${launch[@]}" "$zt_run" "${common[@]}" --set train_micro_batch_size_per_gpu=$mb "${exact[@]}"
                        --plugins "zero$n" --set steps=4 "${extra[@]}")
             expect_ok -- "${run[@]}" --output-dir "$dir-normal" --set zero_optimization.step_in_backward=false \
-                --export "$dir-normal/hf"
+                --export "$dir-normal/hf" --export-dtype fp32
             expect_ok "step_in_backward: the optimizer steps each unit inside the backward" -- "${run[@]}" \
-                --output-dir "$dir-sib" --set zero_optimization.step_in_backward=true --export "$dir-sib/hf"
+                --output-dir "$dir-sib" --set zero_optimization.step_in_backward=true --export "$dir-sib/hf" --export-dtype fp32
             compare stepped-run "$dir-normal" "$dir-sib"
             # gradients only per unit: stages 0-1 drop the full buffer, stages 2-3 the shard accumulators
             # of untied units
