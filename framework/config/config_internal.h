@@ -18,6 +18,9 @@
 /* host_options.c: opt is a host key whose maximum is a cap that only catches typos (not part of the
  * key's meaning, as data.seq_len's is). */
 int cfg_host_option_capped(const zt_option *opt);
+/* A host string key that also takes a list of strings, stored joined with commas (trainable_params,
+ * pet_config.freeze_include / freeze_exclude: MindFormers writes them as lists). */
+int cfg_host_option_list(const zt_option *opt);
 
 /* Where a JSON token of a YAML document came from: the token starting at `offset` of the document's
  * JSON text (a string's opening quote) was written at line:col of the YAML file. `note`, when not

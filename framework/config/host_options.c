@@ -3,6 +3,8 @@
  * parallel_config, auto_trans_ckpt), zt's own otherwise. docs/config.md documents every key; keep the
  * two in step. Plugins declare their own keys (optimizer.params.*, zero_optimization.offload_*, ...).
  */
+#include <string.h>
+
 #include "config/config_internal.h"
 
 #define MIN_ONLY ZT_OPT_HAS_MIN
@@ -95,8 +97,15 @@ static const zt_option k_host_options[] = {
      "Activation checkpointing: recompute activations in the backward pass to save memory "
      "(MindFormers' name)."},
     {"trainable_params", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
-     "Comma-separated parameter-name patterns to train (MindFormers style, e.g. \"q_proj,v_proj\"); "
-     "all other parameters are frozen. Unset: train everything."},
+     "Parameter-name patterns to train, a list or comma-separated (MindFormers style: [layers.31, layers.30], "
+     "\"q_proj,v_proj\", \"*.mlp.*\"); all other parameters are frozen and cost only their compute copy. "
+     "Unset: train everything."},
+    {"pet_config.freeze_include", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "MindFormers' freeze list: parameter-name patterns (a list or comma-separated) to freeze, applied after "
+     "trainable_params."},
+    {"pet_config.freeze_exclude", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "MindFormers' freeze exceptions: patterns kept trainable; a parameter both freeze lists match is left "
+     "as trainable_params says."},
 
     /* ---- data ---- */
     {"data.path", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
@@ -160,6 +169,16 @@ int cfg_host_option_capped(const zt_option *opt)
         return 0;
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
         if (opt->max == caps[i]) return 1;
+    return 0;
+}
+
+int cfg_host_option_list(const zt_option *opt)
+{
+    static const char *const keys[] = {"trainable_params", "pet_config.freeze_include", "pet_config.freeze_exclude"};
+    size_t n = sizeof k_host_options / sizeof k_host_options[0];
+    if (opt < k_host_options || opt >= k_host_options + n || opt->type != ZT_OPT_STRING) return 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(opt->key, keys[i])) return 1;
     return 0;
 }
 

@@ -175,6 +175,40 @@ static int fail_type(value_problem *vp, const zt_option *opt, const zt_json *j, 
     return 0;
 }
 
+/* A list of strings for a key that takes one (cfg_host_option_list): the items joined with commas. */
+static int join_list(const zt_json *j, int tok, char **out, value_problem *vp)
+{
+    const zt_json_tok *t = &j->tok[tok];
+    size_t cap = (size_t)(t->end - t->start) + 1, used = 0;
+    char *text = malloc(cap);
+    if (!text) {
+        snprintf(vp->problem, sizeof vp->problem, "could not be stored: out of memory");
+        return 0;
+    }
+    text[0] = '\0';
+    int item = tok + 1;
+    for (int k = 0; k < t->size; k++, item = zt_json_skip(j, item)) {
+        const zt_json_tok *it = &j->tok[item];
+        size_t n = (size_t)(it->end - it->start), bad = 0;
+        const char *what = "";
+        int ok = it->type == ZT_JSON_STRING && n > 0 && !memchr(j->text + it->start, ',', n);
+        if (ok && k) text[used++] = ',';
+        if (ok && zt_json_unescape(j->text + it->start, n, text + used, &bad, &what) < 0) ok = 0;
+        if (!ok) {
+            char got[96];
+            cfg_describe_json_value(j, item, got, sizeof got);
+            snprintf(vp->problem, sizeof vp->problem,
+                     "item %d must be a non-empty parameter-name pattern without commas, got %s", k + 1, got);
+            vp->tok = item;
+            free(text);
+            return 0;
+        }
+        used += strlen(text + used);
+    }
+    *out = text;
+    return 1;
+}
+
 static int fail_range(value_problem *vp, const zt_option *opt, const char *what, const char *shown, double v,
                       int tok)
 {
@@ -345,6 +379,8 @@ int cfg_parse_value(zt_config *cfg, const zt_option *opt, const zt_json *j, int 
             }
         } else if (from_command_line && t->type == ZT_JSON_PRIMITIVE) {
             text = strndup(j->text + t->start, (size_t)(t->end - t->start));
+        } else if (t->type == ZT_JSON_ARRAY && opt->type == ZT_OPT_STRING && cfg_host_option_list(opt)) {
+            if (!join_list(j, tok, &text, vp)) return 0;
         } else {
             return fail_type(vp, opt, j, tok);
         }
