@@ -126,7 +126,8 @@ static zt_status for_each_pattern(const char *key, const char *list, pattern_fn 
         char *end = item + strlen(item);
         while (end > item && (end[-1] == ' ' || end[-1] == '\t')) *--end = '\0';
         if (!*item && (next || index > 1 || list[0]))
-            st = zt_error_set(err, ZT_ERR_CONFIG, "%s \"%s\": pattern %d is empty; remove the extra comma", key,
+            st = zt_error_set(err, ZT_ERR_CONFIG, "%s \"%s\": pattern %d is empty (an empty pattern selects nothing); remove "
+                              "the extra comma", key,
                               list, index);
         else if (*item)
             st = fn(item, ctx, err);
@@ -187,7 +188,9 @@ static zt_status match_list(const zt_model_info *m, const int32_t *owner, const 
     int count = 0;
     zt_status st = for_each_pattern(key, list, mark_pattern, &x, &count, err);
     if (st == ZT_OK && count == 0)
-        st = zt_error_set(err, ZT_ERR_CONFIG, "%s is empty; unset it, or list patterns", key);
+        st = zt_error_set(err, ZT_ERR_CONFIG, "%s is empty%s; unset it%s, or list patterns", key,
+                          strcmp(key, "trainable_params") ? "" : ": that would freeze the whole model",
+                          strcmp(key, "trainable_params") ? "" : " to train everything");
     return st;
 }
 

@@ -767,8 +767,8 @@ __attribute__((noinline)) static zt_status copy_shard(zero_state *s, const char 
     if (st != ZT_OK) return st;
     if (which < ZT_SHARD_FROZEN || which > s->n_state || (out == NULL && in == NULL))
         return fail(s, ZT_ERR_INVALID_ARG,
-                    "%s: array %d is neither the frozen region (-1), the master (0) nor one of the %d optimizer "
-                    "states, or the buffer is NULL",
+                    "%s: array %d is neither the master (0) nor one of the %d optimizer states (nor the frozen "
+                    "region, -1), or the buffer is NULL",
                     call, (int)which, (int)s->n_state);
     unit_store *us = &s->units[unit];
     if (which == ZT_SHARD_FROZEN) return copy_frozen(s, us, out, in);

@@ -23,7 +23,7 @@ fi
 has "$(getconf _NPROCESSORS_ONLN) online, $(nproc) usable by this process"
 has "memory:        $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) kB total"
 # The plugin table is the same as --list-plugins'.
-grep -qE "^sgd +optimizer +1\.0\.0 +1\.2 +yes " <<<"$env_out" || { echo "FAIL: no sgd row"; zt_failures=$((zt_failures+1)); }
+grep -qE "^sgd +optimizer +1\.0\.0 +1\.3 +yes " <<<"$env_out" || { echo "FAIL: no sgd row"; zt_failures=$((zt_failures+1)); }
 grep -qF "    no: plugin 'refuse-probe' cannot run here" <<<"$env_out" || { echo "FAIL: no refuse-probe reason"; zt_failures=$((zt_failures+1)); }
 
 # Each library: the reference's answer, or "not found" when the reference cannot load it either.

@@ -32,7 +32,7 @@ expect_check_fails "sgd,$fixtures" "zero_optimization.offload_optimizer.device" 
 # --describe loads without probing: a plugin that cannot run here is still described.
 expect_ok "refuse-probe 0.0.1: an optimizer plugin" "Options: none" -- zt --describe refuse-probe
 # ... but one that fails the ABI checks is refused with the same message as in a run.
-expect_fail "plugin 'newer-minor' ($abi_lib/libzt-test-newer-minor.so) was built against zt ABI 1.3" -- zt --describe newer-minor
+expect_fail "plugin 'newer-minor' ($abi_lib/libzt-test-newer-minor.so) was built against zt ABI 1.4" -- zt --describe newer-minor
 expect_status 1
 
 # --check: the whole set passes; the resolved config is printed on stdout and saved atomically.
