@@ -18,8 +18,11 @@
 /* host_options.c: opt is a host key whose maximum is a cap that only catches typos (not part of the
  * key's meaning, as data.seq_len's is). */
 int cfg_host_option_capped(const zt_option *opt);
-/* 1 for a host string key that takes a list (host_options.c): a JSON array of strings is joined with commas. */
-int cfg_host_option_is_list(const zt_option *opt);
+/* A host string key that also takes a list of strings, stored joined with commas: the noun for one
+ * of its items ("parameter-name pattern" for trainable_params and pet_config.freeze_include /
+ * freeze_exclude, which MindFormers writes as lists; "collective name" for comms_logger.prof_ops,
+ * which DeepSpeed does); NULL for every other key. */
+const char *cfg_host_option_list_item(const zt_option *opt);
 
 /* Where a JSON token of a YAML document came from: the token starting at `offset` of the document's
  * JSON text (a string's opening quote) was written at line:col of the YAML file. `note`, when not

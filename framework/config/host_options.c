@@ -97,8 +97,15 @@ static const zt_option k_host_options[] = {
      "Activation checkpointing: recompute activations in the backward pass to save memory "
      "(MindFormers' name)."},
     {"trainable_params", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
-     "Comma-separated parameter-name patterns to train (MindFormers style, e.g. \"q_proj,v_proj\"); "
-     "all other parameters are frozen. Unset: train everything."},
+     "Parameter-name patterns to train, a list or comma-separated (MindFormers style: [layers.31, layers.30], "
+     "\"q_proj,v_proj\", \"*.mlp.*\"); all other parameters are frozen and cost only their compute copy. "
+     "Unset: train everything."},
+    {"pet_config.freeze_include", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "MindFormers' freeze list: parameter-name patterns (a list or comma-separated) to freeze, applied after "
+     "trainable_params."},
+    {"pet_config.freeze_exclude", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "MindFormers' freeze exceptions: patterns kept trainable; a parameter both freeze lists match is left "
+     "as trainable_params says."},
 
     /* ---- data ---- */
     {"data.path", ZT_OPT_STRING, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
@@ -179,13 +186,6 @@ static const zt_option k_host_options[] = {
      "watchdog timeout, a fatal signal or an interrupt; 0 turns it off (docs/distributed.md)."},
 };
 
-/* String keys that take a list: a JSON array of strings is joined with commas (DeepSpeed writes
- * comms_logger.prof_ops as an array). */
-int cfg_host_option_is_list(const zt_option *opt)
-{
-    return opt && opt->type == ZT_OPT_STRING && opt->key && strcmp(opt->key, "comms_logger.prof_ops") == 0;
-}
-
 int cfg_host_option_capped(const zt_option *opt)
 {
     static const double caps[] = {MAX_BATCH, MAX_GLOBAL_BATCH, MAX_STEPS, MAX_EPOCHS, MAX_HYSTERESIS,
@@ -196,6 +196,21 @@ int cfg_host_option_capped(const zt_option *opt)
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
         if (opt->max == caps[i]) return 1;
     return 0;
+}
+
+const char *cfg_host_option_list_item(const zt_option *opt)
+{
+    static const struct { const char *key, *item; } lists[] = {
+        {"trainable_params", "parameter-name pattern"},
+        {"pet_config.freeze_include", "parameter-name pattern"},
+        {"pet_config.freeze_exclude", "parameter-name pattern"},
+        {"comms_logger.prof_ops", "collective name"},
+    };
+    size_t n = sizeof k_host_options / sizeof k_host_options[0];
+    if (opt < k_host_options || opt >= k_host_options + n || opt->type != ZT_OPT_STRING) return NULL;
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        if (!strcmp(opt->key, lists[i].key)) return lists[i].item;
+    return NULL;
 }
 
 const zt_option *zt_host_options(uint32_t *n)

@@ -797,6 +797,8 @@ static const mf_rule k_rules[] = {
     {"train_config.optimizer", CUSTOM, NULL, NULL, h_optimizer_type},
     {"train_config.learning_rate", RENAME, "optimizer.params.lr", NULL, NULL},
     {"train_config.trainable_params", RENAME, "trainable_params", NULL, NULL},
+    {"model.model_config.pet_config.freeze_include", RENAME, "pet_config.freeze_include", NULL, NULL},
+    {"model.model_config.pet_config.freeze_exclude", RENAME, "pet_config.freeze_exclude", NULL, NULL},
     NO_EFFECT("train_config.parallel_mode", "zt lays the ranks out from the parallel_config sizes; there is no "
               "parallel mode to choose"),
     OFF("parallel_context_config.only_trainable_params", "false",

@@ -118,6 +118,8 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
 
     READ(read_bool, "recompute", &s->recompute);
     READ_OPTIONAL(zt_config_get_string, "trainable_params", &has, &s->trainable_params);
+    READ_OPTIONAL(zt_config_get_string, "pet_config.freeze_include", &has, &s->freeze_include);
+    READ_OPTIONAL(zt_config_get_string, "pet_config.freeze_exclude", &has, &s->freeze_exclude);
 
     READ_OPTIONAL(zt_config_get_string, "data.path", &has, &s->data_path);
     /* data.mode unset: the layout the data set was written in (its schema default is only what

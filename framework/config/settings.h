@@ -69,6 +69,8 @@ typedef struct zt_host_settings {
     /* model */
     int32_t recompute;
     const char *trainable_params; /* NULL: train everything */
+    const char *freeze_include;   /* pet_config.freeze_include; NULL: none */
+    const char *freeze_exclude;   /* pet_config.freeze_exclude; NULL: none */
 
     /* data */
     const char *data_path;       /* NULL: not given (a dry run needs none) */

@@ -126,7 +126,12 @@ void cfg_describe_type(const zt_option *opt, char *buf, size_t cap)
     case ZT_OPT_BOOL: snprintf(buf, cap, "true or false"); break;
     case ZT_OPT_INT: snprintf(buf, cap, "an integer"); break;
     case ZT_OPT_FLOAT: snprintf(buf, cap, "a number"); break;
-    case ZT_OPT_STRING: snprintf(buf, cap, "a string"); break;
+    case ZT_OPT_STRING:
+        if (cfg_host_option_list_item(opt))
+            snprintf(buf, cap, "a list of %ss or one comma-separated string", cfg_host_option_list_item(opt));
+        else
+            snprintf(buf, cap, "a string");
+        break;
     case ZT_OPT_FLOATS: snprintf(buf, cap, "an array of numbers"); break;
     case ZT_OPT_BYTES:
         snprintf(buf, cap, "a byte size (an integer, or a string such as \"512M\", \"24GiB\", \"100MB\")");
@@ -175,6 +180,40 @@ static int fail_type(value_problem *vp, const zt_option *opt, const zt_json *j, 
     return 0;
 }
 
+/* A list of strings for a key that takes one (cfg_host_option_list_item): the items joined with commas. */
+static int join_list(const zt_json *j, int tok, const char *item_noun, char **out, value_problem *vp)
+{
+    const zt_json_tok *t = &j->tok[tok];
+    size_t cap = (size_t)(t->end - t->start) + 1, used = 0;
+    char *text = malloc(cap);
+    if (!text) {
+        snprintf(vp->problem, sizeof vp->problem, "could not be stored: out of memory");
+        return 0;
+    }
+    text[0] = '\0';
+    int item = tok + 1;
+    for (int k = 0; k < t->size; k++, item = zt_json_skip(j, item)) {
+        const zt_json_tok *it = &j->tok[item];
+        size_t n = (size_t)(it->end - it->start), bad = 0;
+        const char *what = "";
+        int ok = it->type == ZT_JSON_STRING && n > 0 && !memchr(j->text + it->start, ',', n);
+        if (ok && k) text[used++] = ',';
+        if (ok && zt_json_unescape(j->text + it->start, n, text + used, &bad, &what) < 0) ok = 0;
+        if (!ok) {
+            char got[96];
+            cfg_describe_json_value(j, item, got, sizeof got);
+            snprintf(vp->problem, sizeof vp->problem,
+                     "item %d must be a non-empty %s without commas, got %s", k + 1, item_noun, got);
+            vp->tok = item;
+            free(text);
+            return 0;
+        }
+        used += strlen(text + used);
+    }
+    *out = text;
+    return 1;
+}
+
 static int fail_range(value_problem *vp, const zt_option *opt, const char *what, const char *shown, double v,
                       int tok)
 {
@@ -194,38 +233,6 @@ static int fail_range(value_problem *vp, const zt_option *opt, const char *what,
     snprintf(vp->problem, sizeof vp->problem, "%sis %s, out of range: must be %s", what, shown, range);
     vp->tok = tok;
     return 0;
-}
-
-/* A JSON array of plain strings (no commas, no escapes) as one comma-separated string, for a key
- * that takes a list (cfg_host_option_is_list). */
-static int join_string_list(const zt_json *j, int tok, char **out, value_problem *vp)
-{
-    const zt_json_tok *t = &j->tok[tok];
-    size_t cap = (size_t)(t->end - t->start) + 1, used = 0;
-    char *text = malloc(cap);
-    if (!text) {
-        snprintf(vp->problem, sizeof vp->problem, "could not be stored: out of memory");
-        return 0;
-    }
-    text[0] = '\0';
-    int item = tok + 1;
-    for (int k = 0; k < t->size; k++, item = zt_json_skip(j, item)) {
-        const zt_json_tok *it = &j->tok[item];
-        size_t n = (size_t)(it->end - it->start);
-        const char *s = j->text + it->start;
-        if (it->type != ZT_JSON_STRING || memchr(s, ',', n) || memchr(s, '\\', n)) {
-            char got[96];
-            cfg_describe_json_value(j, item, got, sizeof got);
-            snprintf(vp->problem, sizeof vp->problem, "item %d must be a name (a string without commas), got %s",
-                     k + 1, got);
-            vp->tok = item;
-            free(text);
-            return 0;
-        }
-        used += (size_t)snprintf(text + used, cap - used, "%s%.*s", k ? "," : "", (int)n, s);
-    }
-    *out = text;
-    return 1;
 }
 
 /* A JSON number token as an int64: "5e8" and "1.0" are fine, "1.5" is not. */
@@ -377,8 +384,8 @@ int cfg_parse_value(zt_config *cfg, const zt_option *opt, const zt_json *j, int 
             }
         } else if (from_command_line && t->type == ZT_JSON_PRIMITIVE) {
             text = strndup(j->text + t->start, (size_t)(t->end - t->start));
-        } else if (t->type == ZT_JSON_ARRAY && cfg_host_option_is_list(opt)) {
-            if (!join_string_list(j, tok, &text, vp)) return 0;
+        } else if (t->type == ZT_JSON_ARRAY && cfg_host_option_list_item(opt)) {
+            if (!join_list(j, tok, cfg_host_option_list_item(opt), &text, vp)) return 0;
         } else {
             return fail_type(vp, opt, j, tok);
         }

@@ -122,17 +122,23 @@ static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, 
     void *zs = t->zero_lp->state;
     int32_t n_state = n_opt_state(t);
     for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
-        int64_t offset, count;
-        t->zero->shard_range(zs, u, &offset, &count);
-        if (count == t->layout->units[u].padded_numel && t->dp.rank != 0) continue;
-        for (int32_t which = 0; which <= n_state && st == ZT_OK; which++) {
-            st = t->zero->read_shard(zs, u, which, t->shard_buf);
-            if (st != ZT_OK) {
-                st = zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, array %d)", (int)u, (int)which);
-                break;
+        unit_region r[2];
+        int n;
+        tr_unit_regions(t, u, r, &n);
+        for (int k = 0; k < n && st == ZT_OK; k++) {
+            if (!r[k].count || (r[k].count == r[k].size && t->dp.rank != 0)) continue; /* replicated: rank 0 */
+            /* the frozen region holds weights only; the trainable one its optimizer state too */
+            int32_t last = r[k].which == ZT_SHARD_FROZEN ? 0 : n_state;
+            for (int32_t which = 0; which <= last && st == ZT_OK; which++) {
+                int32_t array = r[k].which == ZT_SHARD_FROZEN ? ZT_SHARD_FROZEN : which;
+                st = t->zero->read_shard(zs, u, array, t->shard_buf);
+                if (st != ZT_OK) {
+                    st = zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, array %d)", (int)u, (int)array);
+                    break;
+                }
+                save_ctx sc = {w, which == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, which - 1)};
+                st = tr_for_each_piece(t, u, r[k].offset, r[k].count, t->shard_buf, save_piece, &sc, err);
             }
-            save_ctx sc = {w, which == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, which - 1)};
-            st = tr_for_each_piece(t, u, offset, count, t->shard_buf, save_piece, &sc, err);
         }
     }
     char position[512], blob_name[64];

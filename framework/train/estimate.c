@@ -11,6 +11,7 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "host/select.h"
+#include "train/layout.h"
 
 #define OFFLOAD_OPTIMIZER_KEY "zero_optimization.offload_optimizer.device"
 #define OFFLOAD_PARAM_KEY "zero_optimization.offload_param.device"
@@ -194,7 +195,15 @@ typedef struct estimate_set {
     int gpu;
     gpu_limit limit;
     host_limit host;
+    zt_host_layout *layout;  /* which parameters train (trainable_params, pet_config.freeze_*) */
+    int32_t frozen_layers;   /* layers below the lowest trainable unit: no backward, nothing kept */
 } estimate_set;
+
+static void free_set(estimate_set *e)
+{
+    if (e) zt_layout_free(e->layout);
+    free(e);
+}
 
 /* The machine's memory. A GPU run estimated where it cannot start (a CPU runtime) is not for this
  * machine, so its host side is compared but not enforced, unless ZT_HOST_MEM_AVAILABLE says what the
@@ -286,6 +295,13 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
     e->seq_len = req->settings->seq_len;
     e->recompute = req->settings->recompute;
     int32_t fp16 = req->settings->fp16;
+    /* The frozen parameters cost only their compute copy (zero plugins of ABI 1.3 count that) */
+    zt_layout_options lo = {req->dp_size, req->settings->trainable_params, req->settings->no_decay_flags,
+                            req->settings->freeze_include, req->settings->freeze_exclude};
+    zt_status lst = zt_layout_build(reported, &lo, &e->layout, err);
+    if (lst != ZT_OK) return lst;
+    int32_t lowest = e->layout->lowest_trainable_unit;
+    e->frozen_layers = lowest > 1 ? lowest - 1 : 0; /* unit u >= 1 is layer u - 1 */
     zt_estimate_in *in = &e->in;
     *in = (zt_estimate_in){.struct_size = sizeof *in,
                            .dp_size = req->dp_size,
@@ -295,7 +311,8 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
                            .compute_dtype = !e->gpu ? ZT_F32 : fp16 ? ZT_F16 : ZT_BF16,
                            .n_optimizer_states = oo->n_state ? oo->n_state(opt->state) : 0,
                            .n_parameters = m.n_parameters,
-                           .model = reported};
+                           .model = reported,
+                           .trainable = e->layout->trainable};
     for (int32_t u = 0; u < m.n_units; u++) {
         int64_t unit_numel = 0;
         for (int32_t i = 0; i < m.n_params_decl; i++) {
@@ -308,6 +325,10 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
     }
     int64_t tokens = e->micro * e->seq_len;
     double activations = zt_estimate_activations(&m, tokens, e->recompute, e->gpu ? 2.0 : 4.0, e->gpu);
+    /* a frozen bottom keeps only each layer's output (the trainer's), not what a backward would read */
+    if (!e->recompute)
+        activations -= (double)tokens * e->frozen_layers *
+                       (m.act_bytes_per_token_layer - (e->gpu ? 2.0 : 4.0) * m.hidden_size);
     double workspace = zt_estimate_workspace(&m, tokens, e->gpu);
 
     /* The chosen configuration, from the loaded plugin as configured. */
@@ -658,7 +679,7 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
     if (!e) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory estimating memory");
     zt_status st = compute_rows(req, e, err);
     if (st != ZT_OK) {
-        free(e);
+        free_set(e);
         return st;
     }
     e->host.local_ranks = dry_run_local_ranks(req);
@@ -667,10 +688,13 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
     const zt_loaded_plugin *zero = &req->plugins->by_kind[ZT_KIND_ZERO];
     const zt_estimate_in *in = &e->in;
     fprintf(out,
-            "Memory per data-parallel rank (zt-run --dry-run): model '%s', %lld parameters; optimizer '%s', %d state "
+            "Memory per data-parallel rank (zt-run --dry-run): model '%s', %lld parameters (%lld trainable: the "
+            "frozen ones cost only their compute copy%s); optimizer '%s', %d state "
             "array%s per element; %d data-parallel rank%s; micro-batch %lld x %lld tokens, recompute %s.\n"
             "* marks this run's configuration (zero plugin '%s'). %s\n\n",
-            model->desc.name, (long long)in->n_parameters, opt->desc.name, (int)in->n_optimizer_states,
+            model->desc.name, (long long)in->n_parameters, (long long)e->layout->n_trainable,
+            e->frozen_layers ? ", and the backward stops above the frozen bottom layers" : "", opt->desc.name,
+            (int)in->n_optimizer_states,
             in->n_optimizer_states == 1 ? "" : "s", (int)in->dp_size, in->dp_size == 1 ? "" : "s",
             (long long)e->micro, (long long)e->seq_len, e->recompute ? "on" : "off", zero->desc.name,
             e->gpu ? "GPU run: bf16 compute copy and activations, fp32 master, gradients and optimizer state.\n"
@@ -719,7 +743,7 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
         }
         free(msg);
     }
-    free(e);
+    free_set(e);
     return st;
 }
 
@@ -738,7 +762,7 @@ zt_status zt_memory_check(const zt_dry_run_request *req, zt_error *err)
         zt_log(ZT_LOG_WARN, "the host-memory check before the run is skipped: %s", err->msg);
         zt_error_clear(err);
         free(msg);
-        free(e);
+        free_set(e);
         return ZT_OK;
     }
     /* Every rank gets here (the collective), whatever it found; then each decides alike. */
@@ -773,6 +797,6 @@ zt_status zt_memory_check(const zt_dry_run_request *req, zt_error *err)
                           "out of host memory, found before allocating anything (from the estimate): %s.", msg);
     }
     free(msg);
-    free(e);
+    free_set(e);
     return st;
 }

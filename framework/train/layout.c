@@ -107,47 +107,122 @@ static int pattern_matches(const char *pattern, const char *name)
     return 0;
 }
 
-/* Marks the owners of every parameter matched by a pattern of `list`. */
-static zt_status apply_trainable(const zt_model_info *m, const int32_t *owner, const char *list,
-                                 uint8_t *trainable, zt_error *err)
+/* Splits `list` at commas into trimmed patterns; calls fn on each. An empty pattern is an error. */
+typedef zt_status (*pattern_fn)(const char *pattern, void *ctx, zt_error *err);
+
+static zt_status for_each_pattern(const char *key, const char *list, pattern_fn fn, void *ctx, int *count,
+                                  zt_error *err)
 {
     char *copy = strdup(list);
-    if (!copy) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading trainable_params");
+    if (!copy) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading %s", key);
     zt_status st = ZT_OK;
     int index = 0;
-    char *save = NULL;
-    for (char *item = strtok_r(copy, ",", &save); item && st == ZT_OK; item = strtok_r(NULL, ",", &save)) {
+    char *item = copy;
+    for (char *next; item && st == ZT_OK; item = next) {
+        next = strchr(item, ',');
+        if (next) *next++ = '\0';
         index++;
         while (*item == ' ' || *item == '\t') item++;
         char *end = item + strlen(item);
         while (end > item && (end[-1] == ' ' || end[-1] == '\t')) *--end = '\0';
-        if (!*item) {
-            st = zt_error_set(err, ZT_ERR_CONFIG,
-                              "trainable_params \"%s\": pattern %d is empty; remove the extra comma", list, index);
-            break;
-        }
-        int matched = 0;
-        for (int32_t i = 0; i < m->n_params_decl; i++) {
-            if (!pattern_matches(item, m->params[i].name)) continue;
-            trainable[owner[i]] = 1;
-            matched = 1;
-        }
-        if (!matched)
-            st = zt_error_set(err, ZT_ERR_CONFIG,
-                              "trainable_params: the pattern \"%s\" matches no parameter of the model. Patterns "
-                              "match whole dot-separated parts of a name (\"q_proj\", \"layers.0\") or, with "
-                              "* ? [], the whole name (\"*.self_attn.*\"); names look like \"%s\"",
-                              item, m->params[m->n_params_decl > 1 ? 1 : 0].name);
+        if (!*item && (next || index > 1 || list[0]))
+            st = zt_error_set(err, ZT_ERR_CONFIG, "%s \"%s\": pattern %d is empty (an empty pattern selects nothing); remove "
+                              "the extra comma", key,
+                              list, index);
+        else if (*item)
+            st = fn(item, ctx, err);
+        else
+            index--;
     }
-    /* "a,,b" and trailing commas produce no strtok token: catch them on the raw text. */
-    if (st == ZT_OK && (strstr(list, ",,") || list[0] == ',' || (list[0] && list[strlen(list) - 1] == ',')))
-        st = zt_error_set(err, ZT_ERR_CONFIG, "trainable_params \"%s\" has an empty pattern; remove the extra comma",
-                          list);
-    if (st == ZT_OK && index == 0)
-        st = zt_error_set(err, ZT_ERR_CONFIG,
-                          "trainable_params is empty: that would freeze the whole model; unset it to train "
-                          "everything, or list patterns");
+    *count = index;
     free(copy);
+    return st;
+}
+
+typedef struct mark_ctx {
+    const zt_model_info *m;
+    const int32_t *owner;
+    const char *key;
+    uint8_t *hits;        /* [n_params_decl] set for every owner a pattern matches */
+} mark_ctx;
+
+/* The names a pattern could have meant: the first parameters of the model, for the error. */
+static void first_names(const zt_model_info *m, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int32_t i = 0; i < m->n_params_decl && i < 6 && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s\"%s\"", i ? ", " : "", m->params[i].name);
+    if (m->n_params_decl > 6 && used < cap) snprintf(buf + used, cap - used, ", ... (%d in all)", (int)m->n_params_decl);
+}
+
+static zt_status mark_pattern(const char *pattern, void *opaque, zt_error *err)
+{
+    mark_ctx *x = opaque;
+    /* "layers.31" and "model.layers.31" name the same layer: patterns may leave out the "model." prefix */
+    int matched = 0;
+    for (int32_t i = 0; i < x->m->n_params_decl; i++) {
+        const char *name = x->m->params[i].name;
+        int hit = pattern_matches(pattern, name);
+        if (!hit && has_wildcard(pattern) && !strncmp(name, "model.", 6)) hit = pattern_matches(pattern, name + 6);
+        if (!hit) continue;
+        x->hits[x->owner[i]] = 1;
+        matched = 1;
+    }
+    if (matched) return ZT_OK;
+    char names[640];
+    first_names(x->m, names, sizeof names);
+    return zt_error_set(err, ZT_ERR_CONFIG,
+                        "%s: the pattern \"%s\" matches no parameter of the model. Patterns match whole "
+                        "dot-separated parts of a name (\"q_proj\", \"layers.0\") or, with * ? [], the whole name, "
+                        "with or without \"model.\" (\"*.self_attn.*\", \"layers.3?.*\"); the model's parameters "
+                        "are %s",
+                        x->key, pattern, names);
+}
+
+/* The owners matched by the patterns of `list` (key: the config key, for messages) into hits[]. */
+static zt_status match_list(const zt_model_info *m, const int32_t *owner, const char *key, const char *list,
+                            uint8_t *hits, zt_error *err)
+{
+    mark_ctx x = {m, owner, key, hits};
+    int count = 0;
+    zt_status st = for_each_pattern(key, list, mark_pattern, &x, &count, err);
+    if (st == ZT_OK && count == 0)
+        st = zt_error_set(err, ZT_ERR_CONFIG, "%s is empty%s; unset it%s, or list patterns", key,
+                          strcmp(key, "trainable_params") ? "" : ": that would freeze the whole model",
+                          strcmp(key, "trainable_params") ? "" : " to train everything");
+    return st;
+}
+
+/* trainable_params, then pet_config.freeze_include (frozen) and .freeze_exclude (trainable); a
+ * parameter both freeze lists match keeps what trainable_params gave it (MindFormers' rule). */
+static zt_status apply_trainable(const zt_model_info *m, const int32_t *owner, const zt_layout_options *opt,
+                                 uint8_t *trainable, zt_error *err)
+{
+    size_t np = (size_t)m->n_params_decl;
+    uint8_t *inc = calloc(np, 1), *exc = calloc(np, 1);
+    zt_status st = inc && exc ? ZT_OK : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory reading trainable_params");
+    if (st == ZT_OK && opt->trainable) {
+        st = match_list(m, owner, "trainable_params", opt->trainable, trainable, err);
+        if (st == ZT_OK && !memchr(trainable, 1, np))
+            st = zt_error_set(err, ZT_ERR_CONFIG, "trainable_params selects nothing to train");
+    } else if (st == ZT_OK) {
+        memset(trainable, 1, np);
+    }
+    if (st == ZT_OK && opt->freeze_include)
+        st = match_list(m, owner, "pet_config.freeze_include", opt->freeze_include, inc, err);
+    if (st == ZT_OK && opt->freeze_exclude)
+        st = match_list(m, owner, "pet_config.freeze_exclude", opt->freeze_exclude, exc, err);
+    for (size_t i = 0; st == ZT_OK && i < np; i++) {
+        if (inc[i] && !exc[i]) trainable[i] = 0;
+        if (exc[i] && !inc[i]) trainable[i] = 1;
+    }
+    if (st == ZT_OK && !memchr(trainable, 1, np))
+        st = zt_error_set(err, ZT_ERR_CONFIG,
+                          "trainable_params and pet_config.freeze_include freeze the whole model: nothing would "
+                          "train; leave at least one parameter trainable");
+    free(inc);
+    free(exc);
     return st;
 }
 
@@ -162,6 +237,7 @@ void zt_layout_free(zt_host_layout *l)
     free(l->decay);
     free(l->owner);
     free(l->numel);
+    free(l->trainable_numel);
     free(l);
 }
 
@@ -184,8 +260,10 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
         l->decay = calloc(np, 1);
         l->owner = calloc(np, sizeof *l->owner);
         l->numel = calloc(np, sizeof *l->numel);
+        l->trainable_numel = calloc((size_t)model->n_units, sizeof *l->trainable_numel);
     }
-    if (!l || !l->units || !l->param_offset || !l->trainable || !l->decay || !l->owner || !l->numel) {
+    if (!l || !l->units || !l->param_offset || !l->trainable || !l->decay || !l->owner || !l->numel ||
+        !l->trainable_numel) {
         zt_layout_free(l);
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory building the parameter layout");
     }
@@ -198,36 +276,42 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
         if (unit->first_param < 0) unit->first_param = i;
         unit->n_params++;
         l->numel[i] = decl_numel(p);
-        if (p->flags & ZT_PARAM_TIED) {
-            l->owner[i] = find_param(model, p->tied_to);
-            l->param_offset[i] = -1;
-        } else {
-            l->owner[i] = i;
-            l->param_offset[i] = unit->numel;
-            unit->numel += l->numel[i];
-        }
+        l->owner[i] = (p->flags & ZT_PARAM_TIED) ? find_param(model, p->tied_to) : i;
         l->decay[i] = (p->flags & opt->no_decay_flags) == 0;
     }
-    for (int32_t u = 0; u < model->n_units; u++) {
-        zt_unit_layout *unit = &l->units[u];
-        if (unit->first_param < 0) unit->first_param = 0; /* a unit without parameters */
-        unit->padded_numel = (unit->numel + quantum - 1) / quantum * quantum;
-        if (unit->padded_numel > l->largest_unit_numel) l->largest_unit_numel = unit->padded_numel;
-    }
-
-    if (opt->trainable) {
-        st = apply_trainable(model, l->owner, opt->trainable, l->trainable, err);
-        if (st != ZT_OK) {
-            zt_layout_free(l);
-            return st;
-        }
-    } else {
-        memset(l->trainable, 1, np);
+    st = apply_trainable(model, l->owner, opt, l->trainable, err);
+    if (st != ZT_OK) {
+        zt_layout_free(l);
+        return st;
     }
     for (int32_t i = 0; i < model->n_params_decl; i++) {
         l->trainable[i] = l->trainable[l->owner[i]]; /* a tied parameter follows its owner */
         l->decay[i] = l->decay[l->owner[i]];
         if (l->owner[i] == i && l->trainable[i]) l->n_trainable += l->numel[i];
+    }
+    /* Offsets: the unit's trainable parameters first, then (from the padded trainable size on) the
+     * frozen ones, each region in declaration order. */
+    l->lowest_trainable_unit = -1;
+    for (int32_t u = 0; u < model->n_units; u++) {
+        zt_unit_layout *unit = &l->units[u];
+        if (unit->first_param < 0) unit->first_param = 0; /* a unit without parameters */
+        int64_t at[2] = {0, 0}; /* frozen, trainable */
+        for (int32_t i = unit->first_param; i < unit->first_param + unit->n_params; i++) {
+            if (l->trainable[i] && l->lowest_trainable_unit < 0) l->lowest_trainable_unit = u;
+            if (l->owner[i] != i) {
+                l->param_offset[i] = -1;
+                continue;
+            }
+            l->param_offset[i] = at[l->trainable[i]];
+            at[l->trainable[i]] += l->numel[i];
+        }
+        unit->numel = at[0] + at[1];
+        l->trainable_numel[u] = (at[1] + quantum - 1) / quantum * quantum;
+        for (int32_t i = unit->first_param; i < unit->first_param + unit->n_params; i++)
+            if (l->param_offset[i] >= 0 && !l->trainable[i]) l->param_offset[i] += l->trainable_numel[u];
+        unit->padded_numel = l->trainable_numel[u] + (at[0] + quantum - 1) / quantum * quantum;
+        if (unit->padded_numel > l->largest_unit_numel) l->largest_unit_numel = unit->padded_numel;
+        if (unit->padded_numel > l->trainable_numel[u]) l->has_frozen_region = 1;
     }
 
     l->layout.struct_size = sizeof l->layout;
@@ -238,6 +322,7 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
     l->layout.trainable = l->trainable;
     l->layout.decay = l->decay;
     l->layout.compute_dtype = ZT_F32;
+    l->layout.trainable_numel = l->trainable_numel;
     *out = l;
     return ZT_OK;
 }

@@ -8,15 +8,23 @@
  *     data-parallel rank's slice is the same size and 64-byte aligned, whatever the tensor sizes.
  * Padding is never trained (it lies outside every parameter range) and is never saved.
  *
- * Trainable parameters (host key trainable_params): a comma-separated list of patterns, each matched
- * against the Hugging Face parameter names:
+ * Regions: a unit's trainable parameters come first, padded as above, then its frozen ones, padded
+ * again (zt_unit_layout of zt_train.h): only the trainable region needs an fp32 master, gradients
+ * and optimizer state, so the zero plugin keeps just the compute copy of the frozen region.
+ *
+ * Trainable parameters (host key trainable_params, a list or a comma-separated string of patterns),
+ * each pattern matched against the Hugging Face parameter names:
  *   - with a wildcard (* any run of characters, dots included; ? one character; [...] a set) the
  *     pattern must match the whole name: "*.self_attn.*", "model.layers.1?.*";
  *   - without one it must match whole dot-separated components of the name: "q_proj" selects every
  *     "...self_attn.q_proj.weight", "layers.1" selects layer 1 but not layer 10, and a full name
- *     selects exactly that parameter.
+ *     selects exactly that parameter;
+ *   - a pattern may leave out the "model." prefix: "layers.31" and "layers.3?.*" match
+ *     "model.layers.31...".
+ * Then MindFormers' pet_config.freeze_include freezes what it matches and pet_config.freeze_exclude
+ * makes trainable what it matches (a parameter both match keeps its state).
  * Unset: everything is trainable. A pattern that matches nothing is an error naming it (a typo must
- * not silently freeze the whole model). A tied parameter is trainable exactly when its owner is, and a
+ * not silently freeze the whole model), naming the model's first parameters. A tied parameter is trainable exactly when its owner is, and a
  * pattern naming it selects the owner.
  *
  * Weight decay: decay[i] is 0 when the parameter carries any of the options' no_decay_flags
@@ -42,6 +50,8 @@ typedef struct zt_layout_options {
     int32_t dp_size;              /* data-parallel ranks, >= 1 */
     const char *trainable;        /* trainable_params patterns; NULL: all trainable */
     uint32_t no_decay_flags;      /* ZT_PARAM_* flags that exclude a parameter from weight decay */
+    const char *freeze_include;   /* pet_config.freeze_include patterns; NULL: none */
+    const char *freeze_exclude;   /* pet_config.freeze_exclude patterns; NULL: none */
 } zt_layout_options;
 
 /* The host's layout: the ABI view plus the arrays it points at. */
@@ -56,6 +66,9 @@ typedef struct zt_host_layout {
     int64_t *numel;               /* [n_params_decl] elements of the logical tensor */
     int64_t n_trainable;          /* trainable scalar parameters (tied counted once) */
     int64_t largest_unit_numel;   /* the largest padded unit buffer */
+    int64_t *trainable_numel;     /* [n_units] the padded trainable region of each unit */
+    int32_t lowest_trainable_unit;/* the backward stops here: nothing below it trains */
+    int32_t has_frozen_region;    /* some unit has frozen parameters */
 } zt_host_layout;
 
 /* Build the layout of `model`. Checks the model's declarations first (parameters grouped by unit in

@@ -455,9 +455,11 @@ static zt_status forward(trainer *t, const zt_batch *b, uint32_t flags, float *l
     for (int32_t u = 0; u < n_units; u++) {
         zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_FORWARD, t->params, NULL);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, forward)", (int)u);
-        zt_unit_call c = unit_call(t, u, flags, b);
+        /* a unit below the lowest trainable one has no backward (backward()): it keeps nothing */
+        uint32_t unit_flags = u < t->layout->lowest_trainable_unit ? 0 : flags;
+        zt_unit_call c = unit_call(t, u, unit_flags, b);
         if (u == n_units - 1) c.loss = loss;
-        c.saved = (flags & ZT_UNIT_TRAIN) ? &t->saved[u] : NULL;
+        c.saved = (unit_flags & ZT_UNIT_TRAIN) ? &t->saved[u] : NULL;
         st = t->model->forward(t->model_lp->state, &c);
         if (st != ZT_OK) return zt_plugin_failed(t->model_lp, st, err, "forward of unit %d", (int)u);
         st = t->zero->after_unit(zs, u, ZT_PHASE_FORWARD);
@@ -472,7 +474,10 @@ static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_erro
     void *zs = t->zero_lp->state;
     int64_t width = t->info->hidden_size;
     int cur = 0; /* dx[cur] holds the gradient of the current unit's output */
-    for (int32_t u = n_units - 1; u >= 0; u--) {
+    /* Nothing below the lowest unit with a trainable parameter needs a gradient: the backward stops
+     * there, and its forward activations below were kept only for the layers that run it. */
+    int32_t lowest = t->layout->lowest_trainable_unit > 0 ? t->layout->lowest_trainable_unit : 0;
+    for (int32_t u = n_units - 1; u >= lowest; u--) {
         zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_BACKWARD, t->params, t->grads);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, backward)", (int)u);
         zt_unit_call c = unit_call(t, u, ZT_UNIT_TRAIN, b);
@@ -764,25 +769,32 @@ zt_status tr_agree_on_status(trainer *t, zt_status mine, zt_error *err, const ch
                         what, (int)(first / 256));
 }
 
-/* A unit's whole fp32 master [padded] into `full` on every rank. A replicated unit (the zero plugin's
- * shard is the whole unit) is read locally; a sharded one is read into the start of `full` and
- * all-gathered in place, which needs every rank. */
+/* A unit's whole weights [padded] (fp32; the frozen region from the compute copy) into `full` on every
+ * rank, region by region. A replicated region (the zero plugin's slice is all of it) is read locally;
+ * a sharded one is read into the region's start and all-gathered in place, which needs every rank. */
 zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
 {
     void *zs = t->zero_lp->state;
-    int64_t offset, count, padded = t->layout->units[unit].padded_numel;
-    t->zero->shard_range(zs, unit, &offset, &count);
-    zt_status st = t->zero->read_shard(zs, unit, ZT_SHARD_MASTER, full);
-    if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, weights)", (int)unit);
-    if (count == padded) return ZT_OK;
-    if (count * t->dp.size != padded || offset != count * t->dp.rank)
-        return zt_error_set(err, ZT_ERR_INTERNAL,
-                            "zero plugin '%s' holds elements [%lld, %lld) of unit %d (of %lld) on rank %d of %d: "
-                            "neither the whole unit nor its even 1/%d slice",
-                            t->zero_lp->desc.name, (long long)offset, (long long)(offset + count), (int)unit,
-                            (long long)padded, (int)t->dp.rank, (int)t->dp.size, (int)t->dp.size);
-    st = t->host->all_gather(t->host->ctx, &t->dp, full, full, (uint64_t)count, ZT_F32, NULL);
-    return st == ZT_OK ? ZT_OK : tr_host_failed(t, st, err, "gathering a unit's weights (all-gather over 'dp')");
+    unit_region r[2];
+    int n;
+    tr_unit_regions(t, unit, r, &n);
+    for (int k = 0; k < n; k++) {
+        float *at = full + r[k].start;
+        if (!r[k].size) continue;
+        zt_status st = t->zero->read_shard(zs, unit, r[k].which, at);
+        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "read_shard(unit %d, weights)", (int)unit);
+        if (r[k].count == r[k].size) continue;
+        if (r[k].count * t->dp.size != r[k].size || r[k].offset != r[k].start + r[k].count * t->dp.rank)
+            return zt_error_set(err, ZT_ERR_INTERNAL,
+                                "zero plugin '%s' holds elements [%lld, %lld) of unit %d (region [%lld, %lld)) on "
+                                "rank %d of %d: neither the whole region nor its even 1/%d slice",
+                                t->zero_lp->desc.name, (long long)r[k].offset, (long long)(r[k].offset + r[k].count),
+                                (int)unit, (long long)r[k].start, (long long)(r[k].start + r[k].size), (int)t->dp.rank,
+                                (int)t->dp.size, (int)t->dp.size);
+        st = t->host->all_gather(t->host->ctx, &t->dp, at, at, (uint64_t)r[k].count, ZT_F32, NULL);
+        if (st != ZT_OK) return tr_host_failed(t, st, err, "gathering a unit's weights (all-gather over 'dp')");
+    }
+    return ZT_OK;
 }
 
 /* ---- Ctrl-C ------------------------------------------------------------------------------------ */
@@ -1053,7 +1065,8 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     zt_status st = bind_plugins(t, err);
     if (st == ZT_OK && t->dp.rank > 0) zt_log_set_level(ZT_LOG_WARN);
     if (st == ZT_OK) st = zt_schedule_for_run(&t->set->schedule, t->set->steps, t->req->cfg, &t->schedule, err);
-    zt_layout_options lo = {t->dp.size, t->set->trainable_params, t->set->no_decay_flags};
+    zt_layout_options lo = {t->dp.size, t->set->trainable_params, t->set->no_decay_flags, t->set->freeze_include,
+                            t->set->freeze_exclude};
     if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
     if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = t->compute16;
     if (st == ZT_OK) {

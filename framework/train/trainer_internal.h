@@ -86,6 +86,18 @@ typedef zt_status (*shard_source)(trainer *t, void *ctx, int32_t unit, int64_t o
 typedef zt_status (*piece_fn)(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
                               zt_error *err);
 
+/* One region of a unit's buffer as this rank's zero plugin holds it: the trainable region (which =
+ * ZT_SHARD_MASTER; the whole buffer with a zero plugin older than ABI 1.3) or the frozen region
+ * (ZT_SHARD_FROZEN), start and size of the region, and this rank's slice [offset, offset + count). */
+typedef struct unit_region {
+    int32_t which;
+    int64_t start, size;
+    int64_t offset, count;
+} unit_region;
+
+/* The regions of unit u (1 or 2; a frozen region only when it is not empty): *n of them into r. */
+void tr_unit_regions(trainer *t, int32_t u, unit_region r[2], int *n);
+
 /* ---- trainer.c ----------------------------------------------------------------------------------- */
 
 /* Our own collective failed: the runtime recorded why in our services table. */

@@ -22,17 +22,38 @@
 
 /* ---- weights in ------------------------------------------------------------------------------- */
 
+void tr_unit_regions(trainer *t, int32_t u, unit_region r[2], int *n)
+{
+    void *zs = t->zero_lp->state;
+    int split = t->zero->struct_size >= ZT_ZERO_OPS_SIZE_1_3 && t->zero->frozen_range;
+    int64_t padded = t->layout->units[u].padded_numel, trainable = split ? t->layout->trainable_numel[u] : padded;
+    r[0] = (unit_region){ZT_SHARD_MASTER, 0, trainable, 0, 0};
+    t->zero->shard_range(zs, u, &r[0].offset, &r[0].count);
+    *n = 1;
+    if (!split || trainable == padded) return;
+    r[1] = (unit_region){ZT_SHARD_FROZEN, trainable, padded - trainable, 0, 0};
+    t->zero->frozen_range(zs, u, &r[1].offset, &r[1].count);
+    *n = 2;
+}
+
+/* Frozen parameters go in through the same sources (their values land in the compute copy only). */
 zt_status tr_load_master(trainer *t, shard_source fill, void *ctx, zt_error *err)
 {
     void *zs = t->zero_lp->state;
     zt_status st = tr_hold_shard_buffer(t, err);
     for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
-        int64_t offset, count;
-        t->zero->shard_range(zs, u, &offset, &count);
-        st = fill(t, ctx, u, offset, count, t->shard_buf, err);
-        if (st != ZT_OK) return st;
-        st = t->zero->write_shard(zs, u, ZT_SHARD_MASTER, t->shard_buf);
-        if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, weights)", (int)u);
+        unit_region r[2];
+        int n;
+        tr_unit_regions(t, u, r, &n);
+        for (int k = 0; k < n && st == ZT_OK; k++) {
+            if (!r[k].count) continue;
+            st = fill(t, ctx, u, r[k].offset, r[k].count, t->shard_buf, err);
+            if (st != ZT_OK) return st;
+            st = t->zero->write_shard(zs, u, r[k].which, t->shard_buf);
+            if (st != ZT_OK)
+                return zt_plugin_failed(t->zero_lp, st, err, "write_shard(unit %d, %s)", (int)u,
+                                        r[k].which == ZT_SHARD_FROZEN ? "frozen weights" : "weights");
+        }
     }
     return st;
 }

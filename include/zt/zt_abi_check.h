@@ -100,7 +100,9 @@ ZT_STATIC_ASSERT(ZT_OPTIM_HPARAMS_SIZE_1_0 == 40 && ZT_OPTIM_HPARAMS_SIZE_1_1 ==
 ZT_ABI_SIZE(zt_optimizer_ops, 32);
 ZT_ABI_OFFSET(zt_optimizer_ops, step, 24);
 ZT_ABI_SIZE(zt_unit_layout, 24);
-ZT_ABI_SIZE(zt_layout, 56);
+ZT_ABI_SIZE(zt_layout, 64);
+ZT_ABI_OFFSET(zt_layout, trainable_numel, 56);
+ZT_STATIC_ASSERT(ZT_LAYOUT_SIZE_1_0 == 56 && ZT_LAYOUT_SIZE_1_3 == 64, zt_layout_sizes);
 ZT_ABI_OFFSET(zt_layout, units, 16);
 ZT_ABI_OFFSET(zt_layout, compute_dtype, 48);
 ZT_ABI_SIZE(zt_step_args, 48);
@@ -108,15 +110,19 @@ ZT_ABI_OFFSET(zt_step_args, loss_scale, 40);
 ZT_ABI_SIZE(zt_step_result, 16);
 ZT_ABI_SIZE(zt_mem_estimate, 136);
 ZT_ABI_OFFSET(zt_mem_estimate, host, 72);
-ZT_ABI_SIZE(zt_estimate_in, 56);
+ZT_ABI_SIZE(zt_estimate_in, 64);
+ZT_ABI_OFFSET(zt_estimate_in, trainable, 56);
+ZT_STATIC_ASSERT(ZT_ESTIMATE_IN_SIZE_1_0 == 56 && ZT_ESTIMATE_IN_SIZE_1_3 == 64, zt_estimate_in_sizes);
 ZT_ABI_OFFSET(zt_estimate_in, n_parameters, 32);
 ZT_ABI_OFFSET(zt_estimate_in, model, 48);
-/* 1.1 appended begin_step after the v1.0 table (88 bytes) */
-ZT_ABI_SIZE(zt_zero_ops, 96);
+/* 1.1 appended begin_step after the v1.0 table (88 bytes), 1.3 frozen_range */
+ZT_ABI_SIZE(zt_zero_ops, 104);
+ZT_ABI_OFFSET(zt_zero_ops, frozen_range, 96);
 ZT_ABI_OFFSET(zt_zero_ops, setup, 8);
 ZT_ABI_OFFSET(zt_zero_ops, estimate, 80);
 ZT_ABI_OFFSET(zt_zero_ops, begin_step, 88);
-ZT_STATIC_ASSERT(ZT_ZERO_OPS_SIZE_1_0 == 88 && ZT_ZERO_OPS_SIZE_1_1 == 96, zt_zero_ops_sizes);
+ZT_STATIC_ASSERT(ZT_ZERO_OPS_SIZE_1_0 == 88 && ZT_ZERO_OPS_SIZE_1_1 == 96 && ZT_ZERO_OPS_SIZE_1_3 == 104,
+                 zt_zero_ops_sizes);
 ZT_ABI_SIZE(zt_rank_grid, 36);
 ZT_ABI_SIZE(zt_pp_action, 8);
 ZT_ABI_SIZE(zt_parallel_ops, 24);

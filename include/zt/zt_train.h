@@ -74,7 +74,11 @@ typedef struct zt_optimizer_ops {
 /* ---- the flat parameter layout the host builds ----------------------------------------------- */
 
 /* Each unit's parameters live in one flat buffer, padded so it splits evenly across the data-
- * parallel ranks: no tensor size ever has to divide the rank count. */
+ * parallel ranks: no tensor size ever has to divide the rank count. ABI 1.3: the buffer has two
+ * regions, each padded to a multiple of dp_size * alignment on its own: the trainable parameters
+ * first, [0, zt_layout.trainable_numel[u]), then the frozen ones, [trainable_numel[u], padded_numel).
+ * Only the trainable region needs an fp32 master, gradients and optimizer state; the frozen region
+ * needs only the compute copy. */
 typedef struct zt_unit_layout {
     int64_t numel;        /* sum of the unit's parameter sizes */
     int64_t padded_numel; /* numel rounded up to a multiple of dp_size * alignment */
@@ -94,7 +98,15 @@ typedef struct zt_layout {
     const uint8_t *decay;            /* [n_params_decl] 1 when weight decay applies */
     int32_t compute_dtype;           /* zt_dtype of the views handed to the model */
     int32_t reserved0;
+    /* ABI 1.3 (read only when struct_size >= ZT_LAYOUT_SIZE_1_3): [n_units] the padded size of each
+     * unit's trainable region (see zt_unit_layout); the frozen region follows it. A 1.0-1.2 layout
+     * has no frozen region: the whole buffer is treated as trainable storage. */
+    const int64_t *trainable_numel;
 } zt_layout;
+
+/* struct_size of a v1.0 zt_layout and of a 1.3 one. */
+#define ZT_LAYOUT_SIZE_1_0 56u
+#define ZT_LAYOUT_SIZE_1_3 64u
 
 /* ---- ZeRO ------------------------------------------------------------------------------------ */
 
@@ -119,8 +131,11 @@ typedef struct zt_step_result {
     double grad_norm;        /* global L2 norm before clipping, unscaled */
 } zt_step_result;
 
-/* Which flat array of a unit's local shard: the fp32 master copy, or optimizer state i (1-based). */
+/* Which flat array of a unit's local shard: the fp32 master copy, or optimizer state i (1-based);
+ * ABI 1.3: ZT_SHARD_FROZEN, this rank's slice of the frozen region (zt_zero_ops.frozen_range), read
+ * and written as fp32 (the plugin keeps it only in the compute dtype). */
 #define ZT_SHARD_MASTER 0
+#define ZT_SHARD_FROZEN (-1)
 
 /* Memory a configuration needs, by pool, per rank, on the device and on the host, in bytes. */
 typedef struct zt_mem_estimate {
@@ -142,7 +157,14 @@ typedef struct zt_estimate_in {
     int64_t n_parameters;
     int64_t largest_unit_numel;
     const zt_model_info *model;
+    /* ABI 1.3 (read only when struct_size >= ZT_ESTIMATE_IN_SIZE_1_3): [n_params_decl] 0 for a frozen
+     * parameter (it costs only its compute copy), as zt_layout.trainable; NULL: everything trains. */
+    const uint8_t *trainable;
 } zt_estimate_in;
+
+/* struct_size of a v1.0 zt_estimate_in and of a 1.3 one. */
+#define ZT_ESTIMATE_IN_SIZE_1_0 56u
+#define ZT_ESTIMATE_IN_SIZE_1_3 64u
 
 typedef struct zt_zero_ops {
     uint32_t struct_size;
@@ -195,11 +217,18 @@ typedef struct zt_zero_ops {
      * optimizer on each unit inside the backward (zero_optimization.step_in_backward). step() is
      * still called, with the same arguments, after the last micro-batch. Local. */
     zt_status (*begin_step)(void *state, const zt_step_args *a);
+    /* ABI 1.3 [may be NULL] (the host calls it only when struct_size >= ZT_ZERO_OPS_SIZE_1_3 and it
+     * is set): this rank's slice [offset, offset+count) of unit u's frozen region (offset counts from
+     * the start of the unit's buffer), which read_shard / write_shard move as ZT_SHARD_FROZEN. With
+     * it, shard_range covers the trainable region only; without it, the plugin keeps the whole
+     * buffer as trainable storage and shard_range covers all of it. Local. */
+    void (*frozen_range)(void *state, int32_t unit, int64_t *offset, int64_t *count);
 } zt_zero_ops;
 
-/* struct_size of a v1.0 zt_zero_ops (no begin_step) and of a 1.1 one. */
+/* struct_size of a v1.0 zt_zero_ops (no begin_step), of a 1.1 one and of a 1.3 one. */
 #define ZT_ZERO_OPS_SIZE_1_0 88u
 #define ZT_ZERO_OPS_SIZE_1_1 96u
+#define ZT_ZERO_OPS_SIZE_1_3 104u
 
 /* ---- parallel strategy ----------------------------------------------------------------------- */
 

@@ -25,7 +25,8 @@ extern "C" {
 #define ZT_ABI_MINOR 3u          /* append-only change: older plugins keep working (1.1: optimizer
                                     compute_copy, zero begin_step; 1.2: fp16 loss scale in the unit
                                     call, fp16 compute copies; 1.3: the model info's rms_norm_eps and
-                                    rope_theta) */
+                                    rope_theta, frozen regions of the layout, the zero frozen_range,
+                                    the trainable flags of the estimate) */
 
 /* The one symbol a plugin exports (see zt_plugin.h). */
 #define ZT_ENTRY_SYMBOL "zt_plugin_entry"

@@ -65,7 +65,8 @@ zt_status zt_cpu_linear_backward_weight(const zt_cpu_ctx *ctx, int64_t M, int64_
 /* x, y: [rows, dim]; w: [dim]; rstd: [rows] receives 1/sqrt(mean(x^2)+eps) for the backward. */
 void zt_cpu_rmsnorm_forward(const zt_cpu_ctx *ctx, int64_t rows, int64_t dim, float eps,
                             const float *x, const float *w, float *y, float *rstd);
-/* dx = d/dx (overwrites); dw += d/dw (accumulates). x and rstd as given to / returned by forward. */
+/* dx = d/dx (overwrites); dw += d/dw (accumulates; NULL: no weight gradient, a frozen norm). x and
+ * rstd as given to / returned by forward. */
 void zt_cpu_rmsnorm_backward(const zt_cpu_ctx *ctx, int64_t rows, int64_t dim, const float *x,
                              const float *w, const float *rstd, const float *dy, float *dx,
                              float *dw);

@@ -2,7 +2,7 @@
  *
  * Backward, with g = w * dy and n = dim:
  *   dx = r * (g - x * r^2 * sum(g * x) / n)
- *   dw += sum over rows of dy * x * r
+ *   dw += sum over rows of dy * x * r   (skipped when dw is NULL: a frozen weight)
  * dx is split over rows; dw over columns (every column sums all rows itself, in row order), so no
  * two threads ever add into the same element and the sums do not depend on the thread count.
  */
@@ -69,5 +69,5 @@ void zt_cpu_rmsnorm_backward(const zt_cpu_ctx *ctx, int64_t rows, int64_t dim, c
     rmsnorm_job j = {.rows = rows, .dim = dim, .x = x, .w = w, .dy = dy, .rstd_in = rstd,
                      .dx = dx, .dw = dw};
     zt_cpu_parallel_for(ctx, rows, 16, backward_input_rows, &j);
-    zt_cpu_parallel_for(ctx, dim, 64, backward_weight_columns, &j);
+    if (dw) zt_cpu_parallel_for(ctx, dim, 64, backward_weight_columns, &j);
 }

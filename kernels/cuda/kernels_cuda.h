@@ -115,7 +115,8 @@ zt_status zt_cuda_linear_backward_weight(zt_cuda_ctx *ctx, cudaStream_t stream, 
 zt_status zt_cuda_rmsnorm_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t dim,
                                   float eps, const uint16_t *x, const uint16_t *w, uint16_t *y,
                                   float *rstd);
-/* dx (bf16) overwrites; dw (fp32) accumulates, summed in a fixed order (deterministic). */
+/* dx (bf16) overwrites; dw (fp32) accumulates, summed in a fixed order (deterministic); dw NULL: no
+ * weight gradient (a frozen norm). */
 uint64_t zt_cuda_rmsnorm_backward_scratch_bytes(int64_t rows, int64_t dim);
 zt_status zt_cuda_rmsnorm_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows,
                                    int64_t dim, const uint16_t *x, const uint16_t *w,

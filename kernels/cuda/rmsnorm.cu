@@ -84,7 +84,7 @@ zt_status zt_cuda_rmsnorm_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t
 }
 
 /* Block b handles rows [b * rows_per_chunk, ...): dx for each, and the sum over its rows of
- * dy * x * r for every column, written to partial[b, :]. One pass per row: each thread holds VPT
+ * dy * x * r for every column, written to partial[b, :] (partial NULL: a frozen weight, no sums). One pass per row: each thread holds VPT
  * groups of 8 columns of x and dy in registers across the block reduction, w for the whole block.
  * VPT is the fewest groups per thread that cover dim with at most 1024 threads, so small rows get
  * many threads (latency hidden by occupancy), not many registers (launch bounds of 1024 threads
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_backward_kernel(int64_t rows, in
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     gx += wv[v][i] * dyv[v][i] * xv[v][i];
-                    dw_acc[v][i] += dyv[v][i] * (xv[v][i] * r);
+                    if (partial) dw_acc[v][i] += dyv[v][i] * (xv[v][i] * r);
                 }
             }
         }
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_backward_kernel(int64_t rows, in
 #pragma unroll
     for (int v = 0; v < VPT; v++) {
         int64_t col = ((int64_t)v * blockDim.x + threadIdx.x) * 8;
-        if (col < dim) {
+        if (partial && col < dim) {
             float4 *out = reinterpret_cast<float4 *>(partial + blockIdx.x * dim + col);
             out[0] = make_float4(dw_acc[v][0], dw_acc[v][1], dw_acc[v][2], dw_acc[v][3]);
             out[1] = make_float4(dw_acc[v][4], dw_acc[v][5], dw_acc[v][6], dw_acc[v][7]);
@@ -193,8 +193,10 @@ static zt_status rmsnorm_backward(const char *what, zt_cuda_ctx *ctx, cudaStream
     int64_t chunks = backward_chunks(rows);
     int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
     chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-    float *partial = (float *)zt_cuda_scratch(ctx, zt_cuda_rmsnorm_backward_scratch_bytes(rows, dim), what);
-    if (!partial) return ZT_ERR_BUFFER_TOO_SMALL;
+    /* dw NULL (a frozen norm): dx alone, no partial sums and no scratch */
+    float *partial = dw ? (float *)zt_cuda_scratch(ctx, zt_cuda_rmsnorm_backward_scratch_bytes(rows, dim), what)
+                        : NULL;
+    if (dw && !partial) return ZT_ERR_BUFFER_TOO_SMALL;
     int64_t vectors = dim / 8;
     int vpt = vectors <= 1024 ? 1 : vectors <= 2048 ? 2 : 4; /* dim <= 32768: check_shape */
     int64_t threads = (vectors + vpt - 1) / vpt;
@@ -212,7 +214,7 @@ static zt_status rmsnorm_backward(const char *what, zt_cuda_ctx *ctx, cudaStream
         else
             rmsnorm_backward_kernel<4, T><<<(unsigned)chunks, (unsigned)threads, 0, stream>>>(
                 rows, dim, rows_per_chunk, bx, bw, rstd, bdy, bres, bdx, partial));
-    if ((st = zt_cuda_check_launch(what)) != ZT_OK) return st;
+    if ((st = zt_cuda_check_launch(what)) != ZT_OK || !dw) return st;
     sum_partials_kernel<<<(unsigned)((dim + 31) / 32), dim3(32, SUM_GROUPS), 0, stream>>>(
         chunks, dim, partial, dw);
     return zt_cuda_check_launch("RMSNorm backward (weight gradient)");

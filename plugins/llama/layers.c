@@ -81,7 +81,6 @@ typedef struct layer_grads {
     float *resid;   /* gradient at h, the residual stream after attention [N, hidden] */
     float *attn;    /* gradient at the attention output [N, heads*D] */
     float *q, *k, *v;
-    float *discard; /* dW of a frozen norm: the RMSNorm kernel always accumulates one [hidden] */
 } layer_grads;
 
 static void carve_layer_grads(const llama_config *c, int64_t N, carver *cv, layer_grads *d)
@@ -94,7 +93,6 @@ static void carve_layer_grads(const llama_config *c, int64_t N, carver *cv, laye
     d->q = carve(cv, N * Q);
     d->k = carve(cv, N * KV);
     d->v = carve(cv, N * KV);
-    d->discard = carve(cv, H);
 }
 
 static float *alloc_floats(const llama_call *r, int32_t pool, int64_t n, const char *what)
@@ -378,9 +376,8 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
         KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.up, a.norm2, g), "up_proj weight gradient");
     KERNEL(zt_cpu_linear_backward_input(ctx, N, F, H, a.gate, param(r, LAYER_GATE), d.norm), "gate_proj backward");
     KERNEL(linear_backward_input_add(ctx, N, F, H, a.up, param(r, LAYER_UP), d.norm), "up_proj backward");
-    g = grad(r, LAYER_POST_NORM);
-    zt_cpu_rmsnorm_backward(ctx, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm, d.resid,
-                            g ? g : d.discard);
+    g = grad(r, LAYER_POST_NORM); /* NULL (frozen): no weight gradient */
+    zt_cpu_rmsnorm_backward(ctx, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm, d.resid, g);
     zt_cpu_add(ctx, N * H, dy, d.resid); /* the residual path */
 
     /* attention: h = x + o_proj(attention(rope(q), rope(k), v)) */
@@ -412,8 +409,8 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     KERNEL(linear_backward_input_add(ctx, N, KV, H, d.v, param(r, LAYER_V), d.norm), "v_proj backward");
     /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
     g = grad(r, LAYER_INPUT_NORM);
-    zt_cpu_rmsnorm_backward(ctx, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1, d.norm,
-                            c->dx_in.data, g ? g : d.discard);
+    zt_cpu_rmsnorm_backward(ctx, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1, d.norm, c->dx_in.data,
+                            g);
     zt_cpu_add(ctx, N * H, d.resid, c->dx_in.data);
 done:
     s->host->free(s->host->ctx, work);
@@ -492,19 +489,18 @@ static zt_status head_backward(llama_state *s, const zt_unit_call *c)
     carver cv = {(fresh ? fresh : saved)->acts, 0};
     head_acts a;
     carve_head(cfg, N, &cv, &a);
-    work = alloc_floats(r, ZT_POOL_WORKSPACE, N * H + H, "backward scratch");
+    work = alloc_floats(r, ZT_POOL_WORKSPACE, N * H, "backward scratch");
     if (!work) {
         st = ZT_ERR_OUT_OF_MEMORY;
         goto done;
     }
-    float *d_norm = work, *discard = work + N * H, *g;
+    float *d_norm = work, *g;
     if ((g = grad(r, HEAD_LM)))
         KERNEL(zt_cpu_linear_backward_weight(&s->cpu, N, V, H, a.logits, a.norm, g), "lm_head weight gradient");
     KERNEL(zt_cpu_linear_backward_input(&s->cpu, N, V, H, a.logits, param(r, HEAD_LM), d_norm),
            "lm_head backward");
     g = grad(r, HEAD_NORM);
-    zt_cpu_rmsnorm_backward(&s->cpu, N, H, c->x_in.data, param(r, HEAD_NORM), a.rstd, d_norm, c->dx_in.data,
-                            g ? g : discard);
+    zt_cpu_rmsnorm_backward(&s->cpu, N, H, c->x_in.data, param(r, HEAD_NORM), a.rstd, d_norm, c->dx_in.data, g);
 done:
     s->host->free(s->host->ctx, work);
     llama_saved_done(r, saved, fresh);

@@ -517,7 +517,6 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     carve_layer_grads(cfg, N, &wv, &d);
     const uint16_t *dy = c->dx_out.data;
     float *g;
-    float *discard = s->gpu->discard;
 
     /* MLP: out = h + down(act), act = silu(gate) * up; gate|up is one [N, 2 F] array (row stride 2 F) */
     CUDA_STEP(zt_cuda_swiglu_forward_rows(ctx, stream, N, F, a.gate, a.up, 2 * F, d.act, F), "SwiGLU recompute");
@@ -549,7 +548,7 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     /* the residual branch's gradient dy is added inside the norm's backward (one rounding, no add) */
     g = grad(r, LAYER_POST_NORM);
     CUDA_STEP(zt_cuda_rmsnorm_backward_add(ctx, stream, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm,
-                                           dy, d.resid, g ? g : discard),
+                                           dy, d.resid, g),
               "post_attention_layernorm backward + residual");
 
     /* attention: h = x + o_proj(attention(rope(q), rope(k), v)) */
@@ -601,7 +600,7 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
     g = grad(r, LAYER_INPUT_NORM);
     CUDA_STEP(zt_cuda_rmsnorm_backward_add(ctx, stream, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1,
-                                           d.norm, d.resid, c->dx_in.data, g ? g : discard),
+                                           d.norm, d.resid, c->dx_in.data, g),
               "input_layernorm backward + residual");
 done:
     gpu_free(s, work);
@@ -714,7 +713,7 @@ static zt_status head_backward_impl(llama_state *s, const zt_unit_call *c)
               "LM head backward");
     float *g = grad(r, HEAD_NORM);
     CUDA_STEP(zt_cuda_rmsnorm_backward(ctx, r->stream, N, H, c->x_in.data, param(r, HEAD_NORM), a.rstd, d_norm,
-                                       c->dx_in.data, g ? g : s->gpu->discard),
+                                       c->dx_in.data, g),
               "final norm backward");
 done:
     gpu_free(s, work);
@@ -831,9 +830,7 @@ static zt_status cuda_init(llama_state *s)
     uint64_t half = (uint64_t)s->cfg.head_dim / 2;
     s->gpu->inv_freq = h->alloc(h->ctx, ZT_POOL_OTHER, ZT_MEM_DEVICE, half * sizeof(float), 0, "llama rotary frequencies");
     s->gpu->loss = h->alloc(h->ctx, ZT_POOL_OTHER, ZT_MEM_DEVICE, sizeof(double), 0, "llama loss");
-    s->gpu->discard = h->alloc(h->ctx, ZT_POOL_OTHER, ZT_MEM_DEVICE, (uint64_t)s->cfg.hidden * sizeof(float), 0,
-                               "llama frozen-norm gradient");
-    if (!s->gpu->inv_freq || !s->gpu->loss || !s->gpu->discard) return ZT_ERR_OUT_OF_MEMORY;
+    if (!s->gpu->inv_freq || !s->gpu->loss) return ZT_ERR_OUT_OF_MEMORY;
     if ((st = read_env(s)) != ZT_OK) return st;
     e = cudaMemcpyAsync(s->gpu->inv_freq, s->inv_freq, half * sizeof(float), cudaMemcpyHostToDevice,
                         zt_plugin_stream(h));
@@ -861,7 +858,6 @@ static void cuda_fini(llama_state *s)
     }
     h->free(h->ctx, s->gpu->inv_freq);
     h->free(h->ctx, s->gpu->loss);
-    h->free(h->ctx, s->gpu->discard);
     zt_cuda_ctx_destroy(s->gpu->ctx);
     free(s->gpu);
     s->gpu = NULL;

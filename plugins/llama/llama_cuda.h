@@ -18,7 +18,6 @@ struct llama_gpu {
     zt_cuda_ctx *ctx;
     float *inv_freq; /* [head_dim / 2] on the device */
     double *loss;    /* the LM head's loss share, on the device */
-    float *discard;  /* [hidden]: the dW of a frozen norm, which the RMSNorm kernel always accumulates */
     int fuse;        /* one GEMM for q|k|v and for gate|up where the weights are adjacent (ZT_CUDA_FUSE) */
     gpu_prof *prof;  /* ZT_CUDA_PROFILE=1: per-op GPU times; NULL otherwise */
 };

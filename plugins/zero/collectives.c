@@ -48,7 +48,7 @@ static zt_status reduce_scatter_unit(zero_state *s, const unit_store *us, float 
 {
     const zt_host *h = s->host;
     int64_t S = us->shard_count;
-    if (s->dp.size == 1 && full == shard) return ZT_OK; /* one rank, in place: the sum is the data */
+    if (S == 0 || (s->dp.size == 1 && full == shard)) return ZT_OK; /* nothing to train; one rank in place */
     if (S <= s->reduce_chunk)
         return h->reduce_scatter(h->ctx, &s->dp, full, shard, (uint64_t)S, ZT_F32, ZT_REDUCE_SUM, NULL);
     for (int64_t at = 0; at < S; at += s->reduce_chunk) {
@@ -64,20 +64,18 @@ static zt_status reduce_scatter_unit(zero_state *s, const unit_store *us, float 
     return ZT_OK;
 }
 
-/* The whole unit [P] (elements of `esz` bytes, `dtype`) from every rank's slice `send` of
- * shard_count elements; the inverse of reduce_scatter_unit's pieces. send == this rank's slot of
+/* A whole region of dp * S elements (of `esz` bytes, `dtype`) from every rank's slice `send` of S
+ * elements; the inverse of reduce_scatter_unit's pieces. send == this rank's slot of
  * `full` (full + rank * S) gathers in place. The host's in-place form is send == recv, and backends
  * differ in where they read this rank's part then (NCCL's backend: the start of the buffer, as
  * reduce_scatter leaves it; MPI_IN_PLACE: the rank's slot). So the slice is first copied to the
  * start as well: each convention then finds it, and the start is overwritten by rank 0's slice in
  * either case. */
-static zt_status all_gather_bytes(zero_state *s, const unit_store *us, const void *send, void *full, int32_t dtype,
-                                  size_t esz)
+static zt_status all_gather_bytes(zero_state *s, int64_t S, const void *send, void *full, int32_t dtype, size_t esz)
 {
     const zt_host *h = s->host;
-    int64_t S = us->shard_count;
     int in_place = send == (const void *)((const char *)full + (size_t)s->dp.rank * (size_t)S * esz);
-    if (in_place && s->dp.size == 1) return ZT_OK;
+    if (S == 0 || (in_place && s->dp.size == 1)) return ZT_OK;
     if (S <= s->gather_chunk) {
         if (!in_place) return h->all_gather(h->ctx, &s->dp, send, full, (uint64_t)S, dtype, NULL);
         zt_status st = s->dp.rank > 0 ? copy_bytes(s, full, send, (size_t)S * esz) : ZT_OK;
@@ -106,7 +104,13 @@ zt_status zero_gather_unit(zero_state *s, int32_t u)
     unit_store *us = &s->units[u];
     zt_status st = comm_after_compute(s);
     if (st != ZT_OK) return st;
-    if (!s->gpu) return all_gather_bytes(s, us, us->master, us->compute, ZT_F32, sizeof(float));
+    if (!s->gpu) {
+        st = all_gather_bytes(s, us->shard_count, us->master, us->compute, ZT_F32, sizeof(float));
+        if (st == ZT_OK && SHARDED_PARAMS) /* the frozen region from every rank's frozen shard */
+            st = all_gather_bytes(s, us->frozen_count, us->frozen_shard, us->compute + us->padded, ZT_F32,
+                                  sizeof(float));
+        return st;
+    }
     /* offload: the offload thread uploads the unit's updated slice on the copy stream; gather after it */
     if (s->off.on_gpu) st = zero_cuda_comm_wait_upload(s->host, s->gpu, u);
     const uint16_t *send = SHARDED_PARAMS ? us->shard_bf16 : us->compute_bf16 + us->shard_offset;
@@ -115,7 +119,7 @@ zt_status zero_gather_unit(zero_state *s, int32_t u)
         uint16_t *slot = us->compute_bf16 + us->shard_offset;
         st = zero_cuda_refresh_comm(s->host, s->gpu, us->master, slot, us->shard_count);
         send = slot;
-    } else if (st == ZT_OK && SHARDED_PARAMS && s->cfg.offload_param) {
+    } else if (st == ZT_OK && SHARDED_PARAMS && s->cfg.offload_param && us->shard_count) {
         /* the bf16 shard lives on the host, which collectives do not read: copy it into this rank's
          * slot of the gathered buffer and gather in place */
         uint16_t *slot = us->compute_bf16 + us->shard_offset;
@@ -123,7 +127,16 @@ zt_status zero_gather_unit(zero_state *s, int32_t u)
                                     (uint64_t)us->shard_count * sizeof(uint16_t));
         send = slot;
     }
-    if (st == ZT_OK) st = all_gather_bytes(s, us, send, us->compute_bf16, s->compute16, sizeof(uint16_t));
+    if (st == ZT_OK) st = all_gather_bytes(s, us->shard_count, send, us->compute_bf16, s->compute16, sizeof(uint16_t));
+    if (st == ZT_OK && SHARDED_PARAMS && us->frozen_count) {
+        /* the frozen shard (device, or host with offload_param) into its slot, gathered in place */
+        uint16_t *slot = us->compute_bf16 + us->frozen_offset;
+        st = zero_cuda_copy_in_comm(s->host, s->gpu, slot, us->frozen_shard,
+                                    (uint64_t)us->frozen_count * sizeof(uint16_t));
+        if (st == ZT_OK)
+            st = all_gather_bytes(s, us->frozen_count, slot, us->compute_bf16 + us->padded, s->compute16,
+                                  sizeof(uint16_t));
+    }
     return st == ZT_OK ? comm_done(s, gather_slot(s, u)) : st;
 }
 
@@ -177,15 +190,15 @@ static zt_status alloc_gathered(zero_state *s, int32_t unit)
 {
     unit_store *us = &s->units[unit];
     if (!s->gpu) {
-        us->compute = zero_alloc_floats(s, ZT_POOL_PARAMS, 0, us->padded, "gathered parameters", unit);
-        return us->compute || !us->padded ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
+        us->compute = zero_alloc_floats(s, ZT_POOL_PARAMS, 0, us->total, "gathered parameters", unit);
+        return us->compute || !us->total ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
     }
     char tag[96];
     snprintf(tag, sizeof tag, PLUGIN_NAME " unit %d gathered bf16 parameters", (int)unit);
-    us->compute_bf16 = us->padded ? s->host->alloc(s->host->ctx, ZT_POOL_PARAMS, ZT_MEM_DEVICE,
-                                                   (uint64_t)us->padded * sizeof(uint16_t), 0, tag)
-                                  : NULL;
-    return us->compute_bf16 || !us->padded ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
+    us->compute_bf16 = us->total ? s->host->alloc(s->host->ctx, ZT_POOL_PARAMS, ZT_MEM_DEVICE,
+                                                  (uint64_t)us->total * sizeof(uint16_t), 0, tag)
+                                 : NULL;
+    return us->compute_bf16 || !us->total ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
 }
 
 static void free_gathered(zero_state *s, int32_t unit)
@@ -267,8 +280,8 @@ zt_status zero_prefetch_next(zero_state *s, int32_t unit, int32_t phase)
     for (int32_t k = 0; k < s->units[next].n_touched && st == ZT_OK; k++) {
         int32_t home = s->units[next].touched[k];
         if (s->units[home].live > 0 || s->units[home].prefetched) continue;
-        if (s->units[home].padded > budget) break;
-        budget -= s->units[home].padded;
+        if (s->units[home].total > budget) break;
+        budget -= s->units[home].total;
         st = prefetch_params(s, home);
     }
     return st;
@@ -284,6 +297,7 @@ zt_status zero_hold_grads(zero_state *s, int32_t unit)
         us->grad = zero_alloc_floats(s, ZT_POOL_GRADS, 0, us->n_grad, "gradients of this step (transient)", unit);
         return us->grad ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
     }
+    if (!us->padded) return ZT_OK; /* nothing of it trains: no gradients (release_grads sees no refs) */
     if (us->grad_refs++ > 0) return ZT_OK;
     if (us->pending_free) { /* its previous reduction may still read the old buffer */
         zt_status st = zero_flush_pending(s, unit);

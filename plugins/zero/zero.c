@@ -110,6 +110,16 @@
  * stages 2-3 free a transient gradient buffer one unit after its reduction (pending_free,
  * zero_flush_pending).
  *
+ * Frozen parameters (ABI 1.3: the layout's trainable_numel). The host puts a unit's trainable
+ * parameters first, [0, P), and its frozen ones after, [P, total); everything above (master, gradients,
+ * optimizer state, shards, reductions, the optimizer) is over [0, P) alone. The frozen region exists
+ * only in the compute copy the model reads: stages 0-2 at [P, total) of the full compute buffer (CPU
+ * fp32, GPU bf16/fp16), stage 3 as a 1/dp shard in the compute dtype (frozen_shard, host memory with
+ * offload_param) that zero_gather_unit gathers next to the trainable region. It is written once
+ * (write_shard of ZT_SHARD_FROZEN) and never reduced, stepped or gathered again by stages 0-2. A unit
+ * with nothing to train (P = 0) has no master, gradient or state at all, and the backward need not
+ * visit it.
+ *
  * step_in_backward (zero_optimization.step_in_backward, ABI 1.1 begin_step): with one micro-batch,
  * no clipping and no loss scale, each storage unit is reduced and stepped at grads_ready of the last
  * unit writing it (sib_step_at), from gradients that exist only for that unit: stages 0-1 allocate
@@ -123,8 +133,17 @@
 
 #include <zt/zt.h>
 
+#include "cpu/f16.h"
 #include "cpu/kernels.h"
 #include "zero_internal.h"
+
+static inline float f32_from_bf16_bits(uint16_t b)
+{
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 static const char *const k_offload_devices[] = {"none", "cpu", NULL};
 static const char *const k_step_in_backward[] = {"auto", "true", "false", NULL};
@@ -354,6 +373,7 @@ static void zero_fini(void *opaque)
         h->free(h->ctx, us->compute);
         h->free(h->ctx, us->compute_bf16);
         h->free(h->ctx, us->shard_bf16);
+        h->free(h->ctx, us->frozen_shard);
         h->free(h->ctx, us->pending_free);
         if (us->master != us->compute) h->free(h->ctx, us->master);
         h->free(h->ctx, us->grad);
@@ -443,9 +463,16 @@ static zt_status setup_gpu(zero_state *s)
     if (st == ZT_OK && s->off.on_gpu) st = zero_off_setup_gpu(s);
     for (int32_t u = 0; u < s->n_units && st == ZT_OK; u++) {
         unit_store *us = &s->units[u];
-        if (!us->padded || s->cast_gather) continue;
+        if (SHARDED_PARAMS && us->frozen_count) { /* the frozen shard, in the compute dtype only */
+            char tag[96];
+            snprintf(tag, sizeof tag, PLUGIN_NAME " unit %d frozen 16-bit parameters (shard)", (int)u);
+            us->frozen_shard = s->host->alloc(s->host->ctx, ZT_POOL_PARAMS, zero_mem_where(s, OFFLOADED_PARAM),
+                                              (uint64_t)us->frozen_count * sizeof(uint16_t), 0, tag);
+            if (!us->frozen_shard) st = ZT_ERR_OUT_OF_MEMORY;
+        }
+        if (st != ZT_OK || !(SHARDED_PARAMS ? us->padded : us->total) || s->cast_gather) continue;
         char tag[96];
-        int64_t n = SHARDED_PARAMS ? us->shard_count : us->padded;
+        int64_t n = SHARDED_PARAMS ? us->shard_count : us->total;
         snprintf(tag, sizeof tag, PLUGIN_NAME " unit %d bf16 parameters%s", (int)u, SHARDED_PARAMS ? " (shard)" : "");
         int32_t where = SHARDED_PARAMS ? zero_mem_where(s, OFFLOADED_PARAM) : ZT_MEM_DEVICE;
         uint16_t *copy = s->host->alloc(s->host->ctx, ZT_POOL_PARAMS, where, (uint64_t)n * sizeof(uint16_t), 0, tag);
@@ -492,7 +519,7 @@ static zt_status plan_storage(zero_state *s)
     for (int32_t u = l->n_units - 1; u >= 0; u--)
         for (int32_t k = 0; k < s->units[u].n_touched; k++) {
             unit_store *hs = &s->units[s->units[u].touched[k]];
-            hs->sib_step_at = u;
+            if (!l->trainable_numel || l->trainable_numel[s->units[u].touched[k]]) hs->sib_step_at = u; /* else nothing to step */
             hs->n_touchers++;
         }
     return ZT_OK;
@@ -507,9 +534,12 @@ static void plan_slices(zero_state *s)
     for (int32_t u = 0; u < l->n_units; u++) {
         const zt_unit_layout *ul = &l->units[u];
         unit_store *us = &s->units[u];
-        us->padded = ul->padded_numel;
+        us->total = ul->padded_numel;
+        us->padded = l->trainable_numel ? l->trainable_numel[u] : ul->padded_numel;
         us->shard_count = SHARDED_MASTER ? us->padded / s->dp.size : us->padded;
         us->shard_offset = SHARDED_MASTER ? s->dp.rank * us->shard_count : 0;
+        us->frozen_count = SHARDED_PARAMS ? (us->total - us->padded) / s->dp.size : us->total - us->padded;
+        us->frozen_offset = us->padded + (SHARDED_PARAMS ? s->dp.rank * us->frozen_count : 0);
         int64_t lo = us->shard_offset, hi = lo + us->shard_count, packed = 0;
         for (int32_t i = ul->first_param; i < ul->first_param + ul->n_params; i++) {
             s->grad_view[i] = -1;
@@ -565,8 +595,15 @@ static zt_status alloc_unit(zero_state *s, int32_t u)
     /* GPU runs, stages 1-2: the model reads compute_bf16 and the master is the shard, so no fp32 [P] */
     int gpu = s->host->device->device_type == ZT_DEVICE_CUDA;
     if (!SHARDED_PARAMS && !(gpu && SHARDED_MASTER)) {
-        us->compute = zero_alloc_floats(s, ZT_POOL_PARAMS, 0, us->padded, "parameters", u);
-        if (us->padded && !us->compute) return ZT_ERR_OUT_OF_MEMORY;
+        /* CPU: the fp32 compute copy of the whole unit (stage 0: also the master of [0, P)); GPU stage 0:
+         * the fp32 master of the trainable region only, beside the 16-bit copy of everything */
+        int64_t n = gpu ? us->padded : us->total;
+        us->compute = zero_alloc_floats(s, ZT_POOL_PARAMS, 0, n, gpu ? "fp32 master" : "parameters", u);
+        if (n && !us->compute) return ZT_ERR_OUT_OF_MEMORY;
+    }
+    if (SHARDED_PARAMS && !gpu && us->frozen_count) {
+        us->frozen_shard = zero_alloc_floats(s, ZT_POOL_PARAMS, 0, us->frozen_count, "frozen parameters (shard)", u);
+        if (!us->frozen_shard) return ZT_ERR_OUT_OF_MEMORY;
     }
     if (SHARDED_MASTER) {
         /* the master lives with the optimizer: offload_param moves the stage-3 bf16 shard (setup_gpu) */
@@ -686,6 +723,41 @@ static void zero_shard_range(void *opaque, int32_t unit, int64_t *offset, int64_
     *count = known ? s->units[unit].shard_count : 0;
 }
 
+/* This rank's slice of the frozen region in fp32 to (out) or from (in) the compute copy that alone holds
+ * it: stages 0-2 the full compute buffer past the trainable region, stage 3 the frozen shard. */
+static zt_status copy_frozen(zero_state *s, unit_store *us, float *out, const float *in)
+{
+    int64_t n = us->frozen_count;
+    if (!n) return ZT_OK;
+    if (!s->gpu) {
+        float *at = SHARDED_PARAMS ? us->frozen_shard : us->compute + us->frozen_offset;
+        memcpy(out ? (void *)out : (void *)at, out ? (const void *)at : (const void *)in, (size_t)n * sizeof(float));
+        return ZT_OK;
+    }
+    uint16_t *at = SHARDED_PARAMS ? us->frozen_shard : us->compute_bf16 + us->frozen_offset;
+    uint16_t *tmp = zero_alloc_table(s, (uint64_t)n * sizeof(uint16_t), PLUGIN_NAME " frozen weights (transient)");
+    if (!tmp) return ZT_ERR_OUT_OF_MEMORY;
+    zt_status st = zero_cuda_sync_comm(s->host, s->gpu); /* a gather may still read the old values */
+    if (st == ZT_OK && in) {
+        zero_bf16_host(s, in, tmp, n);
+        st = zero_cuda_copy(s->host, at, tmp, (uint64_t)n * sizeof(uint16_t));
+    } else if (st == ZT_OK) {
+        st = zero_cuda_copy(s->host, tmp, at, (uint64_t)n * sizeof(uint16_t));
+        for (int64_t k = 0; st == ZT_OK && k < n; k++)
+            out[k] = s->compute16 == ZT_F16 ? zt_f32_from_f16_bits(tmp[k]) : f32_from_bf16_bits(tmp[k]);
+    }
+    s->host->free(s->host->ctx, tmp);
+    return st;
+}
+
+static void zero_frozen_range(void *opaque, int32_t unit, int64_t *offset, int64_t *count)
+{
+    zero_state *s = opaque;
+    int known = s->units && unit >= 0 && unit < s->n_units;
+    *offset = known ? s->units[unit].frozen_offset : 0;
+    *count = known ? s->units[unit].frozen_count : 0;
+}
+
 /* Optimizer state is packed (trainable elements only); a shard is positional, zeros for frozen
  * parameters and padding. noinline: inlined into read_shard (in = NULL), GCC 12 at -O3 warns that the
  * write branches memcpy from NULL, which the check below rules out. */
@@ -693,12 +765,13 @@ __attribute__((noinline)) static zt_status copy_shard(zero_state *s, const char 
 {
     zt_status st = zero_check_unit(s, call, unit);
     if (st != ZT_OK) return st;
-    if (which < 0 || which > s->n_state || (out == NULL && in == NULL))
+    if (which < ZT_SHARD_FROZEN || which > s->n_state || (out == NULL && in == NULL))
         return fail(s, ZT_ERR_INVALID_ARG,
-                    "%s: array %d is neither the master (0) nor one of the %d optimizer states, or the buffer is "
-                    "NULL",
+                    "%s: array %d is neither the master (0) nor one of the %d optimizer states (nor the frozen "
+                    "region, -1), or the buffer is NULL",
                     call, (int)which, (int)s->n_state);
     unit_store *us = &s->units[unit];
+    if (which == ZT_SHARD_FROZEN) return copy_frozen(s, us, out, in);
     size_t bytes = (size_t)us->shard_count * sizeof(float);
     /* offload on GPUs: the master and the state are host memory (the offload thread is idle here) */
     int on_gpu = s->gpu && !s->off.on_gpu;
@@ -755,6 +828,7 @@ static const zt_zero_ops zero_ops = {
     .write_shard = zero_write_shard,
     .estimate = zero_estimate,
     .begin_step = zero_begin_step,
+    .frozen_range = zero_frozen_range,
 };
 
 static const char *const k_descriptions[] = {
@@ -771,7 +845,7 @@ static const zt_plugin zero_plugin = {
     .struct_size = sizeof(zt_plugin),
     .kind = ZT_KIND_ZERO,
     .name = PLUGIN_NAME,
-    .version = "1.1.0",
+    .version = "1.2.0",
     .description = k_descriptions[STAGE],
     .options = zero_options,
     .n_options = sizeof zero_options / sizeof zero_options[0],

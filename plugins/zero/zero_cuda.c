@@ -356,9 +356,9 @@ zt_status zero_cuda_comm_wait_upload(const zt_host *h, zero_cuda *g, int32_t uni
 zt_status zero_cuda_copy_in_comm(const zt_host *h, zero_cuda *g, void *dst, const void *src, uint64_t bytes)
 {
     if (!bytes) return ZT_OK;
-    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, comm_stream(h));
+    cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDefault, comm_stream(h));
     return e == cudaSuccess ? ZT_OK
-                            : cuda_call_failed(h, g->plugin, e, "copying an offloaded parameter shard to the GPU");
+                            : cuda_call_failed(h, g->plugin, e, "copying a parameter shard into its gathered slot");
 }
 
 zt_status zero_cuda_sync_comm(const zt_host *h, zero_cuda *g)

@@ -69,7 +69,14 @@ typedef struct unit_offload {
 } unit_offload;
 
 typedef struct unit_store {
-    int64_t padded;         /* P */
+    int64_t padded;         /* P: the trainable region [0, P) of the unit's buffer, which alone has a master,
+                               gradients and optimizer state (the whole buffer for a pre-1.3 layout) */
+    int64_t total;          /* the whole buffer: the trainable region, then the frozen region [P, total),
+                               which exists only in the compute copy (zero.c's header comment, "Frozen") */
+    int64_t frozen_offset;  /* this rank's slice of the frozen region [frozen_offset, + frozen_count): */
+    int64_t frozen_count;   /* stage 3 a 1/dp slice, else the whole region */
+    void *frozen_shard;     /* stage 3: [frozen_count] in the compute dtype (fp32 on the CPU, 16-bit on
+                               GPUs), host memory with offload_param; gathered with the unit */
     int64_t shard_offset;   /* this rank's slice [shard_offset, shard_offset + shard_count) of P; */
     int64_t shard_count;    /* stage 0: the whole unit */
     float *compute;         /* [P]; stage 3: only while live > 0 */

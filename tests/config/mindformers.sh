@@ -50,10 +50,9 @@ export YAMLDIR=$here/mindformers
 
 # ---- run_llama_7b.yaml under --check --------------------------------------------------------------------
 
-# As it is: model_parallel 4 needs a parallel plugin, and trainable_params is a list; both named.
-expect_fail "config key 'trainable_params' must be a string, got an array" \
-    "run_llama_7b.yaml:96:21 (MindFormers train_config.trainable_params)" \
-    'write the list comma-separated, "layers.31,layers.30"' -- \
+# As it is: model_parallel 4 needs a parallel plugin; the seed's list of trainable_params is taken.
+expect_ok '"trainable_params": "layers.31,layers.30",' \
+    '"trainable_params": "file:'"$yaml7b"':96 (MindFormers train_config.trainable_params)",' -- \
     "$zt_run" --check --config "$yaml7b" --set device=cpu --set parallel_config.model_parallel=1 \
     --set parallel_config.data_parallel=1 --output-dir "$work/check"
 expect_fail "this run needs a parallel plugin" -- "$zt_run" --check --config "$yaml7b" --set device=cpu \

@@ -386,11 +386,19 @@ static void test_mindformers_renames(void)
     EXPECT_ERROR("runner_config:\n  batch_size: 0\n",
                  "config key 'train_micro_batch_size_per_gpu' is 0, out of range: must be >= 1 "
                  "(run.yaml:2:15 (MindFormers runner_config.batch_size))");
-    /* the list form of trainable_params reaches the key, whose error says how to write it */
-    EXPECT_ERROR("train_config:\n  trainable_params: [layers.31, layers.30]\n",
-                 "config key 'trainable_params' must be a string, got an array (run.yaml:2:21 (MindFormers "
-                 "train_config.trainable_params)); it takes one string: write the list comma-separated, "
-                 "\"layers.31,layers.30\"");
+    /* the seed's list form of trainable_params, and MindFormers' pet_config freeze lists, reach the keys
+     * joined with commas; an item that is not a pattern is named */
+    {
+        zt_config *lists = EXPECT_OK("train_config:\n  trainable_params: [layers.31, layers.30]\n"
+                                     "model:\n  model_config:\n    pet_config:\n"
+                                     "      freeze_include: ['*.mlp.*']\n      freeze_exclude: [layers.31.mlp.up_proj]\n");
+        ZT_CHECK(!strcmp(get_string(lists, "trainable_params"), "layers.31,layers.30"));
+        ZT_CHECK(!strcmp(get_string(lists, "pet_config.freeze_include"), "*.mlp.*"));
+        ZT_CHECK(!strcmp(get_string(lists, "pet_config.freeze_exclude"), "layers.31.mlp.up_proj"));
+        zt_config_free(lists);
+    }
+    EXPECT_ERROR("train_config:\n  trainable_params: [layers.31, 7]\n",
+                 "item 2 must be a non-empty parameter-name pattern without commas");
     /* keys the table does not know stay, and are unknown keys */
     EXPECT_ERROR("runner_config:\n  batch_size: 2\n  stop_at: 9\n", "unknown config key 'runner_config.stop_at' "
                  "(run.yaml:3:3)");

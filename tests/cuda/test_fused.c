@@ -348,6 +348,15 @@ static void test_gate_up_chain(zt_cuda_ctx *ctx)
 
 /* ---- RMSNorm backward (one pass per row) with the residual gradient added --------------------- */
 
+/* d_res again holds dres (an in-place run overwrote it): upload it once more. */
+static uint16_t *d_res0(uint16_t *d_res, const float *dres, int64_t n)
+{
+    uint16_t *fresh = device_bf16(dres, n);
+    ZT_CHECK(cudaMemcpy(d_res, fresh, (size_t)n * 2, cudaMemcpyDeviceToDevice) == cudaSuccess);
+    device_free(fresh);
+    return d_res;
+}
+
 /* zt_cuda_rmsnorm_backward_add against the CPU backward plus dres; dims that take 1, 2 and 4
  * vectors per thread, more rows than blocks; in place over dres too, and dW deterministic. */
 static void test_rmsnorm_add_dim(zt_cuda_ctx *ctx, int64_t rows, int64_t dim)
@@ -383,6 +392,14 @@ static void test_rmsnorm_add_dim(zt_cuda_ctx *ctx, int64_t rows, int64_t dim)
     float *g_in = download_bf16(d_res, n), *g_dw2 = download_f32(d_dw, dim);
     ZT_CHECK(check_rel_l2("  in place over dres", g_in, dx, n, TOL_BF16_OUT));
     ZT_CHECK(check_identical("  dw is deterministic", g_dw, g_dw2, dim));
+
+    /* a frozen norm (dw NULL, every vectors-per-thread variant): the same dx bits, and no dW */
+    ZT_CHECK(cudaMemset(d_dx, 0, (size_t)n * 2) == cudaSuccess);
+    ZT_CHECK(check_ok(name, zt_cuda_rmsnorm_backward_add(ctx, 0, rows, dim, d_x, d_w, d_rstd, d_dy, d_res0(d_res,
+                                                         dres, n), d_dx, NULL)));
+    float *g_frozen = download_bf16(d_dx, n);
+    ZT_CHECK(check_identical("  dx without dw (frozen weight) is the dx with it", g_dx, g_frozen, n));
+    free(g_frozen);
 
     free(x), free(w), free(dy), free(dres), free(dw0), free(y), free(rstd), free(dx), free(dw);
     free(g_dx), free(g_dw), free(g_inc), free(inc), free(g_in), free(g_dw2);

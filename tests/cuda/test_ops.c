@@ -174,6 +174,15 @@ static void test_rmsnorm_dim(zt_cuda_ctx *ctx, int64_t rows, int64_t dim)
     float *g_dw2 = download_f32(d_dw, dim);
     ZT_CHECK(check_identical("rmsnorm dw is deterministic", g_dw, g_dw2, dim));
 
+    /* a frozen norm (dw NULL): the same dx bits, no weight gradient */
+    ZT_CHECK(cudaMemset(d_dx, 0, (size_t)(rows * dim * 2)) == cudaSuccess);
+    snprintf(name, sizeof name, "rmsnorm backward, frozen weight, rows=%lld dim=%lld", (long long)rows,
+             (long long)dim);
+    ZT_CHECK(check_ok(name, zt_cuda_rmsnorm_backward(ctx, 0, rows, dim, d_x, d_w, d_rstd, d_dy, d_dx, NULL)));
+    float *g_dx_frozen = download_bf16(d_dx, rows * dim);
+    ZT_CHECK(check_identical("rmsnorm dx without dw is the dx with it", g_dx, g_dx_frozen, rows * dim));
+    free(g_dx_frozen);
+
     free(x), free(w), free(dy), free(dw0), free(y), free(rstd), free(dx), free(dw);
     free(g_y), free(g_rstd), free(g_dx), free(g_dw), free(g_inc), free(inc), free(g_dw2);
     device_free(d_x), device_free(d_w), device_free(d_dy), device_free(d_y), device_free(d_dx);

@@ -69,6 +69,13 @@ static void test_rmsnorm(void)
     check_pair("rmsnorm rstd", rstd_got, rstd, 1, rows, RTOL);
     check_pair("rmsnorm dx", dx_got, dx, rows, dim, RTOL);
     check_pair("rmsnorm dw", dw_got, dw, 1, dim, RTOL);
+    /* a frozen norm (dw NULL): the same dx, and no weight gradient anywhere */
+    float *dx_frozen[2];
+    for (int t = 0; t < 2; t++) {
+        dx_frozen[t] = poisoned(n);
+        zt_cpu_rmsnorm_backward(context(t), rows, dim, x, w, rstd, dy, dx_frozen[t], NULL); /* torch's rstd */
+    }
+    check_pair("rmsnorm dx, frozen weight", dx_frozen, dx, rows, dim, RTOL);
     free(x); free(w); free(y); free(rstd); free(dy); free(dx); free(dw_init); free(dw);
     fixture_free(&f);
 }

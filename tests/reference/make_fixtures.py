@@ -19,7 +19,11 @@ Layout (under tests/reference/fixtures/):
   <model>/expected.safetensors          input_ids, labels, position_ids, logits, "grad.<param>" for
                                         every parameter, "adamw.<param>" after one AdamW step;
   <model>/expected.json                 loss, number of loss tokens, AdamW hyper-parameters, greedy
-                                        generation with the initial weights (prompt and output ids).
+                                        generation with the initial weights (prompt and output ids);
+  llama_gqa_untied_frozen/expected.*    three AdamW steps on llama_gqa_untied's batch with only
+                                        FROZEN_TRAINABLE trainable (requires_grad=False for the rest):
+                                        the losses, "trained.<param>" after the last step
+                                        (`make_fixtures.py frozen` writes this one alone).
 Integer tensors are int64, floating ones float32. A "<name>_init" tensor is the value a gradient
 buffer holds before the kernel runs (kernels accumulate parameter gradients); the expected value
 is then init + gradient.
@@ -380,14 +384,77 @@ def make_model(name, overrides, seed):
     save(out, "expected", tensors, scalars)
 
 
+# ---- a partially frozen model (trainable_params) ---------------------------------------------
+
+# llama_gqa_untied trained with only these parameters (requires_grad=False for every other one): the
+# embedding and layer 0 are frozen whole (zt's backward stops above them), layer 1 only in part (its
+# norms, k, v and o); zt-run gets the same set as trainable_params (tests/train/run_test.sh).
+FROZEN_BASE = "llama_gqa_untied"
+FROZEN_TRAINABLE = ("model.layers.1.self_attn.q_proj.weight", "model.layers.1.mlp.gate_proj.weight",
+                    "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.down_proj.weight",
+                    "model.norm.weight", "lm_head.weight")
+FROZEN_STEPS = 3
+
+
+def make_frozen():
+    """Three AdamW steps on the base fixture's batch with most parameters frozen: the loss of every
+    step and every parameter after the last (norms without weight decay, as zt's optimizer.no_decay
+    "norms"). The base must have been written first (same directory tree)."""
+    base = os.path.join(OUT, FROZEN_BASE)
+    config = LlamaConfig.from_pretrained(os.path.join(base, "hf-config.json"))
+    config._attn_implementation = "eager"
+    model = LlamaForCausalLM(config).float()
+    from safetensors.torch import load_file
+    state = load_file(os.path.join(base, "hf-model.safetensors"))
+    model.load_state_dict(state, strict=True)
+    expected = load_file(os.path.join(base, "expected.safetensors"))
+    input_ids, labels = expected["input_ids"], expected["labels"]
+    position_ids = expected["position_ids"]
+    params = dict(model.named_parameters())
+    for name, p in params.items():
+        p.requires_grad_(name in FROZEN_TRAINABLE)
+    trained = [params[n] for n in FROZEN_TRAINABLE]
+    groups = [{"params": [p for n, p in zip(FROZEN_TRAINABLE, trained) if not n.endswith("norm.weight")],
+               "weight_decay": ADAMW["weight_decay"]},
+              {"params": [p for n, p in zip(FROZEN_TRAINABLE, trained) if n.endswith("norm.weight")],
+               "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"],
+                            foreach=False)
+    initial = {k: v.detach().clone() for k, v in params.items()}
+    model.train()
+    losses = []
+    for _ in range(FROZEN_STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=input_ids, position_ids=position_ids, labels=labels, use_cache=False).loss
+        loss.backward()
+        for name, p in params.items():  # requires_grad=False: torch computes no gradient for them
+            assert (p.grad is not None) == (name in FROZEN_TRAINABLE), name
+        opt.step()
+        losses.append(loss.item())
+    tensors = {}
+    for name, p in params.items():
+        tensors["trained." + name] = p.detach()
+        moved = not torch.equal(initial[name], p.detach())
+        assert moved == (name in FROZEN_TRAINABLE), name
+    n_loss_tokens = int((labels[:, 1:] != -100).sum())
+    scalars = {"base": FROZEN_BASE, "trainable": list(FROZEN_TRAINABLE), "steps": FROZEN_STEPS, "losses": losses,
+               "n_loss_tokens": n_loss_tokens, "adamw": ADAMW, "parameters": sorted(params)}
+    save(os.path.join(OUT, FROZEN_BASE + "_frozen"), "expected", tensors, scalars)
+
+
 def main():
     torch.set_num_threads(1)  # reductions in a fixed order
+    import sys
+    if sys.argv[1:] == ["frozen"]:  # only the frozen fixture, from the committed base
+        make_frozen()
+        return
     ops = os.path.join(OUT, "ops")
     for make in (op_rmsnorm, op_rope, op_swiglu, op_embedding, op_attention, op_cross_entropy,
                  op_matmul, op_adamw, op_global_norm):
         make(ops)
     for i, (name, overrides) in enumerate(MODELS.items()):
         make_model(name, overrides, 1000 + i)
+    make_frozen()
     total = 0
     for root, _, files in os.walk(OUT):
         for f in files:

@@ -8,6 +8,8 @@ its own (json + numpy), so the comparisons do not go through zt's readers.
   check.py train-steps METRICS 1,2,3                           the train records are of exactly these steps
   check.py learns METRICS FIRST_LOSS_NEAR MAX_EVAL_LOSS        loss starts near ln(vocab), eval drops below
   check.py fixture FIXTURE_DIR METRICS EXPORT_DIR              one AdamW step vs torch (expected.*)
+  check.py frozen-fixture BASE_DIR FROZEN_DIR METRICS EXPORT_DIR three AdamW steps with frozen parameters
+                                                               vs torch's requires_grad=False run
 """
 import json
 import math
@@ -175,6 +177,48 @@ def fixture(fixture_dir, metrics_path, export_dir):
           f"(torch {norm:.6f}), {len(expected['parameters'])} parameters after one step within {worst:.2g}")
 
 
+def frozen_fixture(base_dir, frozen_dir, metrics_path, export_dir):
+    """zt's run of the frozen fixture against torch's: every step's loss (rtol 1e-5), every trainable
+    tensor after the last step (relative L2 of the difference and largest element difference, each
+    relative to the tensor's largest element, within 1e-4), every frozen tensor bit for bit its
+    starting value in the base model."""
+    with open(f"{frozen_dir}/expected.json") as f:
+        expected = json.load(f)
+    reference = read_safetensors(f"{frozen_dir}/expected.safetensors")
+    initial = read_safetensors(f"{base_dir}/model.safetensors")
+    exported = read_safetensors(f"{export_dir}/model.safetensors")
+    rs = train_records(metrics_path)
+    losses = [r["loss"] for r in rs]
+    if len(losses) != expected["steps"]:
+        fail(f"{metrics_path}: {len(losses)} training steps, torch trained {expected['steps']}")
+    for step, (got, want) in enumerate(zip(losses, expected["losses"]), 1):
+        if not close(got, want, 1e-5):
+            fail(f"step {step}: loss {got!r}, torch {want!r} (rtol 1e-5)")
+    trainable, worst = set(expected["trainable"]), 0.0
+    for name in expected["parameters"]:
+        if name not in exported:
+            fail(f"the exported model lacks {name}")
+        got = exported[name]
+        if name not in trainable:
+            if got.tobytes() != initial[name].tobytes():
+                fail(f"{name} is frozen but its exported bytes differ from the starting model's")
+            continue
+        want = reference["trained." + name].astype(np.float64)
+        diff = np.abs(got.astype(np.float64) - want)
+        scale = float(np.abs(want).max())
+        rel_l2 = float(np.linalg.norm(diff) / np.linalg.norm(want))
+        if rel_l2 > 1e-4 or diff.max() > 1e-4 * scale:
+            i = int(np.argmax(diff))
+            fail(f"{name} after {len(losses)} steps: relative L2 difference {rel_l2:.3g}, element {i}: zt "
+                 f"{got.flat[i]!r}, torch {want.flat[i]!r} (limit 1e-4 of the largest, {scale:.3g})")
+        if got.tobytes() == initial[name].tobytes():
+            fail(f"{name} is trainable but did not move")
+        worst = max(worst, rel_l2)
+    print(f"losses {', '.join(f'{x:.6f}' for x in losses)} (torch {', '.join(f'{x:.6f}' for x in expected['losses'])}); "
+          f"{len(trainable)} trained tensors within relative L2 {worst:.2g} of torch, "
+          f"{len(expected['parameters']) - len(trainable)} frozen ones bit for bit their starting bytes")
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "same-metrics":
@@ -189,6 +233,8 @@ def main():
         learns(args[0], float(args[1]), float(args[2]))
     elif cmd == "fixture":
         fixture(args[0], args[1], args[2])
+    elif cmd == "frozen-fixture":
+        frozen_fixture(args[0], args[1], args[2], args[3])
     else:
         fail(f"unknown command {cmd}")
 

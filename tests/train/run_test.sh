@@ -150,6 +150,29 @@ fixture() {
     check fixture "$fixture_dir" "$out/run/metrics.jsonl" "$out/run/hf"
 }
 
+# The frozen-parameter fixture (tests/reference: llama_gqa_untied trained 3 AdamW steps by torch with
+# requires_grad=False on all but six tensors): zt-run with the same set as trainable_params (the seed's
+# list form, names without "model." and a glob) matches torch's losses and weights; the same set written
+# as MindFormers' pet_config.freeze_include trains bit for bit the same.
+fixture_frozen() {
+    local maker=$1 fixture_dir=$2 frozen_dir=$3
+    mkdir -p "$out"
+    rm -rf "$out/data" "$out/list" "$out/pet"
+    expect_ok -- "$maker" "$fixture_dir" "$out/data"
+    local run=("$zt_run" --model "$fixture_dir" --data "$out/data" --set threads=2
+               --set train_micro_batch_size_per_gpu=2 --set data.seq_len=16 --set data.shuffle=false --set steps=3
+               --set scheduler.type=constant --set optimizer.params.lr=0.01 --set 'optimizer.params.betas=[0.9,0.95]'
+               --set optimizer.params.eps=1e-8 --set optimizer.params.weight_decay=0.1 --set gradient_clipping=0)
+    expect_ok -- "${run[@]}" --output-dir "$out/list" --export "$out/list/hf" \
+        --set 'trainable_params=["layers.1.self_attn.q_proj", "layers.1.mlp.*", "model.norm", "lm_head"]'
+    check frozen-fixture "$fixture_dir" "$frozen_dir" "$out/list/metrics.jsonl" "$out/list/hf"
+    expect_ok -- "${run[@]}" --output-dir "$out/pet" --export "$out/pet/hf" \
+        --set 'pet_config.freeze_include=["embed_tokens", "layers.0", "input_layernorm", "post_attention_layernorm",
+               "k_proj", "v_proj", "o_proj"]'
+    check same-metrics "$out/list/metrics.jsonl" "$out/pet/metrics.jsonl" 0
+    check same-weights "$out/list/hf/model.safetensors" "$out/pet/hf/model.safetensors" 0 0
+}
+
 # Bad input: each message says what is wrong and what to do, and the exit status is 1 (2 for usage).
 errors() {
     mkdir -p "$out"

@@ -35,7 +35,7 @@ static zt_model_info model(zt_param_decl *params)
 static zt_status build(const zt_model_info *m, int dp, const char *trainable, uint32_t no_decay,
                        zt_host_layout **out, zt_error *err)
 {
-    zt_layout_options o = {dp, trainable, no_decay};
+    zt_layout_options o = {dp, trainable, no_decay, NULL, NULL};
     return zt_layout_build(m, &o, out, err);
 }
 

@@ -123,7 +123,7 @@ static void open_env(const char *so, env *e)
     e->model.n_params_decl = N_PARAMS;
     e->model.params = k_params;
     e->model.n_parameters = 100 + 231 + 5 + 2049 + 3;
-    zt_layout_options lo = {1, "embed_tokens,q,w,extra", ZT_PARAM_NO_DECAY};
+    zt_layout_options lo = {1, "embed_tokens,q,w,extra", ZT_PARAM_NO_DECAY, NULL, NULL};
     if (zt_layout_build(&e->model, &lo, &e->layout, &err) != ZT_OK) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
@@ -159,21 +159,36 @@ static void test_zero0(const char *so, const char *fixture_dir)
     ZT_CHECK_INT(e.ops->setup(s, &e.layout->layout, &k_recorder, NULL), ZT_OK);
     ZT_CHECK_INT(e.ops->stage, 0);
 
-    /* Masters with recognizable values: unit u element k = 1000 u + k. */
+    /* Unit 1 holds q (231, padded to 240) as its trainable region, then the frozen parameter (5, padded
+     * to 16) as its frozen region; the other units train everything. */
+    const int64_t trained[3] = {112, 240, 2064}, padded_of[3] = {112, 256, 2064};
+    for (int32_t u = 0; u < 3; u++) {
+        ZT_CHECK_INT(e.layout->layout.trainable_numel[u], trained[u]);
+        ZT_CHECK_INT(e.layout->layout.units[u].padded_numel, padded_of[u]);
+    }
+    ZT_CHECK_INT(e.layout->param_offset[FROZEN], 240);
+
+    /* Masters with recognizable values: unit u element k = 1000 u + k, the frozen region likewise (by
+     * its offset in the unit's buffer). */
     for (int32_t u = 0; u < 3; u++) {
         int64_t offset, count;
         e.ops->shard_range(s, u, &offset, &count);
         ZT_CHECK_INT(offset, 0);
-        ZT_CHECK_INT(count, e.layout->layout.units[u].padded_numel);
-        float *buf = malloc((size_t)count * sizeof *buf);
+        ZT_CHECK_INT(count, trained[u]);
+        float *buf = malloc((size_t)padded_of[u] * sizeof *buf);
         for (int64_t k = 0; k < count; k++) buf[k] = (float)(1000 * u + k);
         ZT_CHECK_INT(e.ops->write_shard(s, u, ZT_SHARD_MASTER, buf), ZT_OK);
+        e.ops->frozen_range(s, u, &offset, &count);
+        ZT_CHECK_INT(count, padded_of[u] - trained[u]);
+        if (count) ZT_CHECK_INT(offset, trained[u]);
+        for (int64_t k = 0; k < count; k++) buf[k] = (float)(1000 * u + offset + k);
+        if (count) ZT_CHECK_INT(e.ops->write_shard(s, u, ZT_SHARD_FROZEN, buf), ZT_OK);
         free(buf);
     }
 
     /* Forward views: the model reads the master; the tied head reads the embedding. */
     ZT_CHECK_INT(e.ops->before_unit(s, 1, ZT_PHASE_FORWARD, views, NULL), ZT_OK);
-    ZT_CHECK(((float *)views[0].data)[0] == 1000.0f && ((float *)views[1].data)[0] == 1231.0f);
+    ZT_CHECK(((float *)views[0].data)[0] == 1000.0f && ((float *)views[1].data)[0] == 1240.0f);
     ZT_CHECK(views[0].ndim == 2 && views[0].shape[0] == 7 && views[0].shape[1] == 33 && views[0].stride[0] == 33 &&
              views[0].stride[1] == 1 && views[0].dtype == ZT_F32 && views[0].device_type == ZT_DEVICE_CPU);
     zt_tensor embed_view, embed_grad;
@@ -232,13 +247,14 @@ static void test_zero0(const char *so, const char *fixture_dir)
             bad += !(fabsf(state[k] - clipped[i][k]) <= 1e-6f * fabsf(clipped[i][k]) + 1e-12f);
         ZT_CHECK_INT(bad, 0);
     }
-    /* Layout order with zeros for the frozen parameter and the padding. */
+    /* Layout order with zeros for the padding of the trainable region (the state covers only it). */
     ZT_CHECK_INT(e.ops->read_shard(s, 1, 1, state), ZT_OK);
-    for (int64_t k = 231; k < e.layout->layout.units[1].padded_numel; k++) ZT_CHECK(state[k] == 0.0f);
+    for (int64_t k = 231; k < trained[1]; k++) ZT_CHECK(state[k] == 0.0f);
     /* The master moved by lr * clipped gradient; the frozen parameter did not move. */
     ZT_CHECK_INT(e.ops->read_shard(s, 1, ZT_SHARD_MASTER, state), ZT_OK);
     ZT_CHECK_CLOSE(state[3], 1003.0f - 0.1f * c1[3], 1e-7, 1e-5);
-    for (int k = 0; k < 5; k++) ZT_CHECK(state[231 + k] == (float)(1231 + k));
+    ZT_CHECK_INT(e.ops->read_shard(s, 1, ZT_SHARD_FROZEN, state), ZT_OK);
+    for (int k = 0; k < 5; k++) ZT_CHECK(state[k] == (float)(1240 + k));
 
     /* Gradients that arrive multiplied by a loss scale of 4: the norm is reported unscaled. */
     a.step = 2;
@@ -295,6 +311,13 @@ static void test_zero0(const char *so, const char *fixture_dir)
     ZT_CHECK_INT(e.ops->estimate(s, &in, &out), ZT_OK);
     ZT_CHECK(out.host[ZT_POOL_PARAMS] == 4000 && out.host[ZT_POOL_GRADS] == 4000 &&
              out.host[ZT_POOL_OPTIMIZER] == 8000 && out.device[ZT_POOL_PARAMS] == 0);
+    /* With the layout's trainable flags (ABI 1.3) the frozen parameter (5 elements) costs only its
+     * fp32 compute copy: 2388 parameters in the copy, 2383 in the gradients and the two states. */
+    in.n_parameters = 2388;
+    in.trainable = e.layout->layout.trainable;
+    ZT_CHECK_INT(e.ops->estimate(s, &in, &out), ZT_OK);
+    ZT_CHECK(out.host[ZT_POOL_PARAMS] == 4 * 2388 && out.host[ZT_POOL_GRADS] == 4 * 2383 &&
+             out.host[ZT_POOL_OPTIMIZER] == 8 * 2383);
 
     free(state);
     free(t0), free(t1), free(t2), free(c0), free(c1), free(c2);

@@ -32,6 +32,12 @@ batch_of=([1]="--set train_micro_batch_size_per_gpu=4 --set gradient_accumulatio
 # Pieces of 1000 elements: every unit but the head is reduced and gathered through the staging buckets.
 small_buckets=(--set zero_optimization.reduce_bucket_size=1000 --set zero_optimization.allgather_bucket_size=1000)
 
+freeze_check() {
+    if ! python3 "$here/freeze_check.py" "$@"; then
+        zt_failures=$((zt_failures + 1))
+    fi
+}
+
 compare() {
     if ! python3 "$here/compare.py" "$@"; then
         zt_failures=$((zt_failures + 1))
@@ -66,13 +72,89 @@ output_has() {
 
 prepare() {
     [ -x "$zt_prep" ] || skip "zt-prep is not built"
-    rm -rf "$data" "$ref" "$ref-untied"
+    rm -rf "$data" "$ref" "$ref-untied" "$ref-frozen"
     mkdir -p "$work"
     expect_ok "wrote" -- "$zt_prep" "$src/examples/data/tasks.json" -t "$src/examples/data/tokenizer.model" \
         -o "$data" --val-fraction 0.05 --seed 0 --no-progress
     train 1 --plugins zero0 --output-dir "$ref" --set steps=4 --export "$ref/hf" --export-dtype fp32
     train 1 --plugins zero0 --output-dir "$ref-untied" --set steps=4 --set model.tie_word_embeddings=false \
         --export "$ref-untied/hf" --export-dtype fp32
+    # the frozen reference: from the reference's trained weights, 1 rank, stage 0, FREEZE
+    freeze_train 1 --plugins zero0 --output-dir "$ref-frozen" --set steps=3 --export "$ref-frozen/hf"
+}
+
+# Freezing: the trainable set of freeze_check.py (layer 1's q_proj and MLP, the final norm), as the seed
+# writes it (a list, names without "model.", a glob); the embedding (with the tied head) and layer 0
+# are frozen whole, so the backward stops at layer 1, which is frozen only in part. Runs start from the
+# reference's exported weights, so a frozen tensor must end with exactly those bytes.
+FREEZE='trainable_params=["layers.1.mlp.*", "layers.1.self_attn.q_proj", "model.norm"]'
+FREEZE_TRAINED=model.layers.1.self_attn.q_proj.weight,model.layers.1.mlp.gate_proj.weight
+FREEZE_TRAINED+=,model.layers.1.mlp.up_proj.weight,model.layers.1.mlp.down_proj.weight,model.norm.weight
+freeze_command() {
+    zt_on "$@"
+    local at
+    # --model gives the shape: drop the model.* settings of common
+    for at in "${!CMD[@]}"; do
+        [[ ${CMD[$at]} == model.* ]] && unset "CMD[$at]" "CMD[$((at - 1))]"
+    done
+    CMD=("${CMD[@]}" --model "$ref/hf" --set "$FREEZE")
+}
+freeze_train() {
+    freeze_command "$1"
+    shift
+    expect_ok -- "${CMD[@]}" "$@"
+}
+
+# Stage N with FREEZE on 1 and 2 ranks: the losses and weights of the 1-rank stage-0 frozen reference,
+# the frozen tensors bit for bit their starting bytes, rank 0's gradient and optimizer pools exactly
+# the trainable parameters' bytes (freeze_check.py computes them from the shapes), and every measured
+# pool within 10% of zt-run --dry-run for the same command.
+freeze_stage() {
+    local stage=$1 ranks # not n: expect_ok loops over its needles with n
+    for ranks in 1 2; do
+        local dir=$out/ranks$ranks
+        if [ "$stage" -gt 0 ] || [ "$ranks" -gt 1 ]; then
+            freeze_train "$ranks" --plugins "zero$stage" --output-dir "$dir" --set steps=3 --export "$dir/hf"
+            compare same-run "$ref-frozen" "$dir"
+        else
+            dir=$ref-frozen
+        fi
+        freeze_check frozen-bits "$ref/hf" "$dir/hf" "$FREEZE_TRAINED"
+        freeze_check pools "$dir/metrics.jsonl" "$stage" "$ranks"
+        freeze_command "$ranks" one-process
+        expect_ok "58850 parameters (13050 trainable: the frozen ones cost only their compute copy, and the backward stops" -- \
+            "${CMD[@]}" --plugins "zero$stage" --output-dir "$out/dry$ranks" --set steps=3 --dry-run --nproc "$ranks"
+        compare memory "$out/dry$ranks/memory-estimate.json" "$dir/metrics.jsonl"
+    done
+}
+freeze_stage0() { freeze_stage 0; }
+freeze_stage1() { freeze_stage 1; }
+freeze_stage2() { freeze_stage 2; }
+freeze_stage3() { freeze_stage 3; }
+
+# Freezing's bad settings: a pattern that matches nothing, list items that are not patterns, and a
+# configuration that leaves nothing to train, each named with what to do.
+freeze_errors() {
+    local run=("$zt_run" "${common[@]}" --output-dir "$out/x" --set steps=1)
+    expect_fail 'trainable_params: the pattern "layers.7" matches no parameter of the model' \
+        'the model'"'"'s parameters are "model.embed_tokens.weight"' -- "${run[@]}" --set 'trainable_params=["layers.1", "layers.7"]'
+    expect_fail 'pet_config.freeze_include: the pattern "*.lora_A.*" matches no parameter' -- \
+        "${run[@]}" --set 'pet_config.freeze_include=["*.lora_A.*"]'
+    expect_fail "'pet_config.freeze_exclude' item 2 must be a non-empty parameter-name pattern without commas, got" \
+        "number 3" -- "${run[@]}" --set 'pet_config.freeze_exclude=["q_proj", 3]'
+    expect_fail "'pet_config.freeze_include' item 1 must be a non-empty parameter-name pattern without commas" -- \
+        "${run[@]}" --set 'pet_config.freeze_include=["q_proj,k_proj"]'
+    mkdir -p "$out"
+    local bad
+    for bad in '{"a": 1}' true; do
+        printf '{"pet_config": {"freeze_include": %s}}' "$bad" >"$out/bad.json"
+        expect_fail "config key 'pet_config.freeze_include' must be a list of parameter-name patterns or one" \
+            "comma-separated string, got" "$out/bad.json:1:" -- "${run[@]}" --config "$out/bad.json"
+    done
+    expect_fail "trainable_params is empty: that would freeze the whole model; unset it to train everything" -- \
+        "${run[@]}" --set 'trainable_params=[]'
+    expect_fail "trainable_params and pet_config.freeze_include freeze the whole model: nothing would train" -- \
+        "${run[@]}" --set 'trainable_params=["layers.1"]' --set 'pet_config.freeze_include=["layers"]'
 }
 
 # Stage N on 1, 2 and 4 ranks against the 1-rank stage-0 reference; 4 ranks through small buckets;

@@ -72,6 +72,12 @@ static uint16_t bf16_of(float x)
     return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
+/* The frozen parameter's starting value at element k of unit 1's buffer; exact in bf16. */
+static float frozen_value(int64_t k)
+{
+    return 0.75f + 0.0078125f * (float)(k % 16);
+}
+
 /* ---- the test optimizer: decoupled decay, p -= lr * (scale * g + wd * p); state += scale * g ---- */
 
 static pthread_t g_main;
@@ -164,7 +170,7 @@ static int open_env(const char *config_json, env *e)
     e->model.n_params_decl = N_PARAMS;
     e->model.params = k_params;
     e->model.n_parameters = 100 + 231 + 5 + 2049 + 3;
-    zt_layout_options lo = {1, "embed_tokens,q,w,extra", ZT_PARAM_NO_DECAY};
+    zt_layout_options lo = {1, "embed_tokens,q,w,extra", ZT_PARAM_NO_DECAY, NULL, NULL};
     if (zt_layout_build(&e->model, &lo, &e->layout, &e->err) != ZT_OK) {
         fprintf(stderr, "%s\n", e->err.msg);
         exit(1);
@@ -269,13 +275,20 @@ static int run(const char *label, const char *config_json, const zt_optimizer_op
         close_env(&e);
         return 0;
     }
-    /* masters: unit u element k = 0.5 + 0.01 u + 0.001 (k mod 97), padding included (never trained) */
+    /* masters: unit u element k = 0.5 + 0.01 u + 0.001 (k mod 97), padding included (never trained);
+     * the frozen region (unit 1 from element 240: the frozen parameter, then padding) likewise by its
+     * offset in the unit's buffer, written once in fp32 and kept only as bf16 */
     float buf[MAX_UNIT];
     for (int32_t u = 0; u < 3; u++) {
         int64_t offset, count;
         e.ops->shard_range(e.state, u, &offset, &count);
+        ZT_CHECK_INT(count, e.layout->trainable_numel[u]);
         for (int64_t k = 0; k < count; k++) buf[k] = 0.5f + 0.01f * (float)u + 0.001f * (float)(k % 97);
         ZT_CHECK_INT(e.ops->write_shard(e.state, u, ZT_SHARD_MASTER, buf), ZT_OK);
+        e.ops->frozen_range(e.state, u, &offset, &count);
+        ZT_CHECK_INT(count, u == 1 ? 16 : 0);
+        for (int64_t k = 0; k < count; k++) buf[k] = frozen_value(offset + k);
+        if (count) ZT_CHECK_INT(e.ops->write_shard(e.state, u, ZT_SHARD_FROZEN, buf), ZT_OK);
     }
     int accum = early ? 1 : 2;
     for (int step = 1; step <= N_STEPS; step++) {
@@ -300,6 +313,12 @@ static int run(const char *label, const char *config_json, const zt_optimizer_op
         if (step < N_STEPS) atomic_store(&g_calls, 0);
     }
     forward(&e, out->views[N_STEPS]);
+    /* the frozen parameter (views 331..335) is what was written, bit for bit, after every forward */
+    for (int f = 0; f <= N_STEPS; f++)
+        for (int64_t j = 0; j < k_numel[FROZEN]; j++)
+            ZT_CHECK(out->views[f][331 + j] == bf16_of(frozen_value(240 + j)));
+    ZT_CHECK_INT(e.ops->read_shard(e.state, 1, ZT_SHARD_FROZEN, buf), ZT_OK);
+    for (int64_t j = 0; j < k_numel[FROZEN]; j++) ZT_CHECK(buf[j] == frozen_value(240 + j));
     for (int32_t u = 0; u < 3; u++) {
         ZT_CHECK_INT(e.ops->read_shard(e.state, u, ZT_SHARD_MASTER, out->master[u]), ZT_OK);
         ZT_CHECK_INT(e.ops->read_shard(e.state, u, 1, out->state[u]), ZT_OK);

@@ -115,7 +115,7 @@ static zt_status open_env(const char *so, const char *config_json, env *e)
     e->model.n_params_decl = N_PARAMS;
     e->model.params = k_params;
     e->model.n_parameters = 100 + 231 + 5 + 2049 + 3;
-    zt_layout_options lo = {1, "embed_tokens,q,w,extra", ZT_PARAM_NO_DECAY};
+    zt_layout_options lo = {1, "embed_tokens,q,w,extra", ZT_PARAM_NO_DECAY, NULL, NULL};
     if (zt_layout_build(&e->model, &lo, &e->layout, &e->err) != ZT_OK) {
         fprintf(stderr, "%s\n", e->err.msg);
         exit(1);
@@ -152,7 +152,7 @@ static void backward(env *e, int stage)
         ZT_CHECK_INT(e->ops->before_unit(s, u, ZT_PHASE_BACKWARD, views, grads), ZT_OK);
         if (stage >= 2) /* the unit's full gradients (and, for the head, the embedding's) appear */
             ZT_CHECK_INT(pool_now(e, ZT_POOL_GRADS) - grads_before,
-                         4 * (e->layout->units[u].padded_numel + (u == 2 ? e->layout->units[0].padded_numel : 0)));
+                         4 * (e->layout->trainable_numel[u] + (u == 2 ? e->layout->trainable_numel[0] : 0)));
         for (int32_t k = 0; k < count[u]; k++) {
             int32_t i = first[u] + k;
             ZT_CHECK_INT(grads[k].shape[0], k_params[i].shape[0]);
@@ -179,25 +179,36 @@ static void test_stage(const char *so, int stage)
     ZT_CHECK_INT(e.ops->setup(s, &e.layout->layout, &k_recorder, NULL), ZT_OK);
     const int64_t padded[3] = {e.layout->units[0].padded_numel, e.layout->units[1].padded_numel,
                                e.layout->units[2].padded_numel};
-    ZT_CHECK(padded[0] == 112 && padded[1] == 240 && padded[2] == 2064); /* multiples of 16 */
+    /* multiples of 16; unit 1 is q (231, padded to 240) then the frozen region (5, padded to 16) */
+    ZT_CHECK(padded[0] == 112 && padded[1] == 256 && padded[2] == 2064);
+    const int64_t trained[3] = {112, 240, 2064};
+    for (int u = 0; u < 3; u++) ZT_CHECK_INT(e.layout->trainable_numel[u], trained[u]);
 
-    /* Resident after setup: stage 0 one full copy, stages 1-2 the full copy and the master shard,
-     * stage 3 the master shard alone (one rank: the shard is the whole unit). */
-    int64_t total = padded[0] + padded[1] + padded[2];
-    ZT_CHECK_INT(pool_now(&e, ZT_POOL_PARAMS), 4 * total * (stage == 1 || stage == 2 ? 2 : 1));
+    /* Resident after setup: stage 0 one full copy (the master of the trainable regions), stages 1-2
+     * the full copy and the master shard of the trainable regions, stage 3 the master shard and the
+     * frozen shard (one rank: each shard is the whole region). The frozen parameter costs only its
+     * copy: 16 elements, never a master, gradient or state element. */
+    int64_t total = padded[0] + padded[1] + padded[2], total_trained = trained[0] + trained[1] + trained[2];
+    ZT_CHECK_INT(pool_now(&e, ZT_POOL_PARAMS),
+                 4 * (stage == 0 ? total : stage <= 2 ? total + total_trained : total_trained + 16));
     ZT_CHECK_INT(pool_now(&e, ZT_POOL_COMM), stage >= 1 ? 2 * 64 * 4 : 0); /* reduce + gather staging */
     /* stage 0 packs gradients and state by trainable element: 100 + 231 + 2052 = 2383 */
     ZT_CHECK_INT(pool_now(&e, ZT_POOL_OPTIMIZER), 4 * 2383);
-    ZT_CHECK_INT(pool_now(&e, ZT_POOL_GRADS), 4 * (stage == 0 ? 2383 : total));
+    ZT_CHECK_INT(pool_now(&e, ZT_POOL_GRADS), 4 * (stage == 0 ? 2383 : total_trained));
 
-    /* Masters with recognizable values: unit u element k = 1000 u + k. */
+    /* Masters with recognizable values: unit u element k = 1000 u + k; the frozen region likewise. */
     float *buf = malloc(4096 * sizeof *buf);
     for (int32_t u = 0; u < 3; u++) {
         int64_t offset, count;
         e.ops->shard_range(s, u, &offset, &count);
-        ZT_CHECK(offset == 0 && count == padded[u]);
+        ZT_CHECK(offset == 0 && count == trained[u]);
         for (int64_t k = 0; k < count; k++) buf[k] = (float)(1000 * u + k);
         ZT_CHECK_INT(e.ops->write_shard(s, u, ZT_SHARD_MASTER, buf), ZT_OK);
+        e.ops->frozen_range(s, u, &offset, &count);
+        ZT_CHECK_INT(count, padded[u] - trained[u]);
+        for (int64_t k = 0; k < count; k++) buf[k] = (float)(1000 * u + offset + k);
+        if (count) ZT_CHECK_INT(offset, trained[u]);
+        if (count) ZT_CHECK_INT(e.ops->write_shard(s, u, ZT_SHARD_FROZEN, buf), ZT_OK);
     }
 
     /* Forward views read the masters (gathered for stage 3, refreshed for stages 1-2); the tied
@@ -250,7 +261,9 @@ static void test_stage(const char *so, int stage)
     /* The updated weights reach the model's views; the frozen one did not move. */
     ZT_CHECK_INT(e.ops->before_unit(s, 1, ZT_PHASE_FORWARD, views, NULL), ZT_OK);
     ZT_CHECK_CLOSE(((float *)views[0].data)[3], 1003.0 - 0.1 * clip * 1.0, 1e-7, 0);
-    ZT_CHECK(((float *)views[1].data)[4] == 1235.0f);
+    ZT_CHECK(((float *)views[1].data)[4] == 1244.0f);
+    ZT_CHECK_INT(e.ops->read_shard(s, 1, ZT_SHARD_FROZEN, buf), ZT_OK);
+    ZT_CHECK(buf[0] == 1240.0f && buf[4] == 1244.0f);
     ZT_CHECK_INT(e.ops->after_unit(s, 1, ZT_PHASE_FORWARD), ZT_OK);
     ZT_CHECK_INT(e.ops->read_shard(s, 0, ZT_SHARD_MASTER, buf), ZT_OK);
     ZT_CHECK_CLOSE(buf[10], 10.0 - 0.1 * clip * 6.0, 1e-7, 0);
