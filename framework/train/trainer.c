@@ -257,13 +257,21 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
     t->fp16 = t->on_gpu && t->set->fp16;
     t->compute16 = t->fp16 ? ZT_F16 : ZT_BF16;
     if (t->fp16) {
-        zt_loss_scaler_init(&t->scaler, t->set->fp16_scale_power, t->set->fp16_window, t->set->fp16_hysteresis,
-                            t->set->fp16_min_scale);
         const char *hook = getenv("ZT_FP16_TEST_OVERFLOW");
         t->fp16_test_overflow = hook && !strcmp(hook, "1");
-        zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with dynamic loss scaling from %g (window %lld, hysteresis %lld, "
-               "min %g)%s", t->scaler.scale, (long long)t->set->fp16_window, (long long)t->set->fp16_hysteresis,
-               t->set->fp16_min_scale, t->fp16_test_overflow ? "; ZT_FP16_TEST_OVERFLOW=1: every backward overflows" : "");
+        const char *test_note = t->fp16_test_overflow ? "; ZT_FP16_TEST_OVERFLOW=1: every backward overflows" : "";
+        if (t->set->fp16_static_scale > 0) {
+            zt_loss_scaler_init_static(&t->scaler, t->set->fp16_static_scale, t->set->fp16_hysteresis);
+            zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with the static loss scale %g (fp16.loss_scale)%s",
+                   t->scaler.scale, test_note);
+        } else {
+            zt_loss_scaler_init(&t->scaler, t->set->fp16_scale_power, t->set->fp16_window, t->set->fp16_hysteresis,
+                                t->set->fp16_min_scale);
+            t->scaler.consecutive_hysteresis = t->set->fp16_consecutive_hysteresis;
+            zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with dynamic loss scaling from %g (window %lld, hysteresis %lld%s, "
+                   "min %g)%s", t->scaler.scale, (long long)t->set->fp16_window, (long long)t->set->fp16_hysteresis,
+                   t->scaler.consecutive_hysteresis ? ", consecutive" : "", t->set->fp16_min_scale, test_note);
+        }
     }
     return ZT_OK;
 }
