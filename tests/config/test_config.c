@@ -501,7 +501,7 @@ static void test_several_problems(void)
     const char *json = "{\n"
                        "  \"steps\": 0,\n"
                        "  \"gradient_clippin\": 1.0,\n"
-                       "  \"wall_clock_breakdown\": false,\n"
+                       "  \"memory_breakdown\": true,\n"
                        "  \"data\": {\"mode\": \"streaming\"}\n"
                        "}";
     const char *sets[] = {"bf16.enabled=maybe", "eval.evry=5", NULL};
@@ -510,9 +510,9 @@ static void test_several_problems(void)
     const char *expected =
         "config key 'steps' is 0, out of range: must be >= 1 (run.json:2:12)\n"
         "unknown config key 'gradient_clippin' (run.json:3:3); did you mean 'gradient_clipping'?\n"
-        "DeepSpeed key 'wall_clock_breakdown' is not supported by zt (run.json:4:3): timing breakdowns "
-        "are not implemented. zt reads DeepSpeed configs but does not implement this option; remove the "
-        "key 'wall_clock_breakdown' from the config\n"
+        "DeepSpeed key 'memory_breakdown' is true (run.json:4:3), which asks for memory breakdowns (zt-run "
+        "--dry-run estimates memory by pool): zt does not implement it. Set 'memory_breakdown' to false or remove "
+        "it\n"
         "config key 'data.mode' must be one of \"packed\", \"padded\"; got \"streaming\" (run.json:5:20)\n"
         "config key 'bf16.enabled' must be true or false, got string \"maybe\" (--set "
         "bf16.enabled=maybe)\n"
