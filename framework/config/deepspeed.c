@@ -16,6 +16,7 @@ enum {
     DS_ANY = 0,      /* any value of the key's type (a declared key: its schema checks the type) */
     DS_FALSE = 1,    /* a switch: accepted at false; true asks for what zt does not do */
     DS_DISABLED = 2, /* a section: accepted while its "enabled" is false or absent (DeepSpeed's default) */
+    DS_NOTED = 3,    /* a key no schema declares, accepted with any value and noted */
 };
 
 typedef struct ds_accepted {
@@ -47,6 +48,15 @@ static const ds_accepted k_accepted[] = {
     {"zero_optimization.stage3_gather_fp16_weights_on_model_save", DS_ANY,
      "--export always gathers every shard into one Hugging Face model (written by rank 0), and checkpoints "
      "keep the shards"},
+    {"monitor_config.enabled", DS_NOTED,
+     "DeepSpeed's switch over its monitor backends; zt accepts them only switched off (each its own \"enabled\": "
+     "false), so nothing is monitored either way"},
+    {"monitor_config.tag", DS_NOTED, "the name DeepSpeed's monitor logs under; zt has no monitor backend"},
+    {"monitor_config.tensorboard", DS_DISABLED, "TensorBoard event files"},
+    {"monitor_config.wandb", DS_DISABLED, "logging to Weights & Biases"},
+    {"monitor_config.csv_monitor", DS_DISABLED, "DeepSpeed's CSV monitor (zt writes every step to OUTPUT_DIR/metrics.jsonl)"},
+    {"monitor_config.comet", DS_DISABLED, "logging to Comet"},
+    {"comms_config", DS_DISABLED, "verbose communication logging"},
     {"tensorboard", DS_DISABLED, "TensorBoard event files"},
     {"wandb", DS_DISABLED, "logging to Weights & Biases"},
     {"csv_monitor", DS_DISABLED, "DeepSpeed's CSV monitor (zt writes every step to OUTPUT_DIR/metrics.jsonl)"},
@@ -62,6 +72,10 @@ static const ds_accepted k_accepted[] = {
     {"dump_state", DS_FALSE, "state dumps"},
     {"zero_force_ds_cpu_optimizer", DS_FALSE, "forcing DeepSpeed's CPU optimizer"},
     {"fp16.auto_cast", DS_FALSE, "automatic casting of fp16 inputs"},
+    {"fp16.fp16_master_weights_and_grads", DS_FALSE,
+     "fp16 master weights and gradients (zt keeps fp32 master weights; offload_optimizer steps them on the CPU)"},
+    {"zero_optimization.cpu_offload", DS_FALSE,
+     "DeepSpeed's older spelling of offload_optimizer.device \"cpu\" (write that instead)"},
 };
 
 static int is_prefix_of(const char *prefix, const char *key)
@@ -82,10 +96,14 @@ static const ds_accepted *find_accepted(const char *key)
 
 static const zt_json *entry_json(const zt_config *cfg, const given_entry *e) { return &cfg->docs[e->doc].json; }
 
+/* The key that switches a DS_DISABLED section on: "enabled", or comms_config's "verbose". */
+static const char *switch_of(const ds_accepted *a) { return !strcmp(a->key, "comms_config") ? "verbose" : "enabled"; }
+
 int cfg_deepspeed_accepts(const zt_config *cfg, const given_entry *e, const char *place, problem_list *problems)
 {
     const ds_accepted *a = find_accepted(e->key);
     if (!a || a->when == DS_ANY) return 0; /* DS_ANY keys are declared: their schema judges them */
+    if (a->when == DS_NOTED) return !e->is_object;
     const zt_json *j = entry_json(cfg, e);
     char got[96];
     if (a->when == DS_FALSE) {
@@ -101,7 +119,7 @@ int cfg_deepspeed_accepts(const zt_config *cfg, const given_entry *e, const char
     /* DS_DISABLED: the section decides by its "enabled"; its other keys follow. */
     if (!strcmp(a->key, e->key)) return e->is_object; /* a section given as a plain value: not this rule */
     char enabled_key[160];
-    snprintf(enabled_key, sizeof enabled_key, "%s.enabled", a->key);
+    snprintf(enabled_key, sizeof enabled_key, "%s.%s", a->key, switch_of(a));
     if (strcmp(e->key, enabled_key)) return 1;
     if (zt_json_is_bool(j, e->value_tok) && !zt_json_get_bool(j, e->value_tok)) return 1;
     if (zt_json_is_bool(j, e->value_tok)) {
@@ -188,9 +206,9 @@ void zt_ds_describe(const zt_config *cfg, FILE *out, const char *prefix)
         const ds_accepted *a = find_accepted(e->key);
         if (!a || e->is_object || last_user_entry(cfg, e->key) != k) continue;
         cfg_describe_place(cfg, e, e->key_offset, place, sizeof place);
-        if (a->when == DS_ANY)
+        if (a->when == DS_ANY || a->when == DS_NOTED)
             fprintf(out, "%s%s: %s (DeepSpeed) has no effect in zt: %s\n", prefix, place, e->key, a->why);
-        else if (a->when == DS_FALSE || !strcmp(e->key + strlen(a->key), ".enabled"))
+        else if (a->when == DS_FALSE || (e->key[strlen(a->key)] == '.' && !strcmp(e->key + strlen(a->key) + 1, switch_of(a))))
             fprintf(out, "%s%s: %s is false, so nothing asks for %s, which zt does not implement\n", prefix, place,
                     e->key, a->why);
     }

@@ -119,6 +119,7 @@
  * the sums are those of the normal path: bit for bit the same weights on CPU runs). step() then only
  * reports the norm (zero_sib_finish_step).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -141,9 +142,10 @@ const zt_option zero_options[] = {
      .type = ZT_OPT_INT,
      .flags = ZT_OPT_HAS_MIN,
      .default_value = "500000000",
-     .min = 1,
+     .min = 0,
      .help = "elements per gradient reduction call (DeepSpeed's name and unit); a larger unit is reduced "
-             "in pieces through a staging buffer of this size"},
+             "in pieces through a staging buffer of this size. 0: each unit in one call (DeepSpeed's 0 reduces "
+             "every gradient on its own, unbucketed; zt's smallest reduction is one unit's)"},
     {.key = "zero_optimization.allgather_bucket_size",
      .type = ZT_OPT_INT,
      .flags = ZT_OPT_HAS_MIN,
@@ -308,6 +310,7 @@ static zt_status read_options(zero_state *s)
     if (st == ZT_OK) st = h->cfg_string(h->ctx, "zero_optimization.offload_param.device", &offload_param);
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.offload_param.pin_memory", &pin_param);
     if (st != ZT_OK) return fail(s, st, "cannot read its options (status %d): a host bug", (int)st);
+    if (s->cfg.reduce_bucket == 0) s->cfg.reduce_bucket = INT64_MAX; /* no bucket: a unit per call */
 
     s->cfg.offload_optimizer = !strcmp(offload_optimizer, "cpu");
     s->cfg.offload_param = !strcmp(offload_param, "cpu");
