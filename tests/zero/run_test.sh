@@ -212,7 +212,7 @@ errors() {
     expect_fail "zero_optimization.offload_optimizer.device" "gpu" -- "$zt_run" "${common[@]}" --plugins zero1 \
         --output-dir "$out/x" --set zero_optimization.offload_optimizer.device=gpu
     expect_fail "zero_optimization.reduce_bucket_size" -- "$zt_run" "${common[@]}" --plugins zero2 \
-        --output-dir "$out/x" --set zero_optimization.reduce_bucket_size=0
+        --output-dir "$out/x" --set zero_optimization.reduce_bucket_size=-1
     expect_fail "parallel_config.data_parallel is 2 but the job has 1 process" "zt-run --nproc 2" -- \
         "$zt_run" "${common[@]}" --output-dir "$out/x" --set parallel_config.data_parallel=2
     zt_on 2
