@@ -13,7 +13,7 @@
 
 typedef struct check_job {
     zt_plugin_set *set;
-    const zt_config *cfg;             /* NULL for probe: the config is not validated yet */
+    zt_config *cfg;                   /* NULL for probe: the config is not validated yet */
     const zt_host_settings *settings; /* likewise */
 } check_job;
 
@@ -54,6 +54,13 @@ static void check_init_body(void *arg, FILE *report)
         if (!lp->plugin) continue;
         zt_child_report_call(report, "init()", lp);
         st = zt_plugin_init(lp, rt, &err);
+        if (st != ZT_OK || k != ZT_KIND_MODEL) continue;
+        /* the model's size settles the Trainer's "auto"s that the plugins after it read */
+        int64_t hidden = zt_cli_model_hidden(job->set);
+        char text[32];
+        snprintf(text, sizeof text, "%lld", (long long)hidden);
+        zt_child_report_line(report, "model_hidden", text);
+        st = zt_cli_model_autos(job->cfg, lp->desc.name, hidden, &err);
     }
     for (int k = ZT_KIND_COUNT; k >= 1; k--) {
         zt_loaded_plugin *lp = &job->set->by_kind[k];
@@ -94,7 +101,7 @@ int zt_cli_check(const run_args *a)
 
     if (zt_cli_add_schemas(cfg, &set, &err) != ZT_OK) goto fail;
     if (zt_config_validate(cfg, &err) != ZT_OK) goto fail;
-    if (zt_host_settings_read(cfg, &settings, &err) != ZT_OK) goto fail;
+    if (zt_cli_settings(cfg, zt_cli_world_size(a), &settings, &err) != ZT_OK) goto fail;
 
     job.cfg = cfg;
     job.settings = &settings;
@@ -103,6 +110,8 @@ int zt_cli_check(const run_args *a)
         zt_child_failure(&r, "initializing the plugins", 0, &err);
         goto fail;
     }
+    if (zt_cli_model_autos(cfg, set.by_kind[ZT_KIND_MODEL].desc.name, r.model_hidden, &err) != ZT_OK) goto fail;
+    zt_cli_log_deepspeed_notes(cfg);
 
     plugins = zt_cli_plugins_json(&set);
     if (!plugins) {

@@ -88,6 +88,7 @@ typedef struct child_result {
     char description[256];
     char caps[512];
     int abi_major, abi_minor;
+    int64_t model_hidden; /* the initialized model's hidden size (--check), 0 when not told */
     int term_signal;      /* the signal that killed it, 0 if none */
     int exit_code;
     int timed_out;
@@ -130,6 +131,21 @@ zt_status zt_cli_add_schemas(zt_config *cfg, const zt_plugin_set *set, zt_error 
  * which is one process even when zt-run is a rank. */
 zt_status zt_cli_create_runtime(const zt_config *cfg, const zt_host_settings *settings, const zt_plugin_set *set,
                                 int n_threads, int in_child, zt_runtime **rt, zt_error *err);
+
+/* The ranks the run has or is checked for: --nproc (which a dry run and --check take as the rank count,
+ * as they do torchrun's flags), else the launch's (mpirun, srun, zt-run's own ranks), else 1. */
+int64_t zt_cli_world_size(const run_args *a);
+
+/* The host's settings of a validated config, after DeepSpeed's batch rule has derived what the config
+ * leaves to it over the data-parallel size of `world_size` ranks (config/deepspeed.h). */
+zt_status zt_cli_settings(zt_config *cfg, int64_t world_size, zt_host_settings *settings, zt_error *err);
+
+/* The hidden size of the set's model plugin once it is initialized (0 before). */
+int64_t zt_cli_model_hidden(const zt_plugin_set *set);
+/* The Hugging Face Trainer's "auto"s of the model's size (config/deepspeed.h), then validated again. */
+zt_status zt_cli_model_autos(zt_config *cfg, const char *model_name, int64_t hidden, zt_error *err);
+/* Rank 0 logs what the config's DeepSpeed keys mean in zt (zt_ds_describe), one "zt info:" line each. */
+void zt_cli_log_deepspeed_notes(const zt_config *cfg);
 
 /* "_plugins" of the resolved config: [{"name", "kind", "version", "abi", "path"}, ...]; NULL when out
  * of memory. The caller frees it. */

@@ -68,6 +68,7 @@ static void parse_report(char *text, child_result *r)
             else if (!strcmp(key, "description")) snprintf(r->description, sizeof r->description, "%s", value);
             else if (!strcmp(key, "caps")) snprintf(r->caps, sizeof r->caps, "%s", value);
             else if (!strcmp(key, "abi")) sscanf(value, "%d.%d", &r->abi_major, &r->abi_minor);
+            else if (!strcmp(key, "model_hidden")) r->model_hidden = strtoll(value, NULL, 10);
         }
         line = next;
     }

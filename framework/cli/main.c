@@ -333,8 +333,10 @@ static int parse_args(int argc, char **argv, run_args *a)
                                      OPT_EXPORT_SHARD_SIZE, OPT_NPROC, OPT_NNODES,
                                      OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT,
                                      OPT_DRY_RUN, OPT_GPU_MEM_LIMIT, OPT_COMPARE};
+    /* --check takes the rank count (--nproc, torchrun's flags) that DeepSpeed's batch rule divides by */
     for (size_t i = 0; i < sizeof train_only / sizeof train_only[0] && status < 0; i++)
         if (given[train_only[i]] && a->action >= 0 &&
+            !(a->action == OPT_CHECK && train_only[i] >= OPT_NPROC && train_only[i] <= OPT_MASTER_PORT) &&
             !(a->action == OPT_GENERATE && (train_only[i] == OPT_DATA || train_only[i] == OPT_MODEL ||
                                             train_only[i] == OPT_RESUME)))
             status = zt_cli_usage_error("%s is for training and has no effect with %s", options[train_only[i]].name,
@@ -356,7 +358,7 @@ static int parse_args(int argc, char **argv, run_args *a)
                                  a->master_port};
         zt_launch_plan plan;
         if (zt_launch_plan_make(&req, &plan, &err) != ZT_OK) return zt_cli_usage_error("%s", err.msg);
-        if (a->dry_run) {
+        if (a->dry_run || a->action == OPT_CHECK) {
             snprintf(a->world_text, sizeof a->world_text, "%d", plan.world_size);
             a->nproc = a->world_text;
         }
@@ -429,7 +431,7 @@ int main(int argc, char **argv)
         zt_log_set_rank(launch.rank);
     /* --compare starts a child zt-run per combination, which launches its own ranks. */
     if (status < 0 && a.n_compares > 0) status = zt_cli_compare(&a);
-    if (status < 0 && !a.dry_run &&
+    if (status < 0 && !a.dry_run && a.action != OPT_CHECK &&
         (a.nproc || a.nnodes || a.nproc_per_node || a.node_rank || a.master_addr || a.master_port)) {
         /* Returns only on failure, or for a job of one rank (the run stays in this process). */
         zt_launch_request req = {a.nproc, a.nnodes, a.nproc_per_node, a.node_rank, a.master_addr, a.master_port};

@@ -8,6 +8,8 @@
 #include "base/json.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "config/deepspeed.h"
+#include "dist/launch.h"
 #include "host/select.h"
 
 zt_status zt_cli_load_config(const run_args *a, int training, zt_config *cfg, zt_error *err)
@@ -105,3 +107,55 @@ char *zt_cli_plugins_json(const zt_plugin_set *set)
     return text;
 }
 
+
+int64_t zt_cli_world_size(const run_args *a)
+{
+    char *end;
+    long n = a->nproc ? strtol(a->nproc, &end, 10) : 0;
+    if (a->nproc && !*end && n >= 1 && n <= 65536) return n;
+    zt_launch launch;
+    zt_error err;
+    return zt_launch_detect(&launch, &err) == ZT_OK && launch.world_size > 1 ? launch.world_size : 1;
+}
+
+zt_status zt_cli_settings(zt_config *cfg, int64_t world_size, zt_host_settings *settings, zt_error *err)
+{
+    zt_status st = zt_host_settings_read(cfg, settings, err);
+    if (st == ZT_OK) st = zt_ds_resolve_batch(cfg, zt_data_parallel_size(settings, world_size), err);
+    if (st == ZT_OK) st = zt_config_validate(cfg, err);
+    return st == ZT_OK ? zt_host_settings_read(cfg, settings, err) : st;
+}
+
+int64_t zt_cli_model_hidden(const zt_plugin_set *set)
+{
+    const zt_loaded_plugin *lp = &set->by_kind[ZT_KIND_MODEL];
+    if (!lp->plugin || !lp->initialized) return 0;
+    const zt_model_ops *ops = lp->plugin->ops;
+    const zt_model_info *info = ops && ops->info ? ops->info(lp->state) : NULL;
+    return info ? info->hidden_size : 0;
+}
+
+zt_status zt_cli_model_autos(zt_config *cfg, const char *model_name, int64_t hidden, zt_error *err)
+{
+    char model[96];
+    snprintf(model, sizeof model, "model '%s'", model_name);
+    zt_status st = zt_ds_resolve_model_autos(cfg, hidden, model, err);
+    return st == ZT_OK ? zt_config_validate(cfg, err) : st;
+}
+
+void zt_cli_log_deepspeed_notes(const zt_config *cfg)
+{
+    if (zt_log_rank() > 0) return;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem) return;
+    zt_ds_describe(cfg, mem, "");
+    if (fclose(mem) == 0)
+        for (const char *line = text; *line;) {
+            size_t n = strcspn(line, "\n");
+            zt_log(ZT_LOG_INFO, "%.*s", (int)n, line);
+            line += n + (line[n] == '\n');
+        }
+    free(text);
+}

@@ -15,21 +15,21 @@
 #include "train/trainer.h"
 
 /* --dry-run: the memory estimate of the run do_train was about to start, for as many data-parallel
- * ranks as it would have (--nproc N, else parallel_config.data_parallel, else the launch's), printed
+ * ranks as it would have (zt_data_parallel_size of --nproc N, else of the launch's ranks), printed
  * by rank 0 and written to OUTPUT_DIR/memory-estimate.json. */
 static int dry_run(const run_args *a, zt_config *cfg, const zt_host_settings *settings, const zt_registry *reg,
                    const zt_plugin_set *set, zt_runtime *rt, int gpu)
 {
     zt_error err;
     const zt_host *host = set->by_kind[ZT_KIND_ZERO].host;
-    int64_t dp = host->world_size;
+    int64_t world = host->world_size;
     if (a->nproc) {
         char *end;
-        dp = strtol(a->nproc, &end, 10);
-        if (*end || dp < 1 || dp > 65536) return zt_cli_usage_error("--nproc '%s' is not a number of ranks from 1 to 65536", a->nproc);
-    } else if (settings->has_data_parallel) {
-        dp = settings->data_parallel;
+        world = strtol(a->nproc, &end, 10);
+        if (*end || world < 1 || world > 65536)
+            return zt_cli_usage_error("--nproc '%s' is not a number of ranks from 1 to 65536", a->nproc);
     }
+    int64_t dp = zt_data_parallel_size(settings, world);
     if (host->world_rank != 0) return ZT_EXIT_OK;
     const char *output_dir = settings->output_dir;
     char path[4200];
@@ -94,7 +94,7 @@ int zt_cli_train(const run_args *a)
     if (zt_cli_resolve_plugins(a, cfg, &reg, &set, &err) != ZT_OK) goto fail;
     if (zt_cli_add_schemas(cfg, &set, &err) != ZT_OK) goto fail;
     if (zt_train_configure(cfg, a->model, !a->dry_run, &err) != ZT_OK) goto fail;
-    if (zt_host_settings_read(cfg, &settings, &err) != ZT_OK) goto fail;
+    if (zt_cli_settings(cfg, zt_cli_world_size(a), &settings, &err) != ZT_OK) goto fail;
     int estimate_only = 0; /* a dry run estimating a GPU run on a CPU runtime */
     if (zt_cli_create_runtime(cfg, &settings, &set, (int)settings.threads, 0, &rt, &err) != ZT_OK) {
         if (!a->dry_run || !wants_gpu(&settings, &set)) goto fail;
@@ -105,10 +105,15 @@ int zt_cli_train(const run_args *a)
         if (set.by_kind[k].plugin && (!estimate_only || estimated_kind(k)) &&
             zt_plugin_probe(&set.by_kind[k], rt, &err) != ZT_OK)
             goto fail;
-    for (int k = 1; k <= ZT_KIND_COUNT; k++)
-        if (set.by_kind[k].plugin && (!estimate_only || estimated_kind(k)) &&
-            zt_plugin_init(&set.by_kind[k], rt, &err) != ZT_OK)
+    for (int k = 1; k <= ZT_KIND_COUNT; k++) {
+        if (!set.by_kind[k].plugin || (estimate_only && !estimated_kind(k))) continue;
+        if (zt_plugin_init(&set.by_kind[k], rt, &err) != ZT_OK) goto fail;
+        /* the model's size settles the Trainer's "auto"s that the plugins after it read */
+        if (k == ZT_KIND_MODEL &&
+            zt_cli_model_autos(cfg, set.by_kind[k].desc.name, zt_cli_model_hidden(&set), &err) != ZT_OK)
             goto fail;
+    }
+    zt_cli_log_deepspeed_notes(cfg);
     int on_gpu = set.by_kind[ZT_KIND_ZERO].host && set.by_kind[ZT_KIND_ZERO].host->device->device_type != ZT_DEVICE_CPU;
     if (a->dry_run) {
         status = dry_run(a, cfg, &settings, reg, &set, rt, on_gpu || estimate_only);

@@ -187,13 +187,45 @@ int cfg_add_entry(zt_config *cfg, char *key, int doc, int value_tok, size_t key_
     return 1;
 }
 
-/* The entry whose value counts for `key`: the last --set, else the last file entry; -1 if none. */
+/* 1 when a declared option cannot take the text "auto" as its value (every type but a string, and an
+ * enum without the choice "auto"), so a file's "auto" for it is the Hugging Face Trainer's placeholder. */
+static int auto_is_placeholder(const zt_option *opt)
+{
+    if (opt->type == ZT_OPT_STRING) return 0;
+    if (opt->type != ZT_OPT_ENUM) return 1;
+    for (int k = 0; opt->choices && opt->choices[k]; k++)
+        if (!strcmp(opt->choices[k], "auto")) return 0;
+    return 1;
+}
+
+int cfg_entry_is_auto(const zt_config *cfg, const given_entry *e)
+{
+    const config_doc *d = &cfg->docs[e->doc];
+    if (d->from_set || d->put || e->is_object) return 0;
+    const zt_json_tok *t = &d->json.tok[e->value_tok];
+    if (t->type != ZT_JSON_STRING || t->end - t->start != 4 || memcmp(d->json.text + t->start, "auto", 4) != 0)
+        return 0;
+    const declared_option *decl = cfg_find_decl(cfg, e->key);
+    return decl && auto_is_placeholder(decl->opt);
+}
+
+int cfg_auto_entry(const zt_config *cfg, const char *key)
+{
+    int found = -1;
+    for (int k = 0; k < cfg->n_given; k++)
+        if (!strcmp(cfg->given[k].key, key) && cfg_entry_is_auto(cfg, &cfg->given[k])) found = k;
+    return found;
+}
+
+/* The entry whose value counts for `key`: the last --set, else the last file entry; -1 if none. A file's
+ * "auto" (cfg_entry_is_auto) gives no value: the key keeps zt's own (a --set, a value the host puts, or
+ * the default), as the Hugging Face Trainer fills "auto" from its own settings. */
 int cfg_effective_entry(const zt_config *cfg, const char *key)
 {
     int best = -1, best_from_set = 0;
     for (int k = 0; k < cfg->n_given; k++) {
         const given_entry *e = &cfg->given[k];
-        if (e->is_object || strcmp(e->key, key) != 0) continue;
+        if (e->is_object || strcmp(e->key, key) != 0 || cfg_entry_is_auto(cfg, e)) continue;
         int from_set = cfg->docs[e->doc].from_set;
         if (best < 0 || from_set >= best_from_set) {
             best = k;
@@ -245,7 +277,7 @@ static void flatten(zt_config *cfg, int doc, int obj, const char *prefix, proble
             continue;
         }
         /* zt's own metadata in config.resolved.json: ignored so a resolved config can be fed back. */
-        if (!prefix && (strcmp(name, "_sources") == 0 || strcmp(name, "_plugins") == 0)) {
+        if (!prefix && (!strcmp(name, "_sources") || !strcmp(name, "_plugins") || !strcmp(name, "_notes"))) {
             free(name);
             continue;
         }

@@ -6,6 +6,7 @@
  *   resolved.c     writing the resolved config
  *   yaml.c         YAML files: read into a tree, written as the JSON text of a document (yaml.h)
  *   mindformers.c  MindFormers' spellings in a YAML file rewritten to zt's keys (yaml.h)
+ *   deepspeed.c    DeepSpeed's rules across keys, the Trainer's "auto"s, keys accepted without effect
  */
 #ifndef ZT_FRAMEWORK_CONFIG_INTERNAL_H
 #define ZT_FRAMEWORK_CONFIG_INTERNAL_H
@@ -131,8 +132,14 @@ zt_status cfg_load_document(zt_config *cfg, char *text, size_t len, const char *
                             int n_places, zt_error *err);
 char *cfg_arena_strndup(zt_config *cfg, const char *s, size_t n);
 void cfg_doc_free(config_doc *d);
-/* The entry whose value counts for `key`: the last --set, else the last file entry; -1 if none. */
+/* The entry whose value counts for `key`: the last --set, else the last file entry; -1 if none. A file's
+ * "auto" for a key that cannot take the text as a value counts as not given. */
 int cfg_effective_entry(const zt_config *cfg, const char *key);
+/* 1 when entry e is a file's "auto" placeholder (the Hugging Face Trainer's) for a declared key that cannot
+ * take "auto" literally (not a string, not an enum with the choice "auto"). */
+int cfg_entry_is_auto(const zt_config *cfg, const given_entry *e);
+/* The last file entry of `key` that is such an "auto", or -1. */
+int cfg_auto_entry(const zt_config *cfg, const char *key);
 char *cfg_format_alloc(const char *fmt, ...) ZT_PRINTF(1, 2);
 int cfg_grow(void **items, int *cap, int need, size_t item_size);
 /* A command-line style value: JSON when it is a valid JSON scalar or array, else the text itself
@@ -166,6 +173,13 @@ void cfg_format_double(double v, char *buf, size_t cap);
 int cfg_parse_value(zt_config *cfg, const zt_option *opt, const zt_json *j, int tok, int from_command_line,
                     option_value *out, value_problem *vp);
 size_t cfg_token_offset(const zt_json *j, int tok);
+
+/* ---- deepspeed.c --------------------------------------------------------------------------------- */
+
+/* A DeepSpeed key no schema declares that zt accepts switched off (a monitor section with "enabled":
+ * false, "prescale_gradients": false, ...): 1 when e is one (accepted, or the problem added: switched
+ * on), 0 when the rule does not cover it. `place` is where e's key is. */
+int cfg_deepspeed_accepts(const zt_config *cfg, const given_entry *e, const char *place, problem_list *problems);
 
 /* ---- schema.c ------------------------------------------------------------------------------------ */
 

@@ -67,6 +67,12 @@ static const zt_option k_host_options[] = {
     {"fp16.min_loss_scale", ZT_OPT_FLOAT, MIN_ONLY | ZT_OPT_MIN_OPEN, "1", 0, 0, NULL,
      "fp16: the loss scale never drops below this value; 2 x hysteresis overflowing steps in a row "
      "at it stop training with an error (the scale has collapsed)."},
+    {"fp16.loss_scale", ZT_OPT_FLOAT, MIN_ONLY, "0", 0, 0, NULL,
+     "fp16: 0 scales the loss dynamically (the keys above); a positive value is a static loss scale, "
+     "never changed (overflowing steps are still skipped)."},
+    {"fp16.consecutive_hysteresis", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "fp16: true restores the hysteresis after every step without overflow; false (DeepSpeed's default) "
+     "only when the loss scale is raised after loss_scale_window good steps."},
 
     /* ---- plugins chosen by the config ---- */
     {"zero_optimization.stage", ZT_OPT_INT, MIN_MAX, "0", 0, 3, NULL,
@@ -134,6 +140,12 @@ static const zt_option k_host_options[] = {
      "interrupted run (Ctrl-C) saves one either way."},
     {"log.every", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_STEPS, NULL,
      "Log loss, learning rate and throughput every N optimizer steps."},
+    {"steps_per_print", ZT_OPT_INT, MIN_MAX | ZT_OPT_NO_DEFAULT, NULL, 1, MAX_STEPS, NULL,
+     "DeepSpeed's name of log.every: log every N optimizer steps (log.every, when also given, must agree)."},
+    {"wall_clock_breakdown", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "Log the time of the step's forward, backward and optimizer step with each log line; GPU runs "
+     "synchronize the device at each boundary to measure them (as DeepSpeed's timers do), which costs "
+     "the overlap of those phases."},
     {"output_dir", ZT_OPT_STRING, 0, "out", 0, 0, NULL,
      "Directory for the run's outputs (config.resolved.json, final weights, logs)."},
     {"tensorboard.enabled", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
@@ -162,6 +174,23 @@ static const zt_option k_host_options[] = {
      "Micro-batches in flight through the pipeline per step."},
     {"auto_trans_ckpt", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
      "Convert a checkpoint saved under another parallel layout when loading it (MindFormers' name)."},
+
+    /* ---- DeepSpeed keys accepted without effect (config/deepspeed.c says why, in the run's notes) ---- */
+    {"zero_allow_untested_optimizer", ZT_OPT_BOOL, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "DeepSpeed: no effect in zt, which has no list of tested optimizers to bypass."},
+    {"zero_optimization.round_robin_gradients", ZT_OPT_BOOL, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "DeepSpeed: no effect in zt, whose offload copies each unit's gradient shard as its reduction ends."},
+    {"zero_optimization.sub_group_size", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 1, 0, NULL,
+     "DeepSpeed: no effect in zt, which steps the optimizer one unit (a layer) at a time."},
+    {"zero_optimization.stage3_param_persistence_threshold", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 0, 0,
+     NULL, "DeepSpeed: no effect in zt, which gathers a unit's parameters, small ones included, in one "
+     "all-gather."},
+    {"zero_optimization.stage3_max_reuse_distance", ZT_OPT_INT, MIN_ONLY | ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
+     "DeepSpeed: no effect in zt, which releases a unit's gathered parameters right after its use."},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", ZT_OPT_BOOL, ZT_OPT_NO_DEFAULT, NULL, 0, 0,
+     NULL, "DeepSpeed: no effect in zt: --export always gathers the shards into one model."},
+    {"zero_optimization.stage3_gather_fp16_weights_on_model_save", ZT_OPT_BOOL, ZT_OPT_NO_DEFAULT, NULL, 0, 0,
+     NULL, "DeepSpeed (the older name): no effect in zt: --export always gathers the shards into one model."},
     {"comm.timeout_s", ZT_OPT_FLOAT, MIN_ONLY, "300", 0, 0, NULL,
      "Multi-rank runs: a collective not completed after this many seconds ends every rank with a "
      "message naming it, instead of hanging; 0 waits forever (docs/distributed.md)."},

@@ -8,6 +8,7 @@
 #include "base/fileio.h"
 #include "base/json.h"
 #include "config/config_internal.h"
+#include "config/deepspeed.h"
 
 /* ---- the resolved config ------------------------------------------------------------------- */
 
@@ -52,8 +53,30 @@ static void write_value(FILE *out, const declared_option *d)
     }
 }
 
+/* "file:PATH:LINE" of entry e, with its MindFormers note; NULL when out of memory. */
+static char *file_place(const zt_config *cfg, const given_entry *e)
+{
+    const config_doc *doc = &cfg->docs[e->doc];
+    int line, col;
+    const char *note;
+    cfg_doc_line_col(doc, e->key_offset, &line, &col, &note);
+    return note ? cfg_format_alloc("file:%s:%d (%s)", doc->origin, line, note)
+                : cfg_format_alloc("file:%s:%d", doc->origin, line);
+}
+
 static void write_source(const zt_config *cfg, FILE *out, const declared_option *d)
 {
+    int auto_entry = cfg_auto_entry(cfg, d->opt->key);
+    if (d->given < 0 && auto_entry >= 0) {
+        /* the file's "auto", filled with zt's own value as the Hugging Face Trainer fills it with its own */
+        char *place = file_place(cfg, &cfg->given[auto_entry]);
+        char *source = place ? cfg_format_alloc("\"auto\" (%s): zt's default", place) : NULL;
+        if (source) zt_json_write_string(out, source, strlen(source));
+        else fputs("\"auto\"", out);
+        free(place);
+        free(source);
+        return;
+    }
     if (d->given < 0) {
         fputs("\"default\"", out);
         return;
@@ -65,17 +88,38 @@ static void write_source(const zt_config *cfg, FILE *out, const declared_option 
         return;
     }
     if (doc->from_set) {
-        fputs("\"--set\"", out);
+        fputs(auto_entry >= 0 ? "\"--set (over the file's \\\"auto\\\")\"" : "\"--set\"", out);
         return;
     }
-    int line, col;
-    const char *note;
-    cfg_doc_line_col(doc, e->key_offset, &line, &col, &note);
-    char *source = note ? cfg_format_alloc("file:%s:%d (%s)", doc->origin, line, note)
-                        : cfg_format_alloc("file:%s:%d", doc->origin, line);
+    char *source = file_place(cfg, e);
     if (source) zt_json_write_string(out, source, strlen(source));
     else fputs("\"file\"", out);
     free(source);
+}
+
+/* "_notes": what the file means in zt that its keys do not show (the MindFormers notes, every "auto" and
+ * the value it took, the DeepSpeed keys accepted without effect), one string per line; absent when none. */
+static void write_notes(const zt_config *cfg, FILE *out)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem) return;
+    fputs(zt_config_notes(cfg), mem);
+    zt_ds_describe(cfg, mem, "");
+    if (fclose(mem) != 0) {
+        free(text);
+        return;
+    }
+    int n = 0;
+    for (const char *line = text; *line;) {
+        size_t k = strcspn(line, "\n");
+        fputs(n++ ? ",\n    " : ",\n  \"_notes\": [\n    ", out);
+        zt_json_write_string(out, line, k);
+        line += k + (line[k] == '\n');
+    }
+    if (n) fputs("\n  ]", out);
+    free(text);
 }
 
 static void indent(FILE *out, int level) { fprintf(out, "%*s", 2 * level, ""); }
@@ -157,6 +201,7 @@ zt_status zt_config_write_resolved(const zt_config *cfg, FILE *out, const char *
         write_source(cfg, out, sorted[k]);
     }
     fputs(cfg->n_decl ? "\n  }" : "}", out);
+    write_notes(cfg, out);
     if (plugins_json) fprintf(out, ",\n  \"_plugins\": %s", plugins_json);
     fputs("\n}\n", out);
     free(sorted);

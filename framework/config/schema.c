@@ -120,45 +120,27 @@ typedef struct deepspeed_key {
 } deepspeed_key;
 
 static const deepspeed_key k_deepspeed_unsupported[] = {
-    {"zero_optimization.sub_group_size", "ZeRO-Infinity optimizer sub-groups are not implemented"},
-    {"zero_optimization.stage3_max_live_parameters",
-     "ZeRO-3 parameter prefetch/release tuning is not implemented"},
-    {"zero_optimization.stage3_max_reuse_distance",
-     "ZeRO-3 parameter prefetch/release tuning is not implemented"},
-    {"zero_optimization.stage3_gather_16bit_weights_on_model_save",
-     "gathering 16-bit weights into one file on save is not implemented"},
-    {"zero_optimization.stage3_gather_fp16_weights_on_model_save",
-     "gathering 16-bit weights into one file on save is not implemented"},
-    {"zero_optimization.round_robin_gradients",
-     "round-robin gradient partitioning for CPU offload is not implemented"},
     {"zero_optimization.elastic_checkpoint", "elastic checkpoints are not implemented"},
     {"zero_optimization.mics_shard_size", "MiCS sharding is not implemented"},
     {"zero_optimization.mics_hierarchical_params_gather", "MiCS sharding is not implemented"},
     {"zero_optimization.zero_hpz_partition_size", "ZeRO++ is not implemented"},
     {"zero_optimization.zero_quantized_weights", "ZeRO++ is not implemented"},
     {"zero_optimization.zero_quantized_gradients", "ZeRO++ is not implemented"},
-    {"zero_allow_untested_optimizer", "zt has no list of tested optimizers to bypass"},
     {"zero_force_ds_cpu_optimizer", "there is no DeepSpeed CPU optimizer to force"},
     {"aio", "asynchronous I/O for NVMe offload is not implemented"},
     {"activation_checkpointing",
      "activation checkpointing has no options in zt: switch it on with \"recompute\": true"},
     {"amp", "NVIDIA Apex AMP is not used: set bf16.enabled or fp16.enabled instead"},
     {"fp16.auto_cast", "automatic casting of fp16 inputs is not implemented"},
-    {"fp16.loss_scale",
-     "a static loss scale is not implemented: fp16 loss scaling is dynamic (fp16.initial_scale_power, "
-     "fp16.loss_scale_window, fp16.hysteresis, fp16.min_loss_scale)"},
-    {"fp16.consecutive_hysteresis", "not settable: zt always restores the hysteresis after a good step (true)"},
     {"communication_data_type", "the data type of gradient communication cannot be chosen"},
     {"seq_parallel_communication_data_type", "sequence parallelism is not implemented"},
     {"prescale_gradients", "gradient pre-scaling before the all-reduce is not implemented"},
     {"gradient_predivide_factor", "gradient pre-scaling before the all-reduce is not implemented"},
     {"sparse_gradients", "sparse gradients are not implemented"},
     {"data_types", "the gradient accumulation data type cannot be chosen"},
-    {"wandb", "monitoring backends are not implemented: zt logs to stderr every log.every steps"},
-    {"csv_monitor", "monitoring backends are not implemented: zt logs to stderr every log.every steps"},
-    {"comet", "monitoring backends are not implemented: zt logs to stderr every log.every steps"},
-    {"steps_per_print", "zt's equivalent is log.every"},
-    {"wall_clock_breakdown", "timing breakdowns are not implemented"},
+    {"wandb", "Weights & Biases logging is not implemented: zt logs to stderr every log.every steps"},
+    {"csv_monitor", "the CSV monitor is not implemented: zt writes every step to OUTPUT_DIR/metrics.jsonl"},
+    {"comet", "Comet logging is not implemented: zt logs to stderr every log.every steps"},
     {"memory_breakdown", "memory breakdowns are not implemented"},
     {"dump_state", "state dumps are not implemented"},
     {"flops_profiler", "the FLOPS profiler is not implemented"},
@@ -395,6 +377,8 @@ zt_status zt_config_validate(zt_config *cfg, zt_error *err)
                 cfg_problem_add(&problems, "config key '%s' must be %s, got an object (%s)", e->key, type,
                             value_place);
                 reported[n_reported++] = e->key;
+            } else if (!below && cfg_deepspeed_accepts(cfg, e, key_place, &problems)) {
+                /* a section zt accepts switched off: its keys are judged one by one */
             } else if (ds && !below) {
                 report_deepspeed(e, ds, key_place, &problems);
                 reported[n_reported++] = e->key;
@@ -421,6 +405,8 @@ zt_status zt_config_validate(zt_config *cfg, zt_error *err)
                         "config key '%s' must be an object (a section holding keys such as '%s'), got "
                         "%s (%s)",
                         e->key, below->opt->key, got, value_place);
+        } else if (cfg_deepspeed_accepts(cfg, e, key_place, &problems)) {
+            /* accepted switched off, or the problem is said */
         } else if (ds) {
             report_deepspeed(e, ds, key_place, &problems);
         } else {

@@ -92,13 +92,15 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_int, "fp16.loss_scale_window", &s->fp16_window);
     READ(zt_config_get_int, "fp16.hysteresis", &s->fp16_hysteresis);
     READ(zt_config_get_float, "fp16.min_loss_scale", &s->fp16_min_scale);
+    READ(zt_config_get_float, "fp16.loss_scale", &s->fp16_static_scale);
+    READ(read_bool, "fp16.consecutive_hysteresis", &s->fp16_consecutive_hysteresis);
     /* bf16.enabled defaults to true: only an explicit true next to fp16 is a contradiction */
     if (s->fp16 && s->bf16 && zt_config_is_set(cfg, "bf16.enabled"))
         return zt_error_set(err, ZT_ERR_CONFIG,
                             "fp16.enabled and bf16.enabled are both true; pick one precision: set bf16.enabled to "
                             "false for fp16 with loss scaling, or fp16.enabled to false for bf16 (recommended on "
                             "GPUs that have it: no loss scaling needed)");
-    if (s->fp16 && ldexp(1.0, (int)s->fp16_scale_power) < s->fp16_min_scale)
+    if (s->fp16 && !s->fp16_static_scale && ldexp(1.0, (int)s->fp16_scale_power) < s->fp16_min_scale)
         return zt_error_set(err, ZT_ERR_CONFIG,
                             "fp16.min_loss_scale is %g, above the initial loss scale 2^%lld = %g; lower "
                             "fp16.min_loss_scale or raise fp16.initial_scale_power",
@@ -138,6 +140,15 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_int, "checkpoint.keep", &s->checkpoint_keep);
     READ(read_bool, "checkpoint.final", &s->checkpoint_final);
     READ(zt_config_get_int, "log.every", &s->log_every);
+    int64_t steps_per_print;
+    READ_OPTIONAL(zt_config_get_int, "steps_per_print", &has, &steps_per_print);
+    if (has && zt_config_is_set(cfg, "log.every") && steps_per_print != s->log_every)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "log.every is %lld but steps_per_print (DeepSpeed's name of the same setting) is %lld; "
+                            "give one of them, or the same value to both",
+                            (long long)s->log_every, (long long)steps_per_print);
+    if (has) s->log_every = steps_per_print;
+    READ(read_bool, "wall_clock_breakdown", &s->wall_clock_breakdown);
     READ(zt_config_get_string, "output_dir", &s->output_dir);
     /* Room for the names joined to it (checkpoints/step-NNNNNN/..., config.resolved.json). */
     if (!s->output_dir[0] || strlen(s->output_dir) > 4000)
@@ -177,6 +188,13 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_string, "comms_logger.prof_ops", &s->comms_logger.prof_ops);
     READ(zt_config_get_int, "comm.flight_recorder.entries", &s->flight_recorder_entries);
     return ZT_OK;
+}
+
+int64_t zt_data_parallel_size(const zt_host_settings *s, int64_t world_size)
+{
+    if (s->has_data_parallel) return s->data_parallel;
+    int64_t other = s->model_parallel * s->pipeline_stage;
+    return other > 0 && world_size >= other ? world_size / other : 1;
 }
 
 /* One config holding only the host's schema, made once and kept for the process: the defaults'

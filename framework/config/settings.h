@@ -58,6 +58,8 @@ typedef struct zt_host_settings {
     int32_t bf16, fp16;          /* bf16.enabled, fp16.enabled (both true is refused) */
     int64_t fp16_scale_power, fp16_window, fp16_hysteresis;
     double fp16_min_scale;
+    double fp16_static_scale;    /* fp16.loss_scale: 0 dynamic, else the static scale */
+    int32_t fp16_consecutive_hysteresis;
 
     /* plugins chosen by the config */
     int32_t zero_stage;
@@ -83,7 +85,8 @@ typedef struct zt_host_settings {
     int64_t checkpoint_every, checkpoint_keep;
     int32_t checkpoint_final;
     char checkpoint_dir[4096];   /* checkpoint.dir, else <output_dir>/checkpoints */
-    int64_t log_every;
+    int64_t log_every;           /* log.every, else steps_per_print (DeepSpeed's name), else log.every's default */
+    int32_t wall_clock_breakdown;
     const char *output_dir;
     int32_t tensorboard;                  /* tensorboard.enabled */
     const char *tensorboard_output_path;  /* tensorboard.output_path ("": the current directory) */
@@ -108,6 +111,11 @@ typedef struct zt_host_settings {
  * the initial scale, optimizer.no_decay's groups, and paths that would not fit. Strings point into
  * cfg and live as long as it. */
 zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *out, zt_error *err);
+
+/* The data-parallel size of a job of `world_size` ranks: parallel_config.data_parallel when set, else the
+ * ranks left once tensor and pipeline parallelism (model_parallel x pipeline_stage) have taken theirs. The
+ * one place that says it: DeepSpeed's batch rule (config/deepspeed.h) and the estimate use it. */
+int64_t zt_data_parallel_size(const zt_host_settings *s, int64_t world_size);
 
 /* The settings of a config with nothing but the host's schema at its defaults: for runtimes made
  * without a run config (zt-run --list-plugins, --env, probing in a child). */

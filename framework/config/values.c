@@ -157,8 +157,8 @@ static int fail_type(value_problem *vp, const zt_option *opt, const zt_json *j, 
     const zt_json_tok *t = &j->tok[tok];
     if (t->type == ZT_JSON_STRING && t->end - t->start == 4 && memcmp(j->text + t->start, "auto", 4) == 0) {
         snprintf(vp->hint, sizeof vp->hint,
-                 "\"auto\" is filled in by the Hugging Face Trainer, not by DeepSpeed or zt: write the "
-                 "value itself");
+                 "\"auto\" in a config file gives a key zt's own value (as the Hugging Face Trainer fills it "
+                 "with its own); here, write the value itself");
     } else if (zt_json_is_null(j, tok)) {
         snprintf(vp->hint, sizeof vp->hint, "remove the key to use the default (%s)",
                  opt->default_value ? opt->default_value : "unset");

@@ -40,8 +40,7 @@ static int config_optimizer_name(const zt_config *cfg, char *name, size_t cap, z
         zt_error_set(err, ZT_ERR_CONFIG, "optimizer.type must be a string naming an optimizer, e.g. \"AdamW\"");
         return -1;
     }
-    snprintf(name, cap, "%s", value);
-    for (char *c = name; *c; c++) *c = (char)tolower((unsigned char)*c);
+    zt_select_optimizer_plugin(value, name, cap);
     if (!zt_plugin_name_valid(name)) {
         zt_error_set(err, ZT_ERR_CONFIG,
                      "optimizer.type = \"%.80s\" is not an optimizer plugin name (e.g. \"AdamW\" selects the "
@@ -357,7 +356,10 @@ zt_status zt_select_record(zt_config *cfg, const zt_plugin_set *set, zt_error *e
     const zt_loaded_plugin *opt = &set->by_kind[ZT_KIND_OPTIMIZER], *zero = &set->by_kind[ZT_KIND_ZERO];
     zt_status st = ZT_OK;
     const char *type = NULL;
-    if (opt->plugin && zt_config_get_string(cfg, "optimizer.type", &type) == ZT_OK && strcasecmp(type, opt->desc.name))
+    char chosen[64] = "";
+    if (opt->plugin && zt_config_get_string(cfg, "optimizer.type", &type) == ZT_OK)
+        zt_select_optimizer_plugin(type, chosen, sizeof chosen);
+    if (opt->plugin && type && strcmp(chosen, opt->desc.name))
         st = zt_config_put_string(cfg, "optimizer.type", opt->desc.name, "--plugins", ZT_CONFIG_RANK_FILE, err);
     int64_t stage;
     int32_t plugin_stage = zero->plugin ? ((const zt_zero_ops *)zero->plugin->ops)->stage : 0;
@@ -368,6 +370,14 @@ zt_status zt_select_record(zt_config *cfg, const zt_plugin_set *set, zt_error *e
 }
 
 void zt_select_zero_plugin(int stage, char *name, size_t cap) { snprintf(name, cap, "zero%d", stage); }
+
+void zt_select_optimizer_plugin(const char *type, char *name, size_t cap)
+{
+    snprintf(name, cap, "%s", type);
+    for (char *c = name; *c; c++) *c = (char)tolower((unsigned char)*c);
+    /* DeepSpeed's "Adam" is its FusedAdam, AdamW or Adam with L2 decay by adam_w_mode: the adamw plugin's */
+    if (!strcmp(name, "adam")) snprintf(name, cap, "adamw");
+}
 
 /* ---- the device -------------------------------------------------------------------------------- */
 

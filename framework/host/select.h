@@ -34,6 +34,9 @@ zt_status zt_select_record(zt_config *cfg, const zt_plugin_set *set, zt_error *e
 
 /* The name of zt's own plugin for ZeRO stage `stage` ("zero2"). */
 void zt_select_zero_plugin(int stage, char *name, size_t cap);
+/* The optimizer plugin optimizer.type names: lower case ("AdamW" is adamw), and DeepSpeed's "Adam" is
+ * adamw too (whose optimizer.params.adam_w_mode says which decay, as DeepSpeed's FusedAdam). */
+void zt_select_optimizer_plugin(const char *type, char *name, size_t cap);
 
 /* The first plugin of the set (tokenizers do not compute) that lacks capability `cap`, or NULL. */
 const zt_loaded_plugin *zt_plugin_set_without(const zt_plugin_set *set, uint64_t cap);

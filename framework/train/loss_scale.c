@@ -15,6 +15,15 @@ void zt_loss_scaler_init(zt_loss_scaler *s, int64_t initial_power, int64_t windo
     s->good_steps = 0;
     s->overflows_at_min = 0;
     s->skipped_total = 0;
+    s->consecutive_hysteresis = 0;
+    s->is_static = 0;
+}
+
+void zt_loss_scaler_init_static(zt_loss_scaler *s, double scale, int64_t hysteresis)
+{
+    zt_loss_scaler_init(s, 0, 1, hysteresis, scale);
+    s->scale = scale;
+    s->is_static = 1;
 }
 
 int64_t zt_loss_scaler_collapse_after(const zt_loss_scaler *s) { return 2 * s->hysteresis; }
@@ -26,7 +35,7 @@ uint32_t zt_loss_scaler_update(zt_loss_scaler *s, int overflow)
         flags |= ZT_LOSS_SCALE_SKIPPED;
         s->skipped_total++;
         s->good_steps = 0;
-        if (s->scale <= s->min_scale) {
+        if (s->scale <= s->min_scale || s->is_static) {
             /* nothing left to halve: count how long the overflow persists */
             if (++s->overflows_at_min >= zt_loss_scaler_collapse_after(s)) flags |= ZT_LOSS_SCALE_COLLAPSED;
             return flags;
@@ -38,10 +47,12 @@ uint32_t zt_loss_scaler_update(zt_loss_scaler *s, int overflow)
         s->scale = s->scale / 2 < s->min_scale ? s->min_scale : s->scale / 2;
         return flags | ZT_LOSS_SCALE_HALVED;
     }
-    s->hysteresis_left = s->hysteresis;
+    if (s->consecutive_hysteresis) s->hysteresis_left = s->hysteresis;
     s->overflows_at_min = 0;
+    if (s->is_static) return flags;
     if (++s->good_steps >= s->window) {
         s->good_steps = 0;
+        s->hysteresis_left = s->hysteresis;
         s->scale *= 2;
         flags |= ZT_LOSS_SCALE_DOUBLED;
     }

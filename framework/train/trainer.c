@@ -258,13 +258,21 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
     t->fp16 = t->on_gpu && t->set->fp16;
     t->compute16 = t->fp16 ? ZT_F16 : ZT_BF16;
     if (t->fp16) {
-        zt_loss_scaler_init(&t->scaler, t->set->fp16_scale_power, t->set->fp16_window, t->set->fp16_hysteresis,
-                            t->set->fp16_min_scale);
         const char *hook = getenv("ZT_FP16_TEST_OVERFLOW");
         t->fp16_test_overflow = hook && !strcmp(hook, "1");
-        zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with dynamic loss scaling from %g (window %lld, hysteresis %lld, "
-               "min %g)%s", t->scaler.scale, (long long)t->set->fp16_window, (long long)t->set->fp16_hysteresis,
-               t->set->fp16_min_scale, t->fp16_test_overflow ? "; ZT_FP16_TEST_OVERFLOW=1: every backward overflows" : "");
+        const char *test_note = t->fp16_test_overflow ? "; ZT_FP16_TEST_OVERFLOW=1: every backward overflows" : "";
+        if (t->set->fp16_static_scale > 0) {
+            zt_loss_scaler_init_static(&t->scaler, t->set->fp16_static_scale, t->set->fp16_hysteresis);
+            zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with the static loss scale %g (fp16.loss_scale)%s",
+                   t->scaler.scale, test_note);
+        } else {
+            zt_loss_scaler_init(&t->scaler, t->set->fp16_scale_power, t->set->fp16_window, t->set->fp16_hysteresis,
+                                t->set->fp16_min_scale);
+            t->scaler.consecutive_hysteresis = t->set->fp16_consecutive_hysteresis;
+            zt_log(ZT_LOG_INFO, "fp16: IEEE half compute with dynamic loss scaling from %g (window %lld, hysteresis %lld%s, "
+                   "min %g)%s", t->scaler.scale, (long long)t->set->fp16_window, (long long)t->set->fp16_hysteresis,
+                   t->scaler.consecutive_hysteresis ? ", consecutive" : "", t->set->fp16_min_scale, test_note);
+        }
     }
     return ZT_OK;
 }
@@ -543,7 +551,17 @@ typedef struct step_outcome {
     zt_step_result result;
     int32_t skip_cause; /* TR_SKIP_* when result.skipped */
     int64_t tokens, loss_tokens; /* global */
+    double forward_s, backward_s, optimizer_s; /* wall_clock_breakdown: this rank's time in each phase */
 } step_outcome;
+
+/* wall_clock_breakdown: the time now, once the device has done its queued work (GPU runs), so a phase's
+ * time is its own, as DeepSpeed's synchronized timers measure it. Without the option: 0, no sync. */
+static double phase_clock(trainer *t, zt_error *err, zt_status *st)
+{
+    if (!t->set->wall_clock_breakdown) return 0;
+    if (t->on_gpu && *st == ZT_OK) *st = zt_runtime_sync(t->rt, err);
+    return zt_now_s();
+}
 
 /* fp16: the loss scaler learns whether the step overflowed. The zero plugin decided the skip from the
  * global gradient norm, which it reads on the host anyway (clipping and the skip test need it: one
@@ -631,9 +649,14 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
         zt_batch b = batch_of(t, &t->micro[k], counts[0]);
         float part = 0;
         st = upload_batch(t, &b, err);
+        double t0 = phase_clock(t, err, &st);
         if (st == ZT_OK) st = forward(t, &b, flags, &part, err);
+        double t1 = phase_clock(t, err, &st);
         if (st == ZT_OK) st = backward(t, &b, k == t->set->accum - 1, err);
+        double t2 = phase_clock(t, err, &st);
         if (st != ZT_OK) return st;
+        out->forward_s += t1 - t0;
+        out->backward_s += t2 - t1;
         loss += part;
     }
     if (t->dp.size > 1) {
@@ -645,8 +668,12 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     out->loss = loss;
 
     void *zs = t->zero_lp->state;
+    double t0 = phase_clock(t, err, &st);
+    if (st != ZT_OK) return st;
     st = t->zero->step(zs, &a, &out->result);
     if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "step %lld", (long long)step);
+    out->optimizer_s = phase_clock(t, err, &st) - t0;
+    if (st != ZT_OK) return st;
     st = t->zero->zero_grad(zs);
     if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "zero_grad after step %lld", (long long)step);
     if (out->result.skipped) out->skip_cause = t->fp16 ? TR_SKIP_OVERFLOW : TR_SKIP_NONFINITE;
@@ -996,6 +1023,10 @@ static zt_status train_loop(trainer *t, zt_error *err)
             char line[512];
             zt_metrics_format_train(&r, line, sizeof line);
             zt_log(ZT_LOG_INFO, "%s", line);
+            if (t->set->wall_clock_breakdown)
+                zt_log(ZT_LOG_INFO, "step %lld time (wall_clock_breakdown, rank %d): forward %.3f s | backward %.3f s "
+                       "| optimizer step %.3f s | the rest %.3f s", (long long)step, (int)t->host->world_rank,
+                       o.forward_s, o.backward_s, o.optimizer_s, step_s - o.forward_s - o.backward_s - o.optimizer_s);
         }
         st = check_skips(t, step, &o, err);
         if (st != ZT_OK) return st;

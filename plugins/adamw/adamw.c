@@ -9,6 +9,13 @@
  * eps is added to the bias-corrected sqrt(v), as torch does (not inside the square root). The
  * arithmetic is the CPU kernel's (kernels/cpu/adamw.c), which follows torch's evaluation order.
  *
+ * DeepSpeed's "Adam" (optimizer.type "Adam" selects this plugin) is its FusedAdam: with
+ * optimizer.params.adam_w_mode true (DeepSpeed's default) the decoupled decay above, with false
+ * torch.optim.Adam's L2 decay, which adds weight_decay * p to the gradient (after the host's grad_scale)
+ * and decays nothing else:
+ *     g = g + weight_decay * p, then m, v and p as above with weight_decay 0
+ * "AdamW" is decoupled whatever adam_w_mode says (as in DeepSpeed).
+ *
  * lr and weight_decay arrive per call: the host's schedule sets the lr, and the host's parameter
  * groups give weight_decay = 0 to the ranges excluded from decay. This plugin declares those keys
  * (DeepSpeed's names, so a ds_config.json's "optimizer": {"params": ...} works) and reads betas and
@@ -21,6 +28,7 @@
  */
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #include <zt/zt.h>
 
@@ -36,6 +44,7 @@
 typedef struct adamw_state {
     const zt_host *host;
     double beta1, beta2, eps;
+    int l2_decay;       /* DeepSpeed's Adam with adam_w_mode false: the decay is added to the gradient */
     float *scaled_grad; /* [SCALE_CHUNK], allocated on first use */
 #ifdef ZT_PLUGIN_CUDA
     zt_cuda_ctx *cuda;       /* created by the first CUDA step */
@@ -71,6 +80,16 @@ static const zt_option adamw_options[] = {
      .min = 0.0,
      .help = "decoupled weight decay (torch.optim.AdamW's default 0.01); parameters excluded by "
              "optimizer.no_decay get none"},
+    {.key = "optimizer.params.adam_w_mode",
+     .type = ZT_OPT_BOOL,
+     .default_value = "true",
+     .help = "optimizer.type \"Adam\" (DeepSpeed's FusedAdam): true decays decoupled (AdamW), false adds "
+             "weight_decay x p to the gradient (torch.optim.Adam's L2 decay; CPU runs). \"AdamW\" and \"adamw\" are "
+             "decoupled either way, as in DeepSpeed"},
+    {.key = "optimizer.params.torch_adam",
+     .type = ZT_OPT_BOOL,
+     .default_value = "false",
+     .help = "DeepSpeed: use torch's Adam instead of its fused kernel; the same arithmetic, so no effect in zt"},
 };
 
 static zt_status adamw_probe(const zt_host *host)
@@ -92,6 +111,10 @@ static zt_status adamw_init(const zt_host *host, void **state_out)
         return ZT_ERR_CONFIG;
     }
     if (st == ZT_OK) st = host->cfg_float(host->ctx, "optimizer.params.eps", &eps);
+    int32_t adam_w_mode = 1;
+    const char *type = "adamw";
+    if (st == ZT_OK) st = host->cfg_bool(host->ctx, "optimizer.params.adam_w_mode", &adam_w_mode);
+    if (st == ZT_OK) st = host->cfg_string(host->ctx, "optimizer.type", &type);
     if (st != ZT_OK) {
         host->error(host->ctx, st, "adamw: cannot read its options (status %d): a host bug", (int)st);
         return st;
@@ -113,6 +136,7 @@ static zt_status adamw_init(const zt_host *host, void **state_out)
     s->beta1 = betas[0];
     s->beta2 = betas[1];
     s->eps = eps;
+    s->l2_decay = !adam_w_mode && type && !strcasecmp(type, "adam");
     *state_out = s;
     return ZT_OK;
 }
@@ -145,12 +169,17 @@ typedef struct scale_job {
     const float *src;
     float *dst;
     float scale;
+    const float *param; /* L2 decay: dst += l2 * param (torch.optim.Adam's grad.add(p, alpha=weight_decay)) */
+    float l2;
 } scale_job;
 
 static void scale_range(void *arg, int64_t begin, int64_t end)
 {
     const scale_job *j = arg;
-    for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale;
+    if (j->param)
+        for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale + j->l2 * j->param[i];
+    else
+        for (int64_t i = begin; i < end; i++) j->dst[i] = j->src[i] * j->scale;
 }
 
 static void write_compute_copy(const zt_host *host, const float *param, uint16_t *copy, int32_t dtype, int64_t n)
@@ -214,6 +243,13 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
 {
     adamw_state *s = opaque;
     const zt_host *host = s->host;
+    if (device_type == ZT_DEVICE_CUDA && s->l2_decay) {
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED,
+                    "optimizer.params.adam_w_mode is false (DeepSpeed's Adam with L2 weight decay), which the adamw "
+                    "plugin computes on the CPU only (the CPU optimizer of offload_optimizer included): set "
+                    "adam_w_mode to true (decoupled decay, DeepSpeed's default), or optimizer.params.weight_decay to 0");
+        return ZT_ERR_UNSUPPORTED;
+    }
 #ifndef ZT_PLUGIN_CUDA
     if (device_type == ZT_DEVICE_CUDA) {
         host->error(host->ctx, ZT_ERR_UNSUPPORTED,
@@ -269,7 +305,8 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
 #endif
     zt_cpu_ctx cpu = {.parallel_for = host->parallel_for, .pool = host->ctx};
     zt_adamw_params hp = {h->lr, s->beta1, s->beta2, s->eps, h->weight_decay, h->step};
-    if (h->grad_scale == 1.0) {
+    if (s->l2_decay) hp.weight_decay = 0; /* added to the gradient below instead */
+    if (h->grad_scale == 1.0 && !(s->l2_decay && h->weight_decay != 0)) {
         zt_cpu_adamw_step(&cpu, (int64_t)n, &hp, param, grad, opt_state[0], opt_state[1]);
         write_compute_copy(host, param, compute_copy, copy_dtype, (int64_t)n);
         return ZT_OK;
@@ -282,7 +319,11 @@ static zt_status adamw_step(void *opaque, const zt_optim_hparams *h, float *para
     /* torch multiplies the fp32 gradient by the fp32 clip coefficient before the step: the same here. */
     for (uint64_t at = 0; at < n; at += SCALE_CHUNK) {
         int64_t len = (int64_t)(n - at < SCALE_CHUNK ? n - at : SCALE_CHUNK);
-        scale_job job = {grad + at, s->scaled_grad, (float)h->grad_scale};
+        scale_job job = {grad + at, s->scaled_grad, (float)h->grad_scale, NULL, 0};
+        if (s->l2_decay) {
+            job.param = param + at;
+            job.l2 = (float)h->weight_decay;
+        }
         host->parallel_for(host->ctx, len, 1 << 14, scale_range, &job);
         zt_cpu_adamw_step(&cpu, len, &hp, param + at, s->scaled_grad, opt_state[0] + at, opt_state[1] + at);
     }

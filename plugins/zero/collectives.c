@@ -262,7 +262,8 @@ static zt_status drop_prefetch(zero_state *s, int32_t unit)
 }
 
 /* Stage 3 on GPUs: prefetch the storage units of the unit that runs after `unit` in this phase
- * (forward: unit + 1, backward: unit - 1), up to stage3_prefetch_bucket_size elements, and drop
+ * (forward: unit + 1, backward: unit - 1), up to stage3_prefetch_bucket_size elements and as long as the
+ * gathered units stay within stage3_max_live_parameters elements, and drop
  * prefetches that neither this unit nor the next one uses. */
 zt_status zero_prefetch_next(zero_state *s, int32_t unit, int32_t phase)
 {
@@ -276,7 +277,11 @@ zt_status zero_prefetch_next(zero_state *s, int32_t unit, int32_t phase)
         if (!used) st = drop_prefetch(s, u);
     }
     if (st != ZT_OK || !has_next || s->cfg.prefetch_bucket <= 0) return st;
-    int64_t budget = s->cfg.prefetch_bucket;
+    /* stage3_max_live_parameters: what stays gathered (the running units, earlier prefetches) counts */
+    int64_t live = 0;
+    for (int32_t u = 0; u < s->n_units; u++)
+        if (s->units[u].live > 0 || s->units[u].prefetched) live += s->units[u].padded;
+    int64_t budget = s->cfg.max_live - live < s->cfg.prefetch_bucket ? s->cfg.max_live - live : s->cfg.prefetch_bucket;
     for (int32_t k = 0; k < s->units[next].n_touched && st == ZT_OK; k++) {
         int32_t home = s->units[next].touched[k];
         if (s->units[home].live > 0 || s->units[home].prefetched) continue;

@@ -47,7 +47,8 @@
  * (pool params; refcounted, so the tied embedding gathered again for the LM head is the same
  * buffer if unit 0 is still live) and after_unit frees it. CPU collectives are synchronous, so
  * there is nothing to prefetch behind: the next unit is gathered when it starts
- * (stage3_prefetch_bucket_size sizes the prefetch of the GPU path).
+ * (stage3_prefetch_bucket_size sizes the prefetch of the GPU path, stage3_max_live_parameters caps what
+ * it may hold gathered with the running units).
  * Buckets: a collective moves at most reduce_bucket_size (gradients) or allgather_bucket_size
  * (parameters) elements; a unit larger than that goes in pieces through a staging buffer of that
  * size (pool comm), allocated only when some unit needs it.
@@ -128,6 +129,7 @@
  * the sums are those of the normal path: bit for bit the same weights on CPU runs). step() then only
  * reports the norm (zero_sib_finish_step).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -159,9 +161,10 @@ const zt_option zero_options[] = {
      .type = ZT_OPT_INT,
      .flags = ZT_OPT_HAS_MIN,
      .default_value = "500000000",
-     .min = 1,
+     .min = 0,
      .help = "elements per gradient reduction call (DeepSpeed's name and unit); a larger unit is reduced "
-             "in pieces through a staging buffer of this size"},
+             "in pieces through a staging buffer of this size. 0: each unit in one call (DeepSpeed's 0 reduces "
+             "every gradient on its own, unbucketed; zt's smallest reduction is one unit's)"},
     {.key = "zero_optimization.allgather_bucket_size",
      .type = ZT_OPT_INT,
      .flags = ZT_OPT_HAS_MIN,
@@ -176,6 +179,14 @@ const zt_option zero_options[] = {
      .min = 0,
      .help = "stage 3: elements of upcoming units gathered ahead on GPU runs; CPU runs gather each unit "
              "when it starts (synchronous collectives leave nothing to overlap)"},
+    {.key = "zero_optimization.stage3_max_live_parameters",
+     .type = ZT_OPT_INT,
+     .flags = ZT_OPT_HAS_MIN,
+     .default_value = "1000000000",
+     .min = 0,
+     .help = "stage 3: at most this many parameter elements gathered at once, counting the running units; "
+             "on GPU runs a prefetch that would pass it waits (the running unit itself is always gathered). CPU "
+             "runs hold only the running unit (and a tied embedding) anyway"},
     {.key = "zero_optimization.reduce_scatter",
      .type = ZT_OPT_BOOL,
      .default_value = "true",
@@ -309,6 +320,7 @@ static zt_status read_options(zero_state *s)
     if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.reduce_bucket_size", &s->cfg.reduce_bucket);
     if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.allgather_bucket_size", &s->cfg.allgather_bucket);
     if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.stage3_prefetch_bucket_size", &s->cfg.prefetch_bucket);
+    if (st == ZT_OK) st = h->cfg_int(h->ctx, "zero_optimization.stage3_max_live_parameters", &s->cfg.max_live);
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.reduce_scatter", &reduce_scatter);
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.allgather_partitions", &allgather_partitions);
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.contiguous_gradients", &contiguous);
@@ -317,6 +329,7 @@ static zt_status read_options(zero_state *s)
     if (st == ZT_OK) st = h->cfg_string(h->ctx, "zero_optimization.offload_param.device", &offload_param);
     if (st == ZT_OK) st = h->cfg_bool(h->ctx, "zero_optimization.offload_param.pin_memory", &pin_param);
     if (st != ZT_OK) return fail(s, st, "cannot read its options (status %d): a host bug", (int)st);
+    if (s->cfg.reduce_bucket == 0) s->cfg.reduce_bucket = INT64_MAX; /* no bucket: a unit per call */
 
     s->cfg.offload_optimizer = !strcmp(offload_optimizer, "cpu");
     s->cfg.offload_param = !strcmp(offload_param, "cpu");

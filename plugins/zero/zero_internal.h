@@ -114,6 +114,7 @@ typedef struct unit_store {
 typedef struct zero_config {
     int32_t overlap_comm;
     int64_t reduce_bucket, allgather_bucket, prefetch_bucket;
+    int64_t max_live; /* stage3_max_live_parameters: gathered elements, prefetches included */
     int32_t offload_optimizer, offload_param, pin_optimizer, pin_param;
 } zero_config;
 

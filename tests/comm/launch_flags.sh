@@ -84,7 +84,7 @@ bad "--nnodes '1:2': zt-run starts a fixed number of machines, not torchrun's el
 bad "--nproc-per-node 'auto': zt-run takes the number of ranks itself" --nproc-per-node auto
 bad "--nproc-per-node '0': expected the number of ranks to start on this machine" --nproc-per-node 0
 bad "--nproc-per-node is given twice" --nproc-per-node 2 --nproc_per_node 2
-expect_fail "zt-run: error: --master-addr is for training and has no effect with --check" -- "$zt_run" --check --master-addr x
+expect_fail "zt-run: error: --master-addr is for training and has no effect with --list-plugins" -- "$zt_run" --list-plugins --master-addr x
 # Inside a launched job the flags are refused as --nproc is.
 expect_fail "zt-run: error: --nproc-per-node 2 starts the ranks itself, but this process already is rank 0 of 2 (from mpirun)" -- \
     env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "$zt_run" --nproc-per-node 2 "${run[@]}"

@@ -16,7 +16,7 @@ expect_ok "rank 0 of 1: sum of ranks 0" -- "$comm_check" --nproc 1 launched 1
 expect_fail "comm_check: cannot start" -- env ZT_COMM_MPI_LIBRARY=/nonexistent/lib.so "$comm_check" --nproc 2 launched 2
 
 # zt-run: --nproc is a training option, and its value is checked before anything starts.
-expect_fail "zt-run: error: --nproc is for training and has no effect with --check" -- "$zt_run" --nproc 2 --check
+expect_fail "zt-run: error: --nproc is for training and has no effect with --list-plugins" -- "$zt_run" --nproc 2 --list-plugins
 expect_fail "zt-run: error: --nproc '0': expected the number of ranks to start on this machine" -- "$zt_run" --nproc 0
 expect_fail "zt-run: error: --nproc 2 starts the ranks itself, but this process already is rank 0 of 2 (from mpirun)" -- \
     env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "$zt_run" --nproc 2

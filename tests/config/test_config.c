@@ -338,18 +338,19 @@ static void test_validation_errors(void)
     expect_problem("{\"_comment\": \"x\"}", NULL, "unknown config key '_comment'", 1);
 
     /* DeepSpeed keys zt does not implement: a key, and a whole section reported once */
-    expect_problem("{\"zero_optimization\": {\"stage\": 2,\n \"sub_group_size\": 1e9}}", NULL,
-                   "DeepSpeed key 'zero_optimization.sub_group_size' is not supported by zt "
-                   "(run.json:2:2): ZeRO-Infinity optimizer sub-groups are not implemented. zt reads "
+    expect_problem("{\"zero_optimization\": {\"stage\": 2,\n \"mics_shard_size\": 8}}", NULL,
+                   "DeepSpeed key 'zero_optimization.mics_shard_size' is not supported by zt "
+                   "(run.json:2:2): MiCS sharding is not implemented. zt reads "
                    "DeepSpeed configs but does not implement this option; remove the key "
-                   "'zero_optimization.sub_group_size' from the config",
+                   "'zero_optimization.mics_shard_size' from the config",
                    1);
-    expect_problem("{\"wandb\": {\"enabled\": true, \"project\": \"p\"}}", NULL,
-                   "DeepSpeed key 'wandb' is not supported by zt (run.json:1:2): monitoring "
-                   "backends are not implemented",
+    expect_problem("{\"aio\": {\"block_size\": 1048576}}", NULL,
+                   "remove the whole section 'aio' from the config", 1);
+    /* sections and switches accepted only switched off: on, they are errors naming the key */
+    expect_problem("{\"comet\": {\"enabled\": true, \"project\": \"p\"}}", NULL,
+                   "DeepSpeed key 'comet.enabled' is true (run.json:1:12), which asks for logging to Comet: zt "
+                   "does not implement it. Set 'comet.enabled' to false or remove the section 'comet'",
                    1);
-    expect_problem("{\"wandb\": {\"enabled\": true}}", NULL,
-                   "remove the whole section 'wandb' from the config", 1);
     /* DeepSpeed's tensorboard block is the host's: its keys validate, a typo is told the right one */
     zt_error tb_err = {0};
     ZT_CHECK_INT(check_config("{\"tensorboard\": {\"enabled\": true, \"output_path\": \"tb\", \"job_name\": \"j\"}}",
@@ -359,9 +360,13 @@ static void test_validation_errors(void)
     expect_problem("{\"tensorboard\": {\"enabled\": true, \"job\": \"j\"}}", NULL,
                    "unknown config key 'tensorboard.job' (run.json:1:35); did you mean 'tensorboard.job_name'?", 1);
     const char *ds_set[] = {"wandb.enabled=true", NULL};
-    expect_problem(NULL, ds_set,
-                   "DeepSpeed key 'wandb.enabled' is not supported by zt (--set wandb.enabled=true)", 1);
-    expect_problem("{\"steps_per_print\": 10}", NULL, "zt's equivalent is log.every", 1);
+    expect_problem(NULL, ds_set, "DeepSpeed key 'wandb.enabled' is true (--set wandb.enabled=true)", 1);
+    expect_problem("{\"flops_profiler\": {\"enabled\": \"yes\"}}", NULL,
+                   "DeepSpeed key 'flops_profiler.enabled' must be true or false, got string \"yes\"", 1);
+    expect_problem("{\"prescale_gradients\": true}", NULL,
+                   "DeepSpeed key 'prescale_gradients' is true (run.json:1:2), which asks for gradient pre-scaling "
+                   "before the all-reduce: zt does not implement it",
+                   1);
     expect_problem("{\"checkpoint\": {\"every\": 100, \"load_universal\": true}}", NULL,
                    "DeepSpeed key 'checkpoint.load_universal' is not supported by zt", 1);
 
@@ -398,10 +403,14 @@ static void test_validation_errors(void)
                    "config key 'steps' must be an integer, got null (run.json:1:11); remove the key to "
                    "use the default (1000)",
                    1);
-    expect_problem("{\"train_micro_batch_size_per_gpu\": \"auto\"}", NULL,
-                   "got string \"auto\" (run.json:1:36); \"auto\" is filled in by the Hugging Face "
-                   "Trainer, not by DeepSpeed or zt: write the value itself",
+    const char *auto_set[] = {"train_micro_batch_size_per_gpu=auto", NULL};
+    expect_problem(NULL, auto_set,
+                   "got string \"auto\" (--set train_micro_batch_size_per_gpu=auto); \"auto\" in a config file "
+                   "gives a key zt's own value (as the Hugging Face Trainer fills it with its own); here, write the "
+                   "value itself",
                    1);
+    /* "auto" for a key no schema declares is still an unknown key */
+    expect_problem("{\"train_micro_batch_size\": \"auto\"}", NULL, "unknown config key 'train_micro_batch_size'", 1);
     expect_problem("{\"seed\": 1e30}", NULL,
                    "config key 'seed' is 1e30, outside the 64-bit integer range", 1);
     expect_problem("{\"seed\": 99999999999999999999}", NULL,
@@ -500,7 +509,7 @@ static void test_several_problems(void)
     const char *json = "{\n"
                        "  \"steps\": 0,\n"
                        "  \"gradient_clippin\": 1.0,\n"
-                       "  \"wall_clock_breakdown\": false,\n"
+                       "  \"memory_breakdown\": true,\n"
                        "  \"data\": {\"mode\": \"streaming\"}\n"
                        "}";
     const char *sets[] = {"bf16.enabled=maybe", "eval.evry=5", NULL};
@@ -509,9 +518,9 @@ static void test_several_problems(void)
     const char *expected =
         "config key 'steps' is 0, out of range: must be >= 1 (run.json:2:12)\n"
         "unknown config key 'gradient_clippin' (run.json:3:3); did you mean 'gradient_clipping'?\n"
-        "DeepSpeed key 'wall_clock_breakdown' is not supported by zt (run.json:4:3): timing breakdowns "
-        "are not implemented. zt reads DeepSpeed configs but does not implement this option; remove the "
-        "key 'wall_clock_breakdown' from the config\n"
+        "DeepSpeed key 'memory_breakdown' is true (run.json:4:3), which asks for memory breakdowns (zt-run "
+        "--dry-run estimates memory by pool): zt does not implement it. Set 'memory_breakdown' to false or remove "
+        "it\n"
         "config key 'data.mode' must be one of \"packed\", \"padded\"; got \"streaming\" (run.json:5:20)\n"
         "config key 'bf16.enabled' must be true or false, got string \"maybe\" (--set "
         "bf16.enabled=maybe)\n"

@@ -301,8 +301,7 @@ static void test_places(void)
                  "'gradient_clipping'?");
     EXPECT_ERROR("zero_optimization:\n  stage: 7\n", "config key 'zero_optimization.stage' is 7, out of range",
                  "(run.yaml:2:10)");
-    EXPECT_ERROR("wall_clock_breakdown: true\n", "DeepSpeed key 'wall_clock_breakdown' is not supported by zt "
-                 "(run.yaml:1:1)");
+    EXPECT_ERROR("memory_breakdown: true\n", "DeepSpeed key 'memory_breakdown' is true (run.yaml:1:1)");
     /* a column counts characters: "é" is one */
     EXPECT_ERROR("output_dir: é\nsteps: x\n", "(run.yaml:2:8)");
     zt_config *cfg = EXPECT_OK("seed: 7\nlog:\n  every: 5\n");

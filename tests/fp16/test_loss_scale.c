@@ -22,6 +22,7 @@ static void test_sequence(void)
 {
     zt_loss_scaler s;
     zt_loss_scaler_init(&s, 4, 3, 2, 2.0); /* S = 16, window 3, hysteresis 2, min 2 */
+    s.consecutive_hysteresis = 1;           /* a good step restores the hysteresis */
     ZT_CHECK_CLOSE(s.scale, 16.0, 0, 0);
     static const int o[] = {1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1};
     static const uint32_t f[] = {SKIP,        SKIP | HALF, SKIP | HALF, 0,    0,    DOUBLE, SKIP, 0,
@@ -58,6 +59,7 @@ static void test_large_initial(void)
 {
     zt_loss_scaler s;
     zt_loss_scaler_init(&s, 32, 1000, 2, 1.0);
+    s.consecutive_hysteresis = 1;
     ZT_CHECK_INT(zt_loss_scaler_update(&s, 1), SKIP);
     ZT_CHECK_CLOSE(s.scale, 4294967296.0, 0, 0);
     for (int i = 31; i >= 20; i--) {
@@ -69,8 +71,26 @@ static void test_large_initial(void)
     ZT_CHECK_INT(s.skipped_total, 13);
 }
 
+/* DeepSpeed's default (consecutive_hysteresis false): a good step does not restore the hysteresis, the
+ * doubling after loss_scale_window good steps does; a static scale never moves. */
+static void test_deepspeed_default_and_static(void)
+{
+    zt_loss_scaler s;
+    zt_loss_scaler_init(&s, 4, 3, 2, 1.0); /* S = 16, window 3, hysteresis 2 */
+    static const int o[] = {1, 0, 1, 1, 0, 0, 0, 1};
+    static const uint32_t f[] = {SKIP, 0, SKIP | HALF, SKIP | HALF, 0, 0, DOUBLE, SKIP};
+    static const double sc[] = {16, 16, 8, 4, 4, 4, 8, 8};
+    run(&s, 8, o, f, sc);
+    zt_loss_scaler_init_static(&s, 128.0, 2);
+    static const int o2[] = {0, 1, 0, 1, 1, 1, 1};
+    static const uint32_t f2[] = {0, SKIP, 0, SKIP, SKIP, SKIP, SKIP | COLLAPSE};
+    static const double sc2[] = {128, 128, 128, 128, 128, 128, 128};
+    run(&s, 7, o2, f2, sc2);
+}
+
 int main(void)
 {
+    test_deepspeed_default_and_static();
     test_sequence();
     test_min_and_reset();
     test_large_initial();

@@ -190,8 +190,9 @@ errors() {
     expect_fail "'scheduler.params.warmup_num_steps' is set but scheduler.type \"constant\" does not use it" -- \
         "$zt_run" "${common[@]}" --output-dir "$out/x" --set scheduler.type=constant \
         --set scheduler.params.warmup_num_steps=10
-    expect_fail "train_batch_size is 99 but train_micro_batch_size_per_gpu x gradient_accumulation_steps" -- \
-        "$zt_run" "${common[@]}" --output-dir "$out/x" --set train_batch_size=99
+    expect_fail "the batch sizes do not agree: train_batch_size 99 (--set train_batch_size=99)" \
+        "over 1 data-parallel rank" "(4 x 1 x 1 = 4)" -- "$zt_run" "${common[@]}" --output-dir "$out/x" \
+        --set train_batch_size=99 --set train_micro_batch_size_per_gpu=4 --set gradient_accumulation_steps=1
     expect_fail "model.preset and --model $fixture_model both give the model's shape" -- \
         "$zt_run" --data "$data" --model "$fixture_model" --output-dir "$out/x" --set model.preset=tiny
     expect_fail "model.hidden_size is 64 in the config but 32 in $fixture_model/config.json" -- \

@@ -294,12 +294,12 @@ errors() {
     expect_fail "zero_optimization.offload_optimizer.device" "gpu" -- "$zt_run" "${common[@]}" --plugins zero1 \
         --output-dir "$out/x" --set zero_optimization.offload_optimizer.device=gpu
     expect_fail "zero_optimization.reduce_bucket_size" -- "$zt_run" "${common[@]}" --plugins zero2 \
-        --output-dir "$out/x" --set zero_optimization.reduce_bucket_size=0
+        --output-dir "$out/x" --set zero_optimization.reduce_bucket_size=-1
     expect_fail "parallel_config.data_parallel is 2 but the job has 1 process" "zt-run --nproc 2" -- \
         "$zt_run" "${common[@]}" --output-dir "$out/x" --set parallel_config.data_parallel=2
     zt_on 2
-    expect_fail "train_batch_size is 16 but train_micro_batch_size_per_gpu x gradient_accumulation_steps x" \
-        "data-parallel ranks = 2 x 2 x 2 = 8" \
+    expect_fail "the batch sizes do not agree: train_batch_size 16 (--set train_batch_size=16)" \
+        "over 2 data-parallel ranks" "(2 x 2 x 2 = 8)" \
         -- "${CMD[@]}" --plugins zero1 --output-dir "$out/x" --set train_batch_size=16
     expect_fail "--dry-run is for training and has no effect with --check" -- "$zt_run" --check --dry-run
     expect_fail "gpu_mem_limit" -- "$zt_run" "${common[@]}" --output-dir "$out/x" --gpu-mem-limit 12parsecs
