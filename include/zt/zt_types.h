@@ -22,9 +22,10 @@ extern "C" {
 
 #define ZT_ABI_MAGIC 0x3150545Au /* "ZTP1" read as little-endian bytes */
 #define ZT_ABI_MAJOR 1u          /* incompatible change: every plugin must be rebuilt */
-#define ZT_ABI_MINOR 2u          /* append-only change: older plugins keep working (1.1: optimizer
+#define ZT_ABI_MINOR 3u          /* append-only change: older plugins keep working (1.1: optimizer
                                     compute_copy, zero begin_step; 1.2: fp16 loss scale in the unit
-                                    call, fp16 compute copies) */
+                                    call, fp16 compute copies; 1.3: KV cache reserve, prefix and
+                                    stats ops, free memory in the cache descriptor) */
 
 /* The one symbol a plugin exports (see zt_plugin.h). */
 #define ZT_ENTRY_SYMBOL "zt_plugin_entry"
