@@ -141,7 +141,7 @@ static zt_status read_records(batch *b, const char *path, zt_error *err)
     } else {
         int64_t lines = 0;
         for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
-        b->recs = calloc((size_t)lines + 2, sizeof *b->recs);
+        b->recs = calloc((size_t)lines + 2, sizeof *b->recs); /* a last line without a newline too */
         for (size_t at = 0; b->recs && at < len;) {
             const char *nl = memchr(text + at, '\n', len - at);
             size_t end = nl ? (size_t)(nl - text) : len, k = at;
@@ -155,13 +155,9 @@ static zt_status read_records(batch *b, const char *path, zt_error *err)
                     read_record(&j, 0, b->n_recs, r);
                     zt_json_free(&j);
                 } else {
-                    r->id_json = printf_alloc("%lld", (long long)b->n_recs);
-                    r->error = printf_alloc("%s (line %lld of %s is not a JSON object)", line_err.msg,
-                                            (long long)(1 + (int64_t)0), path);
-                    /* the line number: count newlines before `at` */
-                    int64_t line = 1;
+                    int64_t line = 1; /* blank lines make it differ from the record number */
                     for (size_t i = 0; i < at; i++) line += text[i] == '\n';
-                    free(r->error);
+                    r->id_json = printf_alloc("%lld", (long long)b->n_recs);
                     r->error = printf_alloc("%s (line %lld of %s)", line_err.msg, (long long)line, path);
                 }
             }
