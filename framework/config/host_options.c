@@ -157,6 +157,9 @@ static const zt_option k_host_options[] = {
      "The event files' directory under tensorboard.output_path: one TensorBoard run."},
     {"threads", ZT_OPT_INT, MIN_MAX, "0", 0, MAX_THREADS, NULL,
      "CPU worker threads; 0: one per online core."},
+    {"generate.max_seqs", ZT_OPT_INT, MIN_MAX, "8", 1, 4096, NULL,
+     "zt-run --generate --prompts: the most sequences decoded together (continuous batching); the "
+     "attention plugin's KV cache may hold fewer (docs/generate.md)."},
     {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
      "Cap on GPU memory zt allocates per device, e.g. \"20GiB\"; unset: no cap."},
     {"device", ZT_OPT_ENUM, 0, "auto", 0, 0, k_devices,

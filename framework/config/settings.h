@@ -92,6 +92,7 @@ typedef struct zt_host_settings {
     const char *tensorboard_output_path;  /* tensorboard.output_path ("": the current directory) */
     const char *tensorboard_job_name;     /* tensorboard.job_name */
     int64_t threads;             /* 0: one per online core */
+    int64_t generate_max_seqs;   /* zt-run --generate --prompts: sequences decoded together */
     uint64_t gpu_mem_limit;      /* 0: no cap */
     int32_t device;              /* ZT_DEVICE_SETTING_* */
 

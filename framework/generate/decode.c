@@ -3,6 +3,8 @@
  * only, appending their keys and values to the attention plugin's cache. */
 #include "generate/generate_internal.h"
 
+#include "base/log.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,27 +104,43 @@ zt_status gen_model_load_weights(gen_model *m, weight_reader read, void *source,
     return st;
 }
 
-zt_status gen_model_prepare(gen_model *m, int32_t capacity, zt_error *err)
+zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, zt_error *err)
 {
     const zt_model_info *info = m->info;
-    uint64_t hidden_bytes = (uint64_t)capacity * (uint64_t)info->hidden_size * sizeof(float);
+    m->max_seqs = max_seqs;
+    m->rows = seq_tokens > max_seqs ? seq_tokens : max_seqs;
+    uint64_t rows = (uint64_t)m->rows, hidden_bytes = rows * (uint64_t)info->hidden_size * sizeof(float);
     for (int i = 0; i < 2; i++)
         if (!(m->hidden[i] = model_alloc(m, ZT_POOL_ACTIVATIONS, hidden_bytes, "unit outputs", err)))
             return ZT_ERR_OUT_OF_MEMORY;
-    m->logits = model_alloc(m, ZT_POOL_ACTIVATIONS, (uint64_t)info->vocab_size * sizeof(float), "logits", err);
-    m->positions = model_alloc(m, ZT_POOL_OTHER, (uint64_t)capacity * sizeof(int32_t), "positions", err);
-    m->targets = model_alloc(m, ZT_POOL_OTHER, (uint64_t)capacity * sizeof(int32_t), "targets", err);
-    m->doc_ids = model_alloc(m, ZT_POOL_OTHER, (uint64_t)capacity * sizeof(int32_t), "document ids", err);
-    if (!m->logits || !m->positions || !m->targets || !m->doc_ids) return ZT_ERR_OUT_OF_MEMORY;
+    m->logits = model_alloc(m, ZT_POOL_ACTIVATIONS, (uint64_t)max_seqs * (uint64_t)info->vocab_size * sizeof(float),
+                            "logits", err);
+    m->positions = model_alloc(m, ZT_POOL_OTHER, rows * sizeof(int32_t), "positions", err);
+    m->targets = model_alloc(m, ZT_POOL_OTHER, rows * sizeof(int32_t), "targets", err);
+    m->doc_ids = model_alloc(m, ZT_POOL_OTHER, rows * sizeof(int32_t), "document ids", err);
+    m->cu_seqlens = model_alloc(m, ZT_POOL_OTHER, (uint64_t)(max_seqs + 1) * sizeof(int32_t), "sequence starts", err);
+    if (!m->logits || !m->positions || !m->targets || !m->doc_ids || !m->cu_seqlens) return ZT_ERR_OUT_OF_MEMORY;
+    int64_t max_tokens = (int64_t)max_seqs * seq_tokens;
+    if (max_tokens > INT32_MAX)
+        return zt_error_set(err, ZT_ERR_INVALID_ARG, "%d sequences of %d tokens are more than a KV cache addresses "
+                            "(2^31 tokens): lower generate.max_seqs", (int)max_seqs, (int)seq_tokens);
+    /* What is free now, for a budget given as a share of it (paged.kv_fraction). */
+    zt_machine_memory mem;
+    zt_error ignored = {0};
+    uint64_t free_bytes = zt_machine_memory_read(&mem, &ignored) == ZT_OK ? mem.available : 0;
     zt_kv_cache_desc d = {.struct_size = sizeof d,
                           .n_layers = info->n_layers,
                           .n_kv_heads = info->n_kv_heads,
                           .head_dim = info->head_dim,
-                          .max_seqs = 1,
-                          .max_tokens = capacity,
-                          .dtype = ZT_F32};
+                          .max_seqs = max_seqs,
+                          .max_tokens = (int32_t)max_tokens,
+                          .dtype = ZT_F32,
+                          .free_bytes = free_bytes,
+                          .max_seq_tokens = seq_tokens};
     zt_status st = m->attention.ops->kv_create(m->attention.state, &d, &m->kv);
-    return st == ZT_OK ? ZT_OK : zt_plugin_failed(m->attention_lp, st, err, "kv_create(%d tokens)", (int)capacity);
+    return st == ZT_OK ? ZT_OK
+                       : zt_plugin_failed(m->attention_lp, st, err, "kv_create(%d sequences of %d tokens)",
+                                          (int)max_seqs, (int)seq_tokens);
 }
 
 void gen_model_free(gen_model *m)
@@ -130,42 +148,54 @@ void gen_model_free(gen_model *m)
     if (!m->rt) return;
     if (m->kv) m->attention.ops->kv_destroy(m->attention.state, m->kv);
     void *buffers[] = {m->weights, m->views, m->unit_first, m->hidden[0], m->hidden[1], m->logits,
-                       m->positions, m->targets, m->doc_ids};
+                       m->positions, m->targets, m->doc_ids, m->cu_seqlens};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) zt_runtime_free(m->rt, buffers[i]);
     memset(m, 0, sizeof *m);
 }
 
-zt_status gen_model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_error *err)
+zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
+                        const int32_t *start, zt_error *err)
 {
     const zt_model_info *info = m->info;
-    static const int32_t seq0 = 0;
-    for (int32_t t = 0; t < n; t++) {
-        m->positions[t] = m->n_cached + t;
-        m->targets[t] = -100;
-        m->doc_ids[t] = 0;
+    int32_t n = n_seqs * n_new;
+    if (n_seqs < 1 || n_new < 1 || n_seqs > m->max_seqs || n > m->rows || (n_seqs > 1 && n_new > 1))
+        return zt_error_set(err, ZT_ERR_INTERNAL, "gen_model_run: %d sequences of %d tokens do not fit the %d rows "
+                            "of %d sequences (a host bug)", (int)n_seqs, (int)n_new, (int)m->rows, (int)m->max_seqs);
+    for (int32_t i = 0; i < n_seqs; i++) {
+        for (int32_t t = 0; t < n_new; t++) {
+            m->positions[i * n_new + t] = start[i] + t;
+            m->targets[i * n_new + t] = -100;
+            m->doc_ids[i * n_new + t] = 0;
+        }
+        m->cu_seqlens[i] = i * n_new;
     }
-    int32_t all[2] = {0, n}, one[2] = {0, 1};
+    m->cu_seqlens[n_seqs] = n;
     zt_batch whole = {.struct_size = sizeof whole,
-                      .batch = 1,
-                      .seq_len = n,
-                      .n_docs = 1,
+                      .batch = n_seqs,
+                      .seq_len = n_new,
+                      .n_docs = n_seqs,
                       .tokens = tokens,
                       .targets = m->targets,
                       .positions = m->positions,
                       .doc_ids = m->doc_ids,
-                      .cu_seqlens = all,
-                      .max_doc_len = n,
+                      .cu_seqlens = m->cu_seqlens,
+                      .max_doc_len = n_new,
                       .n_loss_tokens_global = 1};
+    /* The head's batch: the last token of each sequence (all of them when each runs one). */
+    static const int32_t one[2] = {0, 1};
     zt_batch last = whole;
-    last.seq_len = 1;
-    last.tokens += n - 1;
-    last.targets += n - 1;
-    last.positions += n - 1;
-    last.doc_ids += n - 1;
-    last.cu_seqlens = one;
-    last.max_doc_len = 1;
-    int64_t H = info->hidden_size, hidden_shape[3] = {1, n, H}, last_shape[3] = {1, 1, H},
-            logits_shape[3] = {1, 1, info->vocab_size};
+    if (n_new > 1) {
+        last.seq_len = 1;
+        last.n_docs = 1;
+        last.tokens += n_new - 1;
+        last.targets += n_new - 1;
+        last.positions += n_new - 1;
+        last.doc_ids += n_new - 1;
+        last.cu_seqlens = one;
+        last.max_doc_len = 1;
+    }
+    int64_t H = info->hidden_size, hidden_shape[3] = {n_seqs, n_new, H}, last_shape[3] = {n_seqs, 1, H},
+            logits_shape[3] = {n_seqs, 1, info->vocab_size};
     int cur = 0; /* hidden[cur] holds the input of the unit about to run */
     int32_t head = info->n_units - 1;
     for (int32_t u = 0; u <= head; u++) {
@@ -176,9 +206,9 @@ zt_status gen_model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_erro
                           .batch = u == head ? &last : &whole,
                           .attention = &m->attention,
                           .kv = m->kv,
-                          .kv_seq_ids = &seq0};
+                          .kv_seq_ids = seq_ids};
         if (u == head) {
-            c.x_in = view_of(m->hidden[cur] + (int64_t)(n - 1) * H, 3, last_shape);
+            c.x_in = view_of(m->hidden[cur] + (int64_t)(n_new - 1) * H, 3, last_shape);
             c.x_out = view_of(m->logits, 3, logits_shape);
         } else {
             if (u > 0) c.x_in = view_of(m->hidden[cur], 3, hidden_shape);
@@ -188,14 +218,49 @@ zt_status gen_model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_erro
         if (st != ZT_OK) return zt_plugin_failed(m->model_lp, st, err, "forward of unit %d (generation)", (int)u);
         cur = 1 - cur;
     }
-    zt_status st = m->attention.ops->kv_advance(m->attention.state, m->kv, &seq0, 1, n);
-    if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n);
-    m->n_cached += n;
-    for (int32_t v = 0; v < info->vocab_size; v++)
+    zt_status st = m->attention.ops->kv_advance(m->attention.state, m->kv, seq_ids, n_seqs, n_new);
+    if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n_new);
+    for (int64_t v = 0; v < (int64_t)n_seqs * info->vocab_size; v++)
         if (isnan(m->logits[v]) || m->logits[v] == INFINITY)
             return zt_error_set(err, ZT_ERR_INTERNAL,
                                 "the model's logits at position %d are not finite (logit %d is %g): the weights are "
                                 "broken (a diverged training run?)",
-                                (int)(m->n_cached - 1), (int)v, m->logits[v]);
+                                (int)(start[v / info->vocab_size] + n_new - 1), (int)(v % info->vocab_size),
+                                m->logits[v]);
     return ZT_OK;
+}
+
+zt_status gen_model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_error *err)
+{
+    static const int32_t seq0 = 0;
+    zt_status st = gen_model_run(m, &seq0, 1, tokens, n, &m->n_cached, err);
+    if (st == ZT_OK) m->n_cached += n;
+    return st;
+}
+
+zt_status gen_model_kv_stats(gen_model *m, int32_t seq_id, zt_kv_stats *out, zt_error *err)
+{
+    const zt_attention_ops *ops = m->attention.ops;
+    if (ops->struct_size < ZT_ATTENTION_OPS_SIZE_1_3 || !ops->kv_stats) return ZT_ERR_UNSUPPORTED;
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    zt_status st = ops->kv_stats(m->attention.state, m->kv, seq_id, out);
+    return st == ZT_OK ? ZT_OK : zt_plugin_failed(m->attention_lp, st, err, "kv_stats(%d)", (int)seq_id);
+}
+
+void gen_model_log_kv(gen_model *m, int64_t finished, int64_t finished_slots, int64_t finished_tokens)
+{
+    zt_kv_stats k;
+    zt_error err = {0};
+    if (gen_model_kv_stats(m, -1, &k, &err) != ZT_OK) return;
+    int64_t wasted = finished_slots - finished_tokens;
+    zt_log(ZT_LOG_INFO,
+           "KV cache (%s): %d-token blocks, %lld blocks (%.2f MiB); peak %lld used; at the end %lld used + %lld free = "
+           "%lld (refcount sum %lld, %lld cached prefix blocks); wasted slots %lld of %lld (%.2f%%) over %lld "
+           "sequences; prefix sharing: %lld prompt tokens found cached, %lld copy-on-write copies",
+           m->attention_lp->desc.name, (int)k.block_size, (long long)k.total_blocks, (double)k.bytes / 1048576.0,
+           (long long)k.peak_used_blocks, (long long)k.used_blocks, (long long)k.free_blocks,
+           (long long)k.total_blocks, (long long)k.refcount_sum, (long long)k.cached_blocks, (long long)wasted,
+           (long long)finished_slots, finished_slots ? 100.0 * (double)wasted / (double)finished_slots : 0.0,
+           (long long)finished, (long long)k.prefix_hit_tokens, (long long)k.cow_copies);
 }

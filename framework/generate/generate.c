@@ -23,7 +23,6 @@
 #define DEFAULT_MAX_NEW_TOKENS 128
 #define MAX_NEW_TOKENS_LIMIT 1000000
 #define MAX_TEMPERATURE 100.0
-#define MAX_STOP_IDS 12
 
 /* ---- the command line's numbers --------------------------------------------------------------- */
 
@@ -73,7 +72,18 @@ zt_status zt_generate_check(const zt_generate_options *o, zt_generate_settings *
                           "--model FILE.bin (a llama2.c model), or --resume CHECKPOINT (a zt checkpoint)");
     if (o->model && o->resume)
         return usage(err, "--model and --resume both give the weights to generate with; give one of them");
-    if (!o->prompt && !o->prompt_ids)
+    if (o->prompts) {
+        const char *other = o->prompt ? "--prompt" : o->prompt_ids ? "--prompt-ids" : o->input ? "--input"
+                          : o->print_ids ? "--print-ids" : NULL;
+        if (other)
+            return usage(err, "%s has no effect with --prompts, whose records give the prompts (and --output gets "
+                              "the answers); remove it", other);
+        if (!o->output)
+            return usage(err, "--prompts needs --output FILE.jsonl, where the answers go (one JSON line per record)");
+    } else if (o->output) {
+        return usage(err, "--output goes with --prompts FILE (the records to answer)");
+    }
+    if (!o->prompt && !o->prompt_ids && !o->prompts)
         return usage(err, "--generate needs a prompt: --prompt TEXT (an instruction; with --raw, text to "
                           "continue) or --prompt-ids ID,ID,... (token ids used as they are)");
     if (o->prompt && o->prompt_ids)
@@ -206,30 +216,6 @@ static zt_status stream_text(gen_tokenizer *tok, text_stream *ts, int32_t prev, 
 
 /* ---- the run ---------------------------------------------------------------------------------- */
 
-typedef struct gen_run {
-    const zt_generate_options *o;
-    const zt_generate_settings *s;
-    zt_config *cfg;
-    zt_host_settings settings; /* read from cfg once it is validated */
-    zt_registry *reg;
-    zt_plugin_set set;
-    zt_runtime *rt;
-    gen_model model;
-    gen_tokenizer tok;
-    int have_tok;
-    zt_template tpl;
-    int have_tpl;
-    zt_ckpt *ckpt;
-    char *ckpt_dir;
-    zt_hf_model *hf;
-    zt_l2c_model *l2c;
-    char *data_path;           /* --data, or the checkpoint's data.path */
-    manifest_info manifest;
-    int have_manifest;
-    zt_error manifest_err;     /* why the checkpoint's data set could not be read */
-    int32_t stop_ids[MAX_STOP_IDS];
-    int n_stop_ids;
-} gen_run;
 
 static void add_stop_id(gen_run *g, int64_t id)
 {
@@ -239,7 +225,7 @@ static void add_stop_id(gen_run *g, int64_t id)
     g->stop_ids[g->n_stop_ids++] = (int32_t)id;
 }
 
-static int is_stop_id(const gen_run *g, int32_t id)
+int gen_is_stop_id(const gen_run *g, int32_t id)
 {
     for (int i = 0; i < g->n_stop_ids; i++)
         if (g->stop_ids[i] == id) return 1;
@@ -387,7 +373,7 @@ static zt_status open_tokenizer(gen_run *g, zt_error *err)
         path = g->manifest.tokenizer_path;
         origin = "the data set's manifest.json (tokenizer.path)";
     }
-    if (!path && g->data_path && !g->have_manifest && o->prompt)
+    if (!path && g->data_path && !g->have_manifest && (o->prompt || o->prompts))
         return manifest_needed(g, "The tokenizer", "give it with -t FILE", err);
     if (!path && g->hf) {
         snprintf(hf_tokenizer, sizeof hf_tokenizer, "%s/tokenizer.model", o->model);
@@ -397,7 +383,7 @@ static zt_status open_tokenizer(gen_run *g, zt_error *err)
         }
     }
     if (!path) {
-        if (o->prompt)
+        if (o->prompt || o->prompts)
             return zt_error_set(err, ZT_ERR_INVALID_ARG,
                                 "--prompt needs a tokenizer to turn the text into tokens, and none is known: give -t "
                                 "FILE (the SentencePiece .model the model was trained with, or a llama2.c tokenizer "
@@ -463,23 +449,19 @@ static zt_status load_template(gen_run *g, zt_error *err)
     return ZT_OK;
 }
 
-/* The prompt's ids: --prompt-ids as they are; else BOS (when the tokenizer has one, as zt-prep
- * writes samples) and the text, rendered with the template unless --raw. */
-static zt_status build_prompt(gen_run *g, int32_t **ids_out, int32_t *n_out, int32_t *n_bos, zt_error *err)
+zt_status gen_encode_prompt(gen_run *g, const char *prompt, const char *input, int raw, int32_t **ids_out,
+                            int32_t *n_out, int32_t *n_bos, zt_error *err)
 {
-    const zt_generate_options *o = g->o;
-    *n_bos = 0;
-    if (o->prompt_ids) return parse_prompt_ids(o->prompt_ids, g->model.info->vocab_size, ids_out, n_out, err);
     zt_buf text = {0};
-    size_t prompt_len = strlen(o->prompt), input_len = o->input ? strlen(o->input) : 0;
+    size_t prompt_len = strlen(prompt), input_len = input ? strlen(input) : 0;
     int failed;
-    if (g->have_tpl) {
+    if (!raw) {
         /* The default system text follows the input, as zt-prep chooses it (Alpaca has two preambles). */
         const char *system = input_len ? g->tpl.system : g->tpl.system_no_input;
-        failed = zt_template_render_prompt(&g->tpl, &text, system, strlen(system), o->prompt, prompt_len,
-                                           o->input, input_len);
+        failed = zt_template_render_prompt(&g->tpl, &text, system, strlen(system), prompt, prompt_len, input,
+                                           input_len);
     } else {
-        failed = zt_buf_append(&text, o->prompt, prompt_len);
+        failed = zt_buf_append(&text, prompt, prompt_len);
     }
     if (failed) {
         zt_buf_free(&text);
@@ -503,6 +485,16 @@ static zt_status build_prompt(gen_run *g, int32_t **ids_out, int32_t *n_out, int
     *n_out = (int32_t)n + bos;
     *n_bos = bos;
     return ZT_OK;
+}
+
+/* The prompt's ids: --prompt-ids as they are; else BOS (when the tokenizer has one, as zt-prep
+ * writes samples) and the text, rendered with the template unless --raw. */
+static zt_status build_prompt(gen_run *g, int32_t **ids_out, int32_t *n_out, int32_t *n_bos, zt_error *err)
+{
+    const zt_generate_options *o = g->o;
+    *n_bos = 0;
+    if (o->prompt_ids) return parse_prompt_ids(o->prompt_ids, g->model.info->vocab_size, ids_out, n_out, err);
+    return gen_encode_prompt(g, o->prompt, o->input, !g->have_tpl, ids_out, n_out, n_bos, err);
 }
 
 static zt_status generate(gen_run *g, zt_error *err)
@@ -540,7 +532,7 @@ static zt_status generate(gen_run *g, zt_error *err)
         st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for %lld tokens", (long long)capacity);
     uint64_t seed = s->seed_given ? s->seed : (uint64_t)g->settings.seed;
     if (st == ZT_OK) st = zt_sampler_init(&sampler, V, s->temperature, s->top_p, seed, err);
-    if (st == ZT_OK) st = gen_model_prepare(m, (int32_t)capacity, err);
+    if (st == ZT_OK) st = gen_model_prepare(m, 1, (int32_t)capacity, err);
     if (st != ZT_OK) {
         free(prompt);
         free(ids);
@@ -583,7 +575,7 @@ static zt_status generate(gen_run *g, zt_error *err)
             printf("%s%d", length - 1 > n_prompt ? " " : "", (int)next);
             fflush(stdout);
         }
-        if (is_stop_id(g, next)) {
+        if (gen_is_stop_id(g, next)) {
             why = "end of sequence";
             break;
         }
@@ -602,7 +594,7 @@ static zt_status generate(gen_run *g, zt_error *err)
         if (length >= capacity) break;
     }
     if (st == ZT_OK && !print_ids) {
-        int32_t end = is_stop_id(g, ids[length - 1]) ? length - 1 : length; /* EOS has no text */
+        int32_t end = gen_is_stop_id(g, ids[length - 1]) ? length - 1 : length; /* EOS has no text */
         st = stream_text(&g->tok, &ts, text_from ? ids[text_from - 1] : -1, ids + text_from,
                          (size_t)(end - text_from), 1, err);
     }
@@ -614,6 +606,8 @@ static zt_status generate(gen_run *g, zt_error *err)
         zt_log(ZT_LOG_INFO, "generated %d token%s in %.2f s (prompt %.2f s, %.1f tokens/s after it); stopped by %s",
                (int)generated, generated == 1 ? "" : "s", took, prefill_s,
                generated > 1 && took > prefill_s ? (generated - 1) / (took - prefill_s) : 0.0, why);
+        zt_kv_stats k;
+        if (gen_model_kv_stats(m, 0, &k, err) == ZT_OK) gen_model_log_kv(m, 1, k.slots, k.tokens);
     }
     free(ids);
     free(masked);
@@ -640,7 +634,7 @@ zt_status zt_generate_run(const zt_generate_options *o, const zt_generate_settin
         if (g.have_tok && g.tok.l2c) add_stop_id(&g, ZT_L2C_BOS);
         const zt_hf_config *hc = g.hf ? zt_hf_model_config(g.hf) : g.l2c ? zt_l2c_model_config(g.l2c) : NULL;
         for (int i = 0; hc && i < hc->n_eos; i++) add_stop_id(&g, hc->eos_token_ids[i]);
-        st = generate(&g, err);
+        st = o->prompts ? gen_batch_run(&g, err) : generate(&g, err);
     }
 
     if (g.have_tpl) zt_template_free(&g.tpl);

@@ -33,6 +33,8 @@ typedef struct zt_generate_options {
     const char *prompt_ids; /* --prompt-ids: "1,22,333", used as they are */
     int raw;                /* --raw: no template */
     int print_ids;          /* --print-ids: write the generated ids instead of text */
+    const char *prompts;    /* --prompts: a .json array or .jsonl of records to answer */
+    const char *output;     /* --output: the answers, one JSON line per record */
 
     const char *max_new_tokens, *temperature, *top_p, *seed; /* NULL: the defaults */
 } zt_generate_options;

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "config/config.h"
+#include "config/settings.h"
 #include "data/prompt_template.h"
 #include "generate/generate.h"
 #include "host/registry.h"
@@ -79,10 +80,13 @@ typedef struct gen_model {
     zt_tensor *views;        /* [n_params_decl]: a tied parameter views its owner's storage */
     int32_t *unit_first;     /* [n_units + 1]: the first parameter of each unit */
     zt_kv_cache *kv;
-    int32_t n_cached;        /* tokens already in the cache */
-    float *hidden[2];        /* [tokens the cache holds, hidden]: unit outputs, ping-pong */
-    float *logits;           /* [vocab] of the last token */
-    int32_t *positions, *targets, *doc_ids; /* [tokens the cache holds] */
+    int32_t max_seqs;        /* sequences the cache holds */
+    int32_t rows;            /* tokens one call may run: max(longest sequence, max_seqs) */
+    int32_t n_cached;        /* gen_model_step: tokens of sequence 0 already in the cache */
+    float *hidden[2];        /* [rows, hidden]: unit outputs, ping-pong */
+    float *logits;           /* [max_seqs, vocab]: of the last token of each sequence of a call */
+    int32_t *positions, *targets, *doc_ids; /* [rows] */
+    int32_t *cu_seqlens;     /* [max_seqs + 1] */
 } gen_model;
 
 /* Reads one parameter (its whole logical tensor) from wherever the weights are. */
@@ -94,12 +98,62 @@ zt_status gen_read_llama2c(void *source, const zt_param_decl *p, float *dst, zt_
 zt_status gen_read_checkpoint(void *source, const zt_param_decl *p, float *dst, zt_error *err);
 /* Parameter storage and views, filled by `read`. */
 zt_status gen_model_load_weights(gen_model *m, weight_reader read, void *source, zt_error *err);
-/* Buffers and the KV cache for `capacity` tokens. */
-zt_status gen_model_prepare(gen_model *m, int32_t capacity, zt_error *err);
+/* Buffers and the KV cache for max_seqs sequences of up to seq_tokens tokens each. */
+zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, zt_error *err);
 void gen_model_free(gen_model *m);
-/* Runs tokens[0, n) at the next positions through every unit, appending their keys and values to the
- * cache; m->logits receives the logits of the last one. The last unit (norm, LM head) runs on the
- * last token only: nothing else of the prefill needs logits. */
+/* Runs n_new tokens of each of n_seqs sequences (tokens [n_seqs * n_new], sequence i's at positions
+ * start[i]..) through every unit, appending their keys and values to the cache and committing them;
+ * m->logits row i receives the logits of sequence i's last token. Several sequences run one token
+ * each (decoding); a prompt runs alone (n_seqs 1). The last unit (norm, LM head) runs on the last
+ * tokens only: nothing else needs logits. */
+zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
+                        const int32_t *start, zt_error *err);
+/* Sequence 0's next n tokens (the single-prompt path). */
 zt_status gen_model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_error *err);
+/* The attention plugin's cache figures (NULL op: ZT_ERR_UNSUPPORTED, no message). */
+zt_status gen_model_kv_stats(gen_model *m, int32_t seq_id, zt_kv_stats *out, zt_error *err);
+/* The log line of the cache at the end of generation; waste: slots and tokens of the sequences
+ * when they finished, summed. */
+void gen_model_log_kv(gen_model *m, int64_t finished, int64_t finished_slots, int64_t finished_tokens);
+
+/* ---- the run (generate.c) ---------------------------------------------------------------------- */
+
+#define MAX_STOP_IDS 12
+
+typedef struct gen_run {
+    const zt_generate_options *o;
+    const zt_generate_settings *s;
+    zt_config *cfg;
+    zt_host_settings settings; /* read from cfg once it is validated */
+    zt_registry *reg;
+    zt_plugin_set set;
+    zt_runtime *rt;
+    gen_model model;
+    gen_tokenizer tok;
+    int have_tok;
+    zt_template tpl;
+    int have_tpl;
+    zt_ckpt *ckpt;
+    char *ckpt_dir;
+    zt_hf_model *hf;
+    zt_l2c_model *l2c;
+    char *data_path;           /* --data, or the checkpoint's data.path */
+    manifest_info manifest;
+    int have_manifest;
+    zt_error manifest_err;     /* why the checkpoint's data set could not be read */
+    int32_t stop_ids[MAX_STOP_IDS];
+    int n_stop_ids;
+} gen_run;
+
+int gen_is_stop_id(const gen_run *g, int32_t id);
+/* BOS (when the tokenizer has one) and the text: rendered as the template's user turn, or as it is
+ * when raw. */
+zt_status gen_encode_prompt(gen_run *g, const char *prompt, const char *input, int raw, int32_t **ids_out,
+                            int32_t *n_out, int32_t *n_bos, zt_error *err);
+
+/* ---- zt-run --generate --prompts (batch.c) ----------------------------------------------------- */
+
+/* Every record of --prompts, continuously batched, answered into --output (docs/generate.md). */
+zt_status gen_batch_run(gen_run *g, zt_error *err);
 
 #endif

@@ -77,7 +77,35 @@ typedef struct zt_kv_cache_desc {
     int32_t max_tokens;       /* total token capacity across sequences */
     int32_t block_size;       /* tokens per block (paged); 0: plugin default */
     int32_t dtype;            /* zt_dtype of cached K/V */
+    /* ABI 1.3 (read only when struct_size >= ZT_KV_CACHE_DESC_SIZE_1_3): */
+    uint64_t free_bytes;      /* memory the run's device has free now (on the CPU: host memory, as
+                                 the host's memory accounting reads it); a budget as a fraction of
+                                 free memory is of this. 0: not known */
+    int32_t max_seq_tokens;   /* the longest a sequence gets; 0: max_tokens / max_seqs */
+    int32_t reserved1;
 } zt_kv_cache_desc;
+
+/* struct_size of a v1.0 zt_kv_cache_desc and of a 1.3 one. */
+#define ZT_KV_CACHE_DESC_SIZE_1_0 32u
+#define ZT_KV_CACHE_DESC_SIZE_1_3 48u
+
+/* What a KV cache holds (kv_stats), for one sequence or the whole cache. A contiguous cache is
+ * one block per sequence slot of its whole capacity. */
+typedef struct zt_kv_stats {
+    uint32_t struct_size;
+    int32_t block_size;       /* tokens per block */
+    int64_t total_blocks;     /* blocks of the pool */
+    int64_t used_blocks;      /* referenced by at least one sequence */
+    int64_t free_blocks;      /* total - used: free, including cached prefix blocks no one holds */
+    int64_t cached_blocks;    /* free blocks that still hold a prompt prefix a new sequence may reuse */
+    int64_t peak_used_blocks; /* the most used at once since kv_create */
+    int64_t refcount_sum;     /* the sum of every block's reference count (0 when no sequence lives) */
+    int64_t tokens;           /* committed tokens (a shared block counts for every sequence) */
+    int64_t slots;            /* token slots of the blocks the sequences hold (counted the same way) */
+    int64_t prefix_hit_tokens;/* tokens kv_prefix found in the cache since kv_create */
+    int64_t cow_copies;       /* blocks copied before a write to a shared block since kv_create */
+    int64_t bytes;            /* K and V of the pool */
+} zt_kv_stats;
 
 typedef struct zt_attention_ops {
     uint32_t struct_size;
@@ -109,13 +137,34 @@ typedef struct zt_attention_ops {
     /* [training thread], from the host, after the last unit of a decode step. */
     zt_status (*kv_advance)(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
                             int32_t n_new);
-    /* Free a sequence's blocks, so its seq_id can start again. [may be NULL]: no in-tree caller yet
-     * (zt-run --generate runs one sequence per cache and destroys the cache). */
+    /* Free a sequence's blocks, so its seq_id can start again (a finished or preempted sequence).
+     * [may be NULL]: then the host runs one sequence per cache. [training thread], from the host. */
     zt_status (*kv_reset)(void *state, zt_kv_cache *c, int32_t seq_id);
     /* Free what forward left in `saved` when no backward will follow (evaluation, abort).
      * [training thread], from the model plugin. Required (the model calls it without a check). */
     void (*release)(void *state, void *saved);
+    /* ABI 1.3 (read only when struct_size >= ZT_ATTENTION_OPS_SIZE_1_3), each [may be NULL],
+     * [training thread], from the host. */
+    /* Make room for n_new more tokens of each sequence (blocks, and a private copy of a shared
+     * block about to be written), all or nothing: ZT_ERR_BUFFER_TOO_SMALL (with a message) leaves
+     * the cache as it was, so the host can wait or preempt a sequence. kv_attend makes the same
+     * room itself when the host did not ask first. */
+    zt_status (*kv_reserve)(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_new);
+    /* Before the first kv_attend of an empty sequence: its whole prompt tokens[0, n). The plugin
+     * attaches the cached blocks holding a prefix of it (full blocks, matched by their tokens and
+     * all tokens before them) and sets *n_cached to the tokens it already holds (fewer than n: the
+     * last prompt token is always computed, for its logits); the host runs the rest. The plugin
+     * keeps the tokens to share the blocks this prompt fills. tokens are borrowed. */
+    zt_status (*kv_prefix)(void *state, zt_kv_cache *c, int32_t seq_id, const int32_t *tokens, int32_t n,
+                           int32_t *n_cached);
+    /* What the cache holds: seq_id >= 0 one sequence (tokens, slots; the pool figures as for the
+     * whole), -1 the whole cache. out->struct_size is set by the caller. */
+    zt_status (*kv_stats)(void *state, const zt_kv_cache *c, int32_t seq_id, zt_kv_stats *out);
 } zt_attention_ops;
+
+/* struct_size of a v1.0 zt_attention_ops and of a 1.3 one. */
+#define ZT_ATTENTION_OPS_SIZE_1_0 72u
+#define ZT_ATTENTION_OPS_SIZE_1_3 96u
 
 /* An attention plugin bound to a model by the host (the model never loads plugins itself). Owned by
  * the host; valid for the call it is passed with. */

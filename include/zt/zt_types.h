@@ -26,7 +26,8 @@ extern "C" {
                                     compute_copy, zero begin_step; 1.2: fp16 loss scale in the unit
                                     call, fp16 compute copies; 1.3: the model info's rms_norm_eps and
                                     rope_theta, frozen regions of the layout, the zero frozen_range,
-                                    the trainable flags of the estimate) */
+                                    the trainable flags of the estimate, KV cache reserve, prefix and
+                                    stats ops, free memory in the cache descriptor) */
 
 /* The one symbol a plugin exports (see zt_plugin.h). */
 #define ZT_ENTRY_SYMBOL "zt_plugin_entry"

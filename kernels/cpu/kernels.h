@@ -143,6 +143,26 @@ void zt_cpu_attention_backward(const zt_cpu_ctx *ctx, const zt_attention_shape *
                                const float *o, const float *lse, const float *dout, float *dq,
                                float *dk, float *dv);
 
+/* A KV cache in blocks, one layer of it, as the generation kernels read it in place: token t of a
+ * sequence is row block_tables[seq][t / block_size] * block_size + t % block_size of k and v, each
+ * row row_stride floats (kv_heads * head_dim) holding the kv heads one after another. The layout of
+ * a block, [block_size][kv_heads][head_dim], is what a GPU decode kernel reads too. */
+typedef struct zt_kv_pages {
+    const float *k, *v;          /* [blocks][block_size][kv_heads][head_dim] */
+    int64_t block_size;          /* tokens per block */
+    int64_t row_stride;          /* floats per token row: kv_heads * head_dim */
+    const int32_t *block_tables; /* [n_seqs][table_stride]: each sequence's blocks in token order */
+    int64_t table_stride;
+    const int64_t *lengths;      /* [n_seqs]: tokens committed before the new ones */
+} zt_kv_pages;
+
+/* q, out: [n_seqs, n_new, H, D]. The new tokens' K/V are already in the blocks, at positions
+ * lengths[s] .. lengths[s] + n_new - 1; new token i of sequence s attends to positions
+ * 0 .. lengths[s] + i (causal). Exact: the maximum score, then exp-weighted V over the sum, in
+ * position order, so the result does not depend on how the tokens are spread over blocks. */
+void zt_cpu_attention_decode(const zt_cpu_ctx *ctx, const zt_attention_shape *s, const zt_kv_pages *p,
+                             int64_t n_seqs, int64_t n_new, const float *q, float *out);
+
 /* ---- softmax cross-entropy over the vocabulary ----------------------------------------------- */
 
 #define ZT_IGNORE_INDEX (-100)

@@ -399,53 +399,6 @@ static zt_status check_sequences(const naive_state *s, const char *op, const zt_
     return ZT_OK;
 }
 
-typedef struct attend_job {
-    const zt_kv_cache *c;
-    const zt_attn_args *a;
-    const int32_t *seq_ids;
-    int32_t layer;
-    int64_t n_new;
-} attend_job;
-
-/* One (sequence, new token, query head) per item: the query attends to the sequence's committed
- * tokens and the new ones up to itself. Exact two-pass softmax: the maximum score first, then the
- * normalized weighted sum of V. */
-static void attend_items(void *arg, int64_t begin, int64_t end)
-{
-    const attend_job *job = arg;
-    const zt_kv_cache *c = job->c;
-    const zt_attn_args *a = job->a;
-    int64_t H = a->n_heads, D = a->head_dim, group = a->n_heads / a->n_kv_heads, n_new = job->n_new;
-    for (int64_t item = begin; item < end; item++) {
-        int64_t h = item % H, i = item / H % n_new, seq_index = item / H / n_new;
-        int32_t seq = job->seq_ids[seq_index];
-        int64_t visible = c->length[seq] + i + 1;
-        const float *q = (const float *)a->q.data + ((seq_index * n_new + i) * H + h) * D;
-        float *out = (float *)a->out.data + ((seq_index * n_new + i) * H + h) * D;
-        int64_t kv_offset = h / group * D;
-        float max_score = -INFINITY;
-        for (int64_t j = 0; j < visible; j++) {
-            const float *k = cache_row(c, c->k, job->layer, seq, j) + kv_offset;
-            float score = 0.0f;
-            for (int64_t d = 0; d < D; d++) score += q[d] * k[d];
-            score *= a->scale;
-            if (score > max_score) max_score = score;
-        }
-        float sum = 0.0f;
-        for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
-        for (int64_t j = 0; j < visible; j++) {
-            const float *k = cache_row(c, c->k, job->layer, seq, j) + kv_offset;
-            const float *v = cache_row(c, c->v, job->layer, seq, j) + kv_offset;
-            float score = 0.0f;
-            for (int64_t d = 0; d < D; d++) score += q[d] * k[d];
-            float weight = expf(score * a->scale - max_score);
-            sum += weight;
-            for (int64_t d = 0; d < D; d++) out[d] += weight * v[d];
-        }
-        for (int64_t d = 0; d < D; d++) out[d] /= sum;
-    }
-}
-
 static zt_status naive_kv_attend(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids,
                                  int32_t n_seqs, const zt_attn_args *a)
 {
@@ -481,8 +434,17 @@ static zt_status naive_kv_attend(void *state, zt_kv_cache *c, int32_t layer, con
                    row_bytes);
         }
     }
-    attend_job job = {c, a, seq_ids, layer, n_new};
-    zt_cpu_parallel_for(&s->cpu, n_seqs * n_new * H, 4, attend_items, &job);
+    /* Each sequence's slice is one block of seq_capacity tokens: the shared decode kernel's
+     * block tables are then just the sequence ids. */
+    int64_t *lengths = malloc((size_t)n_seqs * sizeof *lengths);
+    if (!lengths) return fail(s, ZT_ERR_OUT_OF_MEMORY, "kv_attend", "cannot allocate %d sequence lengths", (int)n_seqs);
+    for (int32_t i = 0; i < n_seqs; i++) lengths[i] = c->length[seq_ids[i]];
+    int64_t layer_offset = (int64_t)layer * c->max_seqs * c->seq_capacity * Hkv * D;
+    zt_kv_pages pages = {.k = c->k + layer_offset, .v = c->v + layer_offset, .block_size = c->seq_capacity,
+                         .row_stride = Hkv * D, .block_tables = seq_ids, .table_stride = 1, .lengths = lengths};
+    zt_attention_shape shape = {.heads = H, .kv_heads = Hkv, .head_dim = D, .scale = a->scale};
+    zt_cpu_attention_decode(&s->cpu, &shape, &pages, n_seqs, n_new, a->q.data, a->out.data);
+    free(lengths);
     return ZT_OK;
 }
 
@@ -503,6 +465,43 @@ static zt_status naive_kv_reset(void *state, zt_kv_cache *c, int32_t seq_id)
     zt_status st = check_sequences(s, "kv_reset", c, &seq_id, 1, 0);
     if (st != ZT_OK) return st;
     c->length[seq_id] = 0;
+    return ZT_OK;
+}
+
+/* Room is reserved when the cache is made: a sequence fits, or never will. */
+static zt_status naive_kv_reserve(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
+                                  int32_t n_new)
+{
+    naive_state *s = state;
+    if (n_new < 0) return fail(s, ZT_ERR_INVALID_ARG, "kv_reserve", "n_new is %d, less than 0", (int)n_new);
+    return check_sequences(s, "kv_reserve", c, seq_ids, n_seqs, n_new);
+}
+
+/* One block per sequence slot, of its whole share: a live sequence holds one, a finished one none. */
+static zt_status naive_kv_stats(void *state, const zt_kv_cache *c, int32_t seq_id, zt_kv_stats *out)
+{
+    naive_state *s = state;
+    if (!c || c->magic != CACHE_MAGIC || !out || out->struct_size < sizeof *out)
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_stats", "the cache handle or the output struct is not valid");
+    if (seq_id < -1 || seq_id >= c->max_seqs)
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_stats", "sequence id %d is outside [-1, %d)", (int)seq_id,
+                    (int)c->max_seqs);
+    memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
+    out->block_size = (int32_t)c->seq_capacity;
+    out->total_blocks = c->max_seqs;
+    for (int32_t i = 0; i < c->max_seqs; i++) {
+        int live = c->length[i] > 0;
+        out->used_blocks += live;
+        if (seq_id == -1 || seq_id == i) {
+            out->tokens += c->length[i];
+            out->slots += live ? c->seq_capacity : 0;
+        }
+    }
+    out->refcount_sum = out->used_blocks;
+    out->free_blocks = out->total_blocks - out->used_blocks;
+    out->bytes = 2 * (int64_t)c->n_layers * c->max_seqs * c->seq_capacity * c->n_kv_heads * c->head_dim *
+                 (int64_t)sizeof(float);
     return ZT_OK;
 }
 
@@ -558,6 +557,8 @@ static const zt_attention_ops k_ops = {
     .kv_advance = naive_kv_advance,
     .kv_reset = naive_kv_reset,
     .release = naive_release,
+    .kv_reserve = naive_kv_reserve,
+    .kv_stats = naive_kv_stats,
 };
 
 static const zt_plugin k_plugin = {

@@ -258,5 +258,188 @@ if not (abs(first - math.log(512)) < 1.0 and last < 2.5):
         --prompt "What is the capital of Norway?"
 }
 
+# The paged plugin's greedy tokens equal transformers' (the fixtures' expected.json) at block sizes
+# 1, 16 and 32, with blocks handed out in random order, with and without prefix sharing.
+paged() {
+    local model prompt want got bs share
+    for model in llama_mha_tied llama_gqa_untied llama_mqa_llama3 llama_gqa_packed; do
+        prompt=$(fixture_ids "$fixtures/$model/expected.json" prompt)
+        want=$(fixture_ids "$fixtures/$model/expected.json" output)
+        for bs in 1 16 32; do
+            for share in true false; do
+                got=$("${gen[@]}" --plugins paged --set paged.block_size=$bs --set paged.prefix_sharing=$share \
+                    --set paged.shuffle_blocks=true --set paged.shuffle_seed=$bs --model "$fixtures/$model" \
+                    --prompt-ids "$prompt" --max-new-tokens 5 --print-ids)
+                same "$model paged block size $bs, prefix sharing $share" "$want" "$got"
+            done
+        done
+    done
+    # A budget that holds no block is refused with the sizes.
+    expect_fail "paged attention kv_create: the KV budget (paged.kv_budget 1e-09 GiB" "holds no block" -- \
+        "${gen[@]}" --plugins paged --set paged.kv_budget=1e-9 --model "$fixtures/llama_mha_tied" --prompt-ids 1
+}
+
+# TinyStories 260K through the paged cache: run.c's story byte for byte at block sizes 1, 16, 32 with
+# shuffled pools.
+paged_stories() {
+    local w=$shared/weights bs
+    [ -f "$w/stories260K_hf/model.safetensors" ] && [ -f "$w/tok512.bin" ] ||
+        skip "the shared data ($w: stories260K_hf, tok512.bin) is not here"
+    for bs in 1 16 32; do
+        "${gen[@]}" --plugins paged --set paged.block_size=$bs --set paged.shuffle_blocks=true \
+            --model "$w/stories260K_hf" -t "$w/tok512.bin" --raw --prompt "" --max-new-tokens 256 \
+            >"$out/story.txt" 2>"$out/story.log"
+        if ! cmp -s "$out/story.txt" "$w/stories260K_greedy_reference.txt"; then
+            echo "FAIL: paged block size $bs: the story differs from llama2.c's:"
+            diff "$out/story.txt" "$w/stories260K_greedy_reference.txt" | head -5
+            zt_failures=$((zt_failures + 1))
+        fi
+    done
+}
+
+# Batch generation (--prompts/--output) on TinyStories 260K with the Alpaca template: answers in
+# input order, equal at generate.max_seqs 1 and 8, for naive and paged, with and without prefix
+# sharing, under a budget so small that sequences are preempted; the block accounting at the end
+# (used + free = total, refcounts 0, the waste recomputed here from the token counts); resume after
+# kill -9; and bad records answered with error lines while the others are answered.
+batch() {
+    local w=$shared/weights
+    [ -f "$w/stories260K_hf/model.safetensors" ] && [ -f "$w/tok512.bin" ] ||
+        skip "the shared data ($w: stories260K_hf, tok512.bin) is not here"
+    python3 - "$out/prompts.jsonl" <<'PY'
+import json, sys
+names = ["Tom", "Lily", "Max", "Sue", "Ben", "Anna", "Sam", "Mia", "Tim", "Zoe", "Leo", "Ivy"]
+recs = [{"id": "cat-%d" % i, "instruction": "Tell a story about a cat named %s." % n} for i, n in enumerate(names)]
+recs.insert(3, {"prompt": "Once upon a time"})
+recs.insert(5, {"instruction": "  "})                 # empty
+recs.insert(7, {"instruction": "x " * 600})           # longer than the context (512)
+recs.insert(9, {"input": "no instruction"})           # neither field
+with open(sys.argv[1], "w") as f:
+    for r in recs:
+        f.write(json.dumps(r) + "\n")
+    f.write("{not json\n")                            # malformed: record 17
+PY
+    local common=(--model "$w/stories260K_hf" -t "$w/tok512.bin" --template alpaca --prompts "$out/prompts.jsonl"
+                  --temperature 0.9 --seed 5)
+    local runs=("naive 1" "naive 8" "paged 1" "paged 8" "paged 8 --set paged.prefix_sharing=false"
+                "paged 8 --set paged.block_size=1 --set paged.shuffle_blocks=true"
+                "paged 8 --set paged.kv_budget=0.0005")
+    local i=0 spec
+    for spec in "${runs[@]}"; do
+        set -- $spec
+        local plugin=$1 seqs=$2
+        shift 2
+        "${gen[@]}" --plugins "$plugin" --set generate.max_seqs="$seqs" "$@" "${common[@]}" \
+            --max-new-tokens 48 --output "$out/answers$i.jsonl" 2>"$out/batch$i.log"
+        same "exit status of batch run '$spec'" 0 "$?"
+        i=$((i + 1))
+    done
+    grep -q "is preempted" "$out/batch6.log" ||
+        { echo "FAIL: the small budget run preempted nothing"; cat "$out/batch6.log"; zt_failures=$((zt_failures + 1)); }
+    python3 - "$out" "${#runs[@]}" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, re, sys
+out, n = sys.argv[1], int(sys.argv[2])
+runs = [[json.loads(l) for l in open("%s/answers%d.jsonl" % (out, i))] for i in range(n)]
+bad = []
+ref = runs[0]
+if [r["record"] for r in ref] != list(range(1, 18)):
+    bad.append("records out of order: %s" % [r["record"] for r in ref])
+errors = {r["record"]: r.get("error", "") for r in ref if r["finish_reason"] == "error"}
+want = {6: "record 6: the instruction is empty", 8: "record 8: the prompt is", 10: "record 10 has neither",
+        17: "record 17"}
+for rec, text in want.items():
+    if text not in errors.get(rec, ""):
+        bad.append("record %d: expected an error with %r, got %r" % (rec, text, errors.get(rec)))
+if len(errors) != 4:
+    bad.append("expected 4 error lines, got %s" % sorted(errors))
+if ref[0]["id"] != "cat-0" or ref[3]["prompt"] != "Once upon a time":
+    bad.append("ids or prompts not echoed: %r %r" % (ref[0]["id"], ref[3]["prompt"]))
+for i, run in enumerate(runs[1:], 1):
+    for a, b in zip(ref, run):
+        if a.get("output") != b.get("output") or a.get("output_tokens") != b.get("output_tokens"):
+            bad.append("run %d record %d: %r != %r" % (i, a["record"], b.get("output"), a.get("output")))
+# Block accounting, from the log line of each paged run; the waste recomputed from the token counts:
+# a finished sequence holds prompt + output - 1 tokens (its last token was never run) in
+# ceil(L / block) blocks.
+for i in range(2, n):
+    log = open("%s/batch%d.log" % (out, i)).read()
+    m = re.search(r"(\d+)-token blocks, (\d+) blocks .*at the end (\d+) used \+ (\d+) free = (\d+) "
+                  r"\(refcount sum (\d+).*wasted slots (\d+) of (\d+) .* over (\d+) sequences", log)
+    if not m:
+        bad.append("run %d: no KV cache line in its log" % i)
+        continue
+    bs, total, used, free, total2, refs, wasted, slots, seqs = map(int, m.groups())
+    if used != 0 or free != total or total2 != total or refs != 0:
+        bad.append("run %d: at the end %d used + %d free of %d, refcount sum %d" % (i, used, free, total, refs))
+    lengths = [r["prompt_tokens"] + r["output_tokens"] - 1 for r in runs[i] if r["finish_reason"] != "error"]
+    want_slots = sum(-(-L // bs) * bs for L in lengths)
+    if (wasted, slots, seqs) != (want_slots - sum(lengths), want_slots, len(lengths)):
+        bad.append("run %d: waste %d of %d over %d, recomputed %d of %d over %d" %
+                   (i, wasted, slots, seqs, want_slots - sum(lengths), want_slots, len(lengths)))
+    if i == 3 and "prefix sharing: 0 prompt tokens" in log:
+        bad.append("run 3: prefix sharing found nothing of the common template header")
+for b in bad:
+    print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+    # Resume: kill -9 a run after a few answers; the rerun skips them and the result equals run 0.
+    rm -f "$out/resumed.jsonl" "$out/resumed.jsonl.partial"
+    "${gen[@]}" --plugins paged --set generate.max_seqs=2 "${common[@]}" --max-new-tokens 400 \
+        --output "$out/resumed.jsonl" >/dev/null 2>&1 &
+    local pid=$! tries=0
+    while [ "$(cat "$out/resumed.jsonl.partial" 2>/dev/null | wc -l)" -lt 3 ] && [ $tries -lt 200 ]; do
+        sleep 0.05
+        tries=$((tries + 1))
+    done
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    local before
+    before=$(cat "$out/resumed.jsonl.partial" 2>/dev/null | wc -l)
+    if [ -f "$out/resumed.jsonl" ] || [ "$before" -lt 3 ]; then
+        echo "FAIL: the killed run should have left a partial file of at least 3 answers (it has $before)"
+        zt_failures=$((zt_failures + 1))
+    fi
+    printf '{"record": 1, "torn' >>"$out/resumed.jsonl.partial" # a line cut by the kill
+    expect_ok "resuming: $before of 17 records are answered" -- \
+        "${gen[@]}" --plugins paged --set generate.max_seqs=2 "${common[@]}" --max-new-tokens 400 \
+        --output "$out/resumed.jsonl"
+    "${gen[@]}" --plugins paged "${common[@]}" --max-new-tokens 400 --output "$out/whole.jsonl" 2>/dev/null
+    python3 -c 'import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+key = lambda r: (r["record"], r.get("output"), r.get("error"))
+sys.exit(0 if list(map(key, a)) == list(map(key, b)) else "FAIL: the resumed answers differ from a whole run")' \
+        "$out/resumed.jsonl" "$out/whole.jsonl" || zt_failures=$((zt_failures + 1))
+    [ ! -e "$out/resumed.jsonl.partial" ] || { echo "FAIL: the partial file is left"; zt_failures=$((zt_failures + 1)); }
+
+    # Usage and file errors.
+    expect_fail "--prompts needs --output FILE.jsonl" -- "$zt_run" --generate --model "$w/stories260K_hf" \
+        --prompts "$out/prompts.jsonl"
+    expect_fail "--prompt has no effect with --prompts" -- "$zt_run" --generate --model "$w/stories260K_hf" \
+        --prompts "$out/prompts.jsonl" --output "$out/x.jsonl" --prompt hi
+    printf '[{"instruction": "a"}, {"instruction": ' >"$out/broken.json"
+    expect_fail "broken.json:1:" -- "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" \
+        --prompts "$out/broken.json" --output "$out/x.jsonl"
+}
+
+# Training through paged attention (the kernels naive uses) gives naive's losses, bit for bit.
+paged_training() {
+    local bindir
+    bindir=$(dirname "$zt_run")
+    "$bindir/zt-prep" "$src/examples/data/tasks.json" -t "$src/examples/data/tokenizer.model" -o "$out/data" \
+        --max-len 128 --no-progress >/dev/null 2>&1 || { echo "FAIL: zt-prep"; exit 1; }
+    local a
+    for a in naive paged; do
+        "$zt_run" --plugins llama,zero3,$a --data "$out/data" --output-dir "$out/run_$a" --set device=cpu \
+            --set model.preset=tiny --set steps=4 --set threads=2 >"$out/train_$a.log" 2>&1
+        same "exit status of training with $a" 0 "$?"
+    done
+    python3 -c 'import json, sys
+loss = lambda a: [r["loss"] for r in map(json.loads, open(sys.argv[1] + "/run_" + a + "/metrics.jsonl")) if r.get("type") == "train"]
+n, p = loss("naive"), loss("paged")
+print("naive", n, "paged", p)
+sys.exit(0 if len(n) == 4 and n == p else "FAIL: the losses differ")' "$out" || zt_failures=$((zt_failures + 1))
+}
+
 "$test"
 finish
