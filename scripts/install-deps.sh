@@ -44,3 +44,15 @@ if ! python3 -c 'import safetensors' 2>/dev/null; then
   python3 -m pip install --quiet safetensors 2>/dev/null ||
     echo "install-deps: note: Python safetensors not installed; tests comparing with it will skip" >&2
 fi
+# The LoRA interop tests (tests/lora) compare with peft on PyTorch + transformers, CPU wheels: they
+# fail without them, unless ZT_SKIP_TRANSFORMERS=1.
+if ! python3 -c 'import torch' 2>/dev/null; then
+  python3 -m pip install --quiet torch --index-url https://download.pytorch.org/whl/cpu ||
+    echo "install-deps: note: could not install the CPU torch wheel; the LoRA interop tests will fail (ZT_SKIP_TRANSFORMERS=1 skips them)" >&2
+fi
+for module in transformers peft; do
+  if ! python3 -c "import $module" 2>/dev/null; then
+    python3 -m pip install --quiet "$module" ||
+      echo "install-deps: note: could not install $module; the LoRA interop tests will fail (ZT_SKIP_TRANSFORMERS=1 skips them)" >&2
+  fi
+done

@@ -7,6 +7,7 @@
 
 #include "base/fileio.h"
 #include "cli/cli.h"
+#include "host/adapter.h"
 
 /* ---- --check ---------------------------------------------------------------------------------- */
 
@@ -54,6 +55,7 @@ static void check_init_body(void *arg, FILE *report)
         zt_child_report_call(report, "init()", lp);
         st = zt_plugin_init(lp, rt, &err);
     }
+    if (st == ZT_OK) st = zt_plugin_set_attach_adapter(job->set, &err);
     for (int k = ZT_KIND_COUNT; k >= 1; k--) {
         zt_loaded_plugin *lp = &job->set->by_kind[k];
         if (!lp->initialized) continue;

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "dist/job.h"
+#include "host/adapter.h"
 #include "host/select.h"
 #include "train/estimate.h"
 #include "train/trainer.h"
@@ -109,6 +110,7 @@ int zt_cli_train(const run_args *a)
         if (set.by_kind[k].plugin && (!estimate_only || estimated_kind(k)) &&
             zt_plugin_init(&set.by_kind[k], rt, &err) != ZT_OK)
             goto fail;
+    if (zt_plugin_set_attach_adapter(&set, &err) != ZT_OK) goto fail;
     int on_gpu = set.by_kind[ZT_KIND_ZERO].host && set.by_kind[ZT_KIND_ZERO].host->device->device_type != ZT_DEVICE_CPU;
     if (a->dry_run) {
         status = dry_run(a, cfg, &settings, reg, &set, rt, on_gpu || estimate_only);

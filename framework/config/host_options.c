@@ -165,6 +165,7 @@ int cfg_host_option_capped(const zt_option *opt)
     static const double caps[] = {MAX_BATCH, MAX_GLOBAL_BATCH, MAX_STEPS, MAX_EPOCHS, MAX_HYSTERESIS,
                                   MAX_EVAL_BATCHES, MAX_KEEP, MAX_THREADS, MAX_RANKS};
     size_t n = sizeof k_host_options / sizeof k_host_options[0];
+    if (opt->type == ZT_OPT_STRING && (opt->flags & ZT_OPT_LIST)) return 1; /* a plugin's list key */
     if (opt < k_host_options || opt >= k_host_options + n || opt->type != ZT_OPT_INT || !(opt->flags & ZT_OPT_HAS_MAX))
         return 0;
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
@@ -176,6 +177,7 @@ int cfg_host_option_list(const zt_option *opt)
 {
     static const char *const keys[] = {"trainable_params", "pet_config.freeze_include", "pet_config.freeze_exclude"};
     size_t n = sizeof k_host_options / sizeof k_host_options[0];
+    if (opt->type == ZT_OPT_STRING && (opt->flags & ZT_OPT_LIST)) return 1; /* a plugin's list key */
     if (opt < k_host_options || opt >= k_host_options + n || opt->type != ZT_OPT_STRING) return 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (!strcmp(opt->key, keys[i])) return 1;

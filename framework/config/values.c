@@ -127,8 +127,10 @@ void cfg_describe_type(const zt_option *opt, char *buf, size_t cap)
     case ZT_OPT_INT: snprintf(buf, cap, "an integer"); break;
     case ZT_OPT_FLOAT: snprintf(buf, cap, "a number"); break;
     case ZT_OPT_STRING:
-        snprintf(buf, cap, "%s", cfg_host_option_list(opt) ? "a list of parameter-name patterns or one comma-separated "
-                                                              "string" : "a string");
+        snprintf(buf, cap, "%s", !cfg_host_option_list(opt) ? "a string"
+                                 : opt->flags & ZT_OPT_LIST ? "a list of names or one comma-separated string"
+                                                            : "a list of parameter-name patterns or one comma-separated "
+                                                              "string");
         break;
     case ZT_OPT_FLOATS: snprintf(buf, cap, "an array of numbers"); break;
     case ZT_OPT_BYTES:

@@ -25,7 +25,9 @@ extern "C" {
 #define ZT_ABI_MINOR 3u          /* append-only change: older plugins keep working (1.1: optimizer
                                     compute_copy, zero begin_step; 1.2: fp16 loss scale in the unit
                                     call, fp16 compute copies; 1.3: frozen regions of the layout, the
-                                    zero frozen_range, the trainable flags of the estimate) */
+                                    zero frozen_range, the trainable flags of the estimate; the
+                                    adapter kind, the model's adapt op, ZT_PARAM_ADAPTER,
+                                    ZT_INIT_UNIFORM, ZT_OPT_LIST) */
 
 /* The one symbol a plugin exports (see zt_plugin.h). */
 #define ZT_ENTRY_SYMBOL "zt_plugin_entry"
@@ -66,9 +68,10 @@ typedef enum zt_kind {
     ZT_KIND_OPTIMIZER = 3,
     ZT_KIND_ZERO = 4,
     ZT_KIND_ATTENTION = 5,
-    ZT_KIND_PARALLEL = 6
+    ZT_KIND_PARALLEL = 6,
+    ZT_KIND_ADAPTER = 7 /* ABI 1.3: low-parameter fine-tuning (zt_adapter.h), e.g. lora */
 } zt_kind;
-#define ZT_KIND_COUNT 6
+#define ZT_KIND_COUNT 7
 
 /* ---- element types and devices --------------------------------------------------------------- */
 
@@ -120,6 +123,8 @@ typedef enum zt_opt_type {
 #define ZT_OPT_HAS_MAX 0x2u   /* value <= max */
 #define ZT_OPT_MIN_OPEN 0x4u  /* value > min instead of >= */
 #define ZT_OPT_NO_DEFAULT 0x8u/* unset means "not given" (getter returns ZT_ERR_NOT_FOUND) */
+#define ZT_OPT_LIST 0x10u     /* ABI 1.3, ZT_OPT_STRING only: also takes a JSON list of strings, which the
+                                 host stores joined with commas ("q_proj,v_proj") */
 
 /* One option a plugin understands. `key` is the full dotted config path, e.g.
  * "zero_optimization.offload_optimizer.device" or "optimizer.params.lr": zt shares DeepSpeed's key
