@@ -50,6 +50,11 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_MODEL] = {"--model", NULL, "DIR", "fine-tune the Hugging Face LLaMA model in DIR (config.json + safetensors)"},
     [OPT_RESUME] = {"--resume", NULL, "DIR|latest", "continue from a checkpoint: its directory, or the newest in checkpoint.dir"},
     [OPT_EXPORT] = {"--export", NULL, "DIR", "after training, write the model to DIR in Hugging Face format"},
+    [OPT_ADAPTER] = {"--adapter", NULL, "DIR",
+                     "start the adapter from a peft adapter directory (adapter_model.safetensors; with --plugins ...,lora)"},
+    [OPT_EXPORT_ADAPTER] = {"--export-adapter", NULL, "DIR",
+                            "after training, write the adapter to DIR as peft writes it (adapter_config.json, "
+                            "adapter_model.safetensors)"},
     [OPT_NPROC] = {"--nproc", NULL, "N",
                    "train with N ranks on this machine (GPU runs: one rank per GPU over NCCL; CPU runs: "
                    "through mpirun; docs/distributed.md)"},
@@ -261,6 +266,8 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_MODEL: a->model = v; break;
         case OPT_RESUME: a->resume = v; break;
         case OPT_EXPORT: a->export_dir = v; break;
+        case OPT_ADAPTER: a->adapter = v; break;
+        case OPT_EXPORT_ADAPTER: a->export_adapter_dir = v; break;
         case OPT_NPROC: a->nproc = v; break;
         case OPT_NNODES: a->nnodes = v; break;
         case OPT_NPROC_PER_NODE: a->nproc_per_node = v; break;
@@ -294,7 +301,8 @@ static int parse_args(int argc, char **argv, run_args *a)
         if (given[run_only[i]] && a->action >= 0 && a->action != OPT_CHECK &&
             !(a->action == OPT_GENERATE && (run_only[i] == OPT_PLUGINS || run_only[i] == OPT_SET)))
             status = zt_cli_usage_error("%s has no effect with %s", options[run_only[i]].name, options[a->action].name);
-    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_NPROC, OPT_NNODES,
+    static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_ADAPTER, OPT_EXPORT_ADAPTER,
+                                     OPT_NPROC, OPT_NNODES,
                                      OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT,
                                      OPT_DRY_RUN, OPT_GPU_MEM_LIMIT};
     for (size_t i = 0; i < sizeof train_only / sizeof train_only[0] && status < 0; i++)

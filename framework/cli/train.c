@@ -125,7 +125,8 @@ int zt_cli_train(const run_args *a)
         if (zt_memory_check(&check, &err) != ZT_OK) goto fail;
     }
     if (!(plugins = zt_cli_plugins_json(&set))) goto oom;
-    zt_train_request req = {cfg, &settings, &set, rt, plugins, a->resume, a->model, a->export_dir};
+    zt_train_request req = {cfg,      &settings,     &set,       rt, plugins, a->resume, a->model, a->export_dir,
+                            a->adapter, a->export_adapter_dir};
     zt_status st = zt_train_run(&req, &err);
     if (st == ZT_ERR_CANCELLED) {
         /* Rank 0 speaks for a job (where its checkpoint is); the others said they were interrupted. */

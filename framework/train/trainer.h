@@ -50,6 +50,8 @@ typedef struct zt_train_request {
                                   (a step-NNNNNN directory, or a checkpoint root: its newest) */
     const char *model_dir;     /* NULL, or the HF directory to start from (fine-tuning) */
     const char *export_dir;    /* NULL, or where to write the trained model in HF format at the end */
+    const char *adapter_dir;   /* NULL, or a peft adapter directory the adapter's parameters start from */
+    const char *export_adapter_dir; /* NULL, or where to write the adapter as peft does at the end */
 } zt_train_request;
 
 /* Train. ZT_ERR_CANCELLED after a Ctrl-C (checkpoint saved; err says how to resume). On return the
