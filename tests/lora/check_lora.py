@@ -117,13 +117,14 @@ def peft_logits(base_dir, adapter_dir, export_dir):
     base = LlamaForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32, attn_implementation="eager")
     model = PeftModel.from_pretrained(base, adapter_dir).eval()
     merged = LlamaForCausalLM.from_pretrained(export_dir, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    plain = LlamaForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32, attn_implementation="eager").eval()
     with torch.no_grad():
         a = model(input_ids=ids).logits.numpy()
         b = merged(input_ids=ids).logits.numpy()
-        plain = base.get_base_model()(input_ids=ids).logits.numpy() if hasattr(base, "get_base_model") else None
+        c = plain(input_ids=ids).logits.numpy()
     rel = close_tensor("logits of peft with zt's adapter vs zt's merged export", a, b)
-    if plain is not None and np.abs(plain - a).max() < 1e-6:
-        fail("the adapter changes nothing: peft did not apply it")
+    if np.abs(c - a).max() < 1e-3:
+        fail("peft's logits with zt's adapter are the base model's: the adapter was not applied")
     print(f"peft with zt's adapter gives zt's merged model's logits within relative L2 {rel:.2g}")
 
 
