@@ -10,7 +10,9 @@ docs/zero.md, computed here by hand from the preset's shapes, not by calling the
 totals fall strictly as the stage rises on 2 ranks; step_in_backward (auto, with gradient_clipping 0)
 keeps one unit's gradients; and the classic scenario (7b, zero2 + optimizer offload, b8x512 without
 recompute, --gpu-mem-limit 24G) is refused up front with the pool that overflows, the estimate and
-zero3 with both offloads as the configuration that fits. The refusal is tested through --dry-run,
+zero3 with both offloads as the configuration that fits; and the seed's last-two-layers 7b run
+(trainable_params [layers.31, layers.30]) fits 24 GB under zero0, each row as the formulas that count
+only the trainable parameters' master, gradients and state. The refusal is tested through --dry-run,
 which runs the same check a GPU run makes before allocating (zt_memory_check); without a GPU a real
 run stops earlier, at opening the device.
 """
@@ -38,14 +40,15 @@ def fail(msg):
     print("FAIL: " + msg)
 
 
-def activations(tokens, recompute):
+def activations(tokens, recompute, frozen_layers=0):
     """bf16 activations (docs/zero.md): per layer and token the layer's saved tensors, both rms
     factors and the flash log-sum-exp counted as in the model's fp32 figure halved; the head keeps its
-    normalized input and an fp32 rms factor (no logits: the loss is chunked)."""
+    normalized input and an fp32 rms factor (no logits: the loss is chunked). A frozen bottom layer
+    (below the lowest one that trains: no backward reaches it) keeps only its output."""
     per_layer = 2.0 * (4 * H + 2 * Q + 2 * KV + 2 * F + 2 + HEADS)
     head = 2.0 * H + 4
     if not recompute:
-        return tokens * (L * per_layer + head + 3 * 2.0 * H)
+        return tokens * ((L - frozen_layers) * per_layer + frozen_layers * 2.0 * H + head + 3 * 2.0 * H)
     return tokens * ((L + 3) * 2.0 * H + max(per_layer - 2.0 * H, head))
 
 
@@ -62,32 +65,35 @@ def workspace(tokens, vocab=V):
             + r256(chunk * row * 2) + 32 * 2 ** 20)
 
 
-def expected(stage, off_opt, off_param, d, sib=False):
-    """(device pools, host pools) per rank: the brief's GPU model (docs/zero.md, "GPU runs")."""
+def expected(stage, off_opt, off_param, d, sib=False, t=N, ut=U):
+    """(device pools, host pools) per rank: the brief's GPU model (docs/zero.md, "GPU runs"). t of the
+    N parameters train (ut of the largest unit set one unit touches); a frozen one costs only its bf16
+    copy: no master, gradient or optimizer state."""
     dev = {p: 0.0 for p in ("params", "grads", "optimizer", "activations", "workspace", "comm")}
     host = dict(dev)
     states = host if off_opt else dev
     if stage == 0:
-        dev["params"] = 4 * N + 2 * N
-        dev["grads"] = 4 * (U if sib else N)
-        dev["optimizer"] = 4 * K * N
+        dev["params"] = 4 * t + 2 * N
+        dev["grads"] = 4 * (ut if sib else t)
+        dev["optimizer"] = 4 * K * t
     else:
         if stage == 3:
             if off_opt or off_param:             # the bf16 shard gathers read (else: cast from the master)
-                (host if off_param else dev)["params"] += 2 * N / d
+                (host if off_param else dev)["params"] += 2 * t / d
+            (host if off_param else dev)["params"] += 2 * (N - t) / d  # the frozen bf16 shard
             dev["params"] += 2 * 2 * U           # current and prefetched unit, bf16
         else:
             dev["params"] += 2 * N
-        states["params"] += 4 * N / d
+        states["params"] += 4 * t / d
         if off_opt:
-            host["params"] += 2 * 2 * U / d      # two bf16 upload staging buffers of a unit's shard
-            host["grads"] += 2 * 4 * U / d       # two fp32 gradient download buffers of a unit's shard
+            host["params"] += 2 * 2 * ut / d     # two bf16 upload staging buffers of a unit's trainable shard
+            host["grads"] += 2 * 4 * ut / d      # two fp32 gradient download buffers of a unit's trainable shard
         if stage == 1:
-            dev["grads"] += 4 * (U if sib else N)
+            dev["grads"] += 4 * (ut if sib else t)
         else:
-            dev["grads"] += 4 * U                # one unit's transient full gradients
-            states["grads"] += 4 * (U if sib else N) / d
-        states["optimizer"] += 4 * K * N / d
+            dev["grads"] += 4 * ut               # one unit's transient full gradients
+            states["grads"] += 4 * (ut if sib else t) / d
+        states["optimizer"] += 4 * K * t / d
     return dev, host
 
 
@@ -102,14 +108,14 @@ def dry_run(zt_run, out, stage, ranks, extra, ok=True):
     return text
 
 
-def check_rows(path, d, tokens, recompute, sib=False, only_stage=None):
+def check_rows(path, d, tokens, recompute, sib=False, only_stage=None, t=N, ut=U, frozen_layers=0):
     with open(path) as f:
         est = json.load(f)
     if est["device"] != "cuda" or est["dp_size"] != d or est["n_parameters"] != N:
         fail(f"{path}: device {est['device']}, dp {est['dp_size']}, {est['n_parameters']} parameters; expected "
              f"cuda, {d}, {N}")
         return {}
-    act, ws = activations(tokens, recompute), workspace(tokens)
+    act, ws = activations(tokens, recompute, frozen_layers), workspace(tokens)
     totals = {}
     for row in est["rows"]:
         key = (row["stage"], int(row["offload_optimizer"] == "cpu"), int(row["offload_param"] == "cpu"))
@@ -118,7 +124,7 @@ def check_rows(path, d, tokens, recompute, sib=False, only_stage=None):
         if "problem" in row:
             fail(f"{path}: row {key} has no estimate: {row['problem']}")
             continue
-        dev, host = expected(*key, d, sib)
+        dev, host = expected(*key, d, sib, t, ut)
         dev["activations"], dev["workspace"] = act, ws
         for side, want in (("device", dev), ("host", host)):
             for pool, w in want.items():
@@ -196,6 +202,24 @@ def main():
     if fits.get((2, "cpu", "none")) is not False or fits.get((3, "cpu", "cpu")) is not True:
         fail(f"classic 24G scenario: fits {fits}, expected zero2+optimizer offload not to fit and zero3 with both "
              "offloads to fit")
+    # The seed's section 4.1: only the last two layers train (its list form). On one 24 GB card, without
+    # recompute, the frozen parameters cost only their bf16 copy and the 30 frozen layers below keep only
+    # their outputs: every row as the formulas with T = 2 layers trainable, and zero0 fits.
+    out = os.path.join(work, "est-last2")
+    text = dry_run(zt_run, out, 0, 1, ["--set", "recompute=false", "--set", 'trainable_params=["layers.31", "layers.30"]',
+                                       "--gpu-mem-limit", "24G"])
+    last2 = 2 * LAYER
+    for want in (f"{N} parameters ({last2} trainable: the frozen ones cost only their compute copy, and the backward "
+                 "stops above the frozen bottom layers)", "fits: within the gpu_mem_limit of 24.0 GiB"):
+        if want not in text:
+            fail(f"last two layers at 24G: '{want}' missing from:\n{text}")
+    totals = check_rows(os.path.join(out, "memory-estimate.json"), 1, tokens, False, t=last2, ut=LAYER,
+                        frozen_layers=L - 2)
+    chosen = totals.get((0, 0, 0))
+    if not chosen or chosen > 24 * GIB:
+        fail(f"last two layers at 24G: zero0 needs {chosen} bytes per GPU, expected under 24 GiB")
+    else:
+        print(f"7b, last two layers trainable, zero0 without recompute: {chosen / GIB:.2f} GiB per GPU (under 24 GiB)")
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
