@@ -47,6 +47,10 @@ stages)
         expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/$variant" "${sets[@]}"
         check same-losses "$out/$variant/metrics.jsonl" "$out/zero0/metrics.jsonl" 1e-5
     done
+    # stopped after step 2 and resumed from its checkpoint (the adapter comes from there)
+    expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/resume" --set steps=2
+    expect_ok "resumed from" -- "${run[@]}" --output-dir "$out/resume" --resume latest
+    check same-losses "$out/resume/metrics.jsonl" "$out/zero0/metrics.jsonl" 1e-5
     if command -v mpirun >/dev/null; then
         # 2 ranks split the global batch of 2 sequences: 1 each
         expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/ranks2" --nproc 2 \
