@@ -65,7 +65,7 @@ if(NOT DEFINED ZT_BUILD_PLUGINS_D_DIR)
   set(ZT_BUILD_PLUGINS_D_DIR "${CMAKE_BINARY_DIR}/share/zt/plugins.d")
 endif()
 
-set(_ZT_PLUGIN_KINDS tokenizer model optimizer zero attention parallel)
+set(_ZT_PLUGIN_KINDS tokenizer model optimizer zero attention parallel adapter)
 set(_ZT_PLUGIN_USAGE "zt_add_plugin(NAME <name> KIND <kind> SOURCES <src>... [LIBRARIES <lib>...] [DESCRIPTOR <file>])")
 
 function(zt_add_plugin)

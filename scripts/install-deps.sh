@@ -53,7 +53,8 @@ if ! python3 -c 'import tensorboard' 2>/dev/null; then
 fi
 
 # torch and transformers: tests/export loads zt's exports with AutoTokenizer and AutoModelForCausalLM
-# (export.transformers fails without them unless ZT_SKIP_TRANSFORMERS=1). torch's CPU wheel from its
+# (export.transformers fails without them unless ZT_SKIP_TRANSFORMERS=1), and tests/lora compares
+# with peft on them. torch's CPU wheel from its
 # own index where that is reachable (a tenth of the size), else PyPI's; transformers converts the
 # SentencePiece tokenizer.model with sentencepiece and protobuf.
 if ! python3 -c 'import torch' 2>/dev/null; then
@@ -62,7 +63,7 @@ if ! python3 -c 'import torch' 2>/dev/null; then
     python3 -m pip install --quiet torch ||
     { echo "install-deps: could not install torch for $(command -v python3)" >&2; exit 1; }
 fi
-for module in transformers protobuf; do
+for module in transformers protobuf peft; do
   import=$module
   [ "$module" = protobuf ] && import=google.protobuf
   if ! python3 -c "import $import" 2>/dev/null; then

@@ -8,6 +8,7 @@
 #include "base/fileio.h"
 #include "cli/cli.h"
 #include "train/tensorboard.h"
+#include "host/adapter.h"
 
 /* ---- --check ---------------------------------------------------------------------------------- */
 
@@ -62,6 +63,7 @@ static void check_init_body(void *arg, FILE *report)
         zt_child_report_line(report, "model_hidden", text);
         st = zt_cli_model_autos(job->cfg, lp->desc.name, hidden, &err);
     }
+    if (st == ZT_OK) st = zt_plugin_set_attach_adapter(job->set, &err);
     for (int k = ZT_KIND_COUNT; k >= 1; k--) {
         zt_loaded_plugin *lp = &job->set->by_kind[k];
         if (!lp->initialized) continue;

@@ -28,7 +28,8 @@ enum { ZT_EXIT_OK = 0, ZT_EXIT_ERROR = 1, ZT_EXIT_USAGE = 2, ZT_EXIT_INTERRUPTED
 enum option_id {
     OPT_HELP, OPT_VERSION, OPT_LIST_PLUGINS, OPT_DESCRIBE, OPT_ENV, OPT_CHECK, OPT_FLIGHT_RECORDER,
     OPT_PLUGIN_PATH, OPT_PLUGINS, OPT_CONFIG, OPT_SET, OPT_OUTPUT_DIR,
-    OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_EXPORT_DTYPE, OPT_EXPORT_SHARD_SIZE, OPT_NPROC,
+    OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_EXPORT_DTYPE, OPT_EXPORT_SHARD_SIZE, OPT_ADAPTER,
+    OPT_EXPORT_ADAPTER, OPT_NPROC,
     OPT_NNODES, OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, /* torchrun's flags */
     OPT_DRY_RUN, OPT_GPU_MEM_LIMIT, OPT_COMPARE, OPT_COMPARE_STEPS, OPT_COMPARE_WARMUP,
     OPT_GENERATE, OPT_TOKENIZER, OPT_PROMPT, OPT_INPUT, OPT_PROMPT_IDS, OPT_TEMPLATE, OPT_RAW, OPT_MAX_NEW_TOKENS,
@@ -52,6 +53,7 @@ typedef struct run_args {
     const char *data, *model, *resume, *export_dir, *nproc, *gpu_mem_limit; /* training */
     int export_dtype;           /* --export-dtype: ZT_ST_F32, BF16, F16, or -1 for auto */
     uint64_t export_shard_bytes; /* --export-shard-size; 0: transformers' 5 GB */
+    const char *adapter, *export_adapter_dir; /* LoRA (docs/lora.md) */
     /* torchrun's flags (training); with --dry-run, nproc becomes their world size */
     const char *nnodes, *nproc_per_node, *node_rank, *master_addr, *master_port;
     char world_text[16];

@@ -60,6 +60,11 @@ static const zt_cli_option options[N_OPTIONS] = {
                           "the export's dtype (auto: the --model's, else bf16; docs/export.md)"},
     [OPT_EXPORT_SHARD_SIZE] = {"--export-shard-size", NULL, "SIZE",
                                "the export's largest weight file, as transformers' max_shard_size (5GB, 2GiB, ...)"},
+    [OPT_ADAPTER] = {"--adapter", NULL, "DIR",
+                     "start the adapter from a peft adapter directory (adapter_model.safetensors; with --plugins ...,lora)"},
+    [OPT_EXPORT_ADAPTER] = {"--export-adapter", NULL, "DIR",
+                            "after training, write the adapter to DIR as peft writes it (adapter_config.json, "
+                            "adapter_model.safetensors)"},
     [OPT_NPROC] = {"--nproc", NULL, "N",
                    "train with N ranks on this machine (GPU runs: one rank per GPU over NCCL; CPU runs: "
                    "through mpirun; docs/distributed.md)"},
@@ -295,6 +300,8 @@ static int parse_args(int argc, char **argv, run_args *a)
             if (zt_hf_parse_shard_size(v, "--export-shard-size", &a->export_shard_bytes, &err) != ZT_OK)
                 status = zt_cli_usage_error("%s", err.msg);
             break;
+        case OPT_ADAPTER: a->adapter = v; break;
+        case OPT_EXPORT_ADAPTER: a->export_adapter_dir = v; break;
         case OPT_NPROC: a->nproc = v; break;
         case OPT_NNODES: a->nnodes = v; break;
         case OPT_NPROC_PER_NODE: a->nproc_per_node = v; break;
@@ -334,7 +341,7 @@ static int parse_args(int argc, char **argv, run_args *a)
             !(a->action == OPT_GENERATE && (run_only[i] == OPT_PLUGINS || run_only[i] == OPT_SET)))
             status = zt_cli_usage_error("%s has no effect with %s", options[run_only[i]].name, options[a->action].name);
     static const int train_only[] = {OPT_DATA, OPT_MODEL, OPT_RESUME, OPT_EXPORT, OPT_EXPORT_DTYPE,
-                                     OPT_EXPORT_SHARD_SIZE, OPT_NPROC, OPT_NNODES,
+                                     OPT_EXPORT_SHARD_SIZE, OPT_ADAPTER, OPT_EXPORT_ADAPTER, OPT_NPROC, OPT_NNODES,
                                      OPT_NPROC_PER_NODE, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT,
                                      OPT_DRY_RUN, OPT_GPU_MEM_LIMIT, OPT_COMPARE};
     /* --check takes the rank count (--nproc, torchrun's flags) that DeepSpeed's batch rule divides by */

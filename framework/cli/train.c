@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "cli/cli.h"
 #include "dist/job.h"
+#include "host/adapter.h"
 #include "host/select.h"
 #include "train/estimate.h"
 #include "train/trainer.h"
@@ -114,6 +115,7 @@ int zt_cli_train(const run_args *a)
             goto fail;
     }
     zt_cli_log_deepspeed_notes(cfg);
+    if (zt_plugin_set_attach_adapter(&set, &err) != ZT_OK) goto fail;
     int on_gpu = set.by_kind[ZT_KIND_ZERO].host && set.by_kind[ZT_KIND_ZERO].host->device->device_type != ZT_DEVICE_CPU;
     if (a->dry_run) {
         status = dry_run(a, cfg, &settings, reg, &set, rt, on_gpu || estimate_only);
@@ -128,8 +130,8 @@ int zt_cli_train(const run_args *a)
         if (zt_memory_check(&check, &err) != ZT_OK) goto fail;
     }
     if (!(plugins = zt_cli_plugins_json(&set))) goto oom;
-    zt_train_request req = {cfg,      &settings, &set,          rt, plugins, a->resume, a->model, a->export_dir,
-                            a->export_dtype, a->export_shard_bytes};
+    zt_train_request req = {cfg,        &settings,  &set,           rt, plugins, a->resume, a->model, a->export_dir,
+                            a->export_dtype, a->export_shard_bytes, a->adapter, a->export_adapter_dir};
     zt_status st = zt_train_run(&req, &err);
     if (st == ZT_ERR_CANCELLED) {
         /* Rank 0 speaks for a job (where its checkpoint is); the others said they were interrupted. */

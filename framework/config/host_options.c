@@ -223,6 +223,7 @@ int cfg_host_option_capped(const zt_option *opt)
     static const double caps[] = {MAX_BATCH, MAX_GLOBAL_BATCH, MAX_STEPS, MAX_EPOCHS, MAX_HYSTERESIS,
                                   MAX_EVAL_BATCHES, MAX_KEEP, MAX_THREADS, MAX_RANKS};
     size_t n = sizeof k_host_options / sizeof k_host_options[0];
+    if (opt->type == ZT_OPT_STRING && (opt->flags & ZT_OPT_LIST)) return 1; /* a plugin's list key */
     if (opt < k_host_options || opt >= k_host_options + n || opt->type != ZT_OPT_INT || !(opt->flags & ZT_OPT_HAS_MAX))
         return 0;
     for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
@@ -239,6 +240,7 @@ const char *cfg_host_option_list_item(const zt_option *opt)
         {"comms_logger.prof_ops", "collective name"},
     };
     size_t n = sizeof k_host_options / sizeof k_host_options[0];
+    if (opt && opt->type == ZT_OPT_STRING && (opt->flags & ZT_OPT_LIST)) return "name"; /* a plugin's list key */
     if (opt < k_host_options || opt >= k_host_options + n || opt->type != ZT_OPT_STRING) return NULL;
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
         if (!strcmp(opt->key, lists[i].key)) return lists[i].item;

@@ -17,6 +17,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "config/settings.h"
+#include "host/adapter.h"
 #include "host/select.h"
 #include "state/model_config.h"
 
@@ -306,6 +307,7 @@ static zt_status start_plugins(gen_run *g, zt_error *err)
         if (g->set.by_kind[k].plugin) st = zt_plugin_probe(&g->set.by_kind[k], g->rt, err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++)
         if (g->set.by_kind[k].plugin) st = zt_plugin_init(&g->set.by_kind[k], g->rt, err);
+    if (st == ZT_OK) st = zt_plugin_set_attach_adapter(&g->set, err);
     return st;
 }
 

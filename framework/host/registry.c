@@ -36,19 +36,19 @@
 /* ---- kinds ------------------------------------------------------------------------------------ */
 
 static const char *const kind_names[ZT_KIND_COUNT + 1] = {
-    NULL, "tokenizer", "model", "optimizer", "zero", "attention", "parallel",
+    NULL, "tokenizer", "model", "optimizer", "zero", "attention", "parallel", "adapter",
 };
 
 static const char *const ops_type_names[ZT_KIND_COUNT + 1] = {
     NULL, "zt_tokenizer_ops", "zt_model_ops", "zt_optimizer_ops", "zt_zero_ops", "zt_attention_ops",
-    "zt_parallel_ops",
+    "zt_parallel_ops", "zt_adapter_ops",
 };
 
 /* Sizes of the v1.0 structs. A plugin built against any 1.x SDK has at least these bytes; later
  * minors only append. They are the frozen numbers of zt_abi_check.h, repeated here because sizeof
  * grows with every minor while the minimum a 1.x host accepts does not. */
 #define PLUGIN_V1_0_SIZE 96u
-static const uint32_t ops_v1_0_size[ZT_KIND_COUNT + 1] = {0, 56, 40, 32, 88, 72, 24};
+static const uint32_t ops_v1_0_size[ZT_KIND_COUNT + 1] = {0, 56, 40, 32, 88, 72, 24, 16}; /* adapter: 1.3 */
 
 _Static_assert(sizeof(zt_plugin) >= PLUGIN_V1_0_SIZE, "zt_plugin shrank below v1.0");
 _Static_assert(sizeof(zt_tokenizer_ops) >= 56 && sizeof(zt_model_ops) >= 40 &&
@@ -498,7 +498,7 @@ static int parse_descriptor(const char *path, descriptor_entry *e, char *why, si
     if (!e->desc.kind) {
         const char *near = zt_nearest_word(kind, kind_names + 1, ZT_KIND_COUNT);
         format_message(why, why_cap, "%s:%d: kind '%.80s' is not a plugin kind%s%s%s; use one of tokenizer, model, "
-                       "optimizer, zero, attention, parallel", absolute, line[KEY_KIND], kind,
+                       "optimizer, zero, attention, parallel, adapter", absolute, line[KEY_KIND], kind,
                        near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
         return -1;
     }
@@ -789,7 +789,7 @@ static zt_status check_plugin(const zt_plugin *p, const zt_plugin_desc *d, const
                             who, (unsigned)p->struct_size, PLUGIN_V1_0_SIZE);
     if (p->kind < 1 || p->kind > ZT_KIND_COUNT)
         return zt_error_set(err, ZT_ERR_FORMAT,
-                            "%s declares kind %d, which is not a zt plugin kind (1 tokenizer .. 6 parallel): "
+                            "%s declares kind %d, which is not a zt plugin kind (1 tokenizer .. 7 adapter): "
                             "this is a bug in the plugin; report it to its author",
                             who, (int)p->kind);
     if (d->kind && p->kind != d->kind)

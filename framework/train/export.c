@@ -235,6 +235,7 @@ static zt_status export_fill(void *opaque, size_t index, uint64_t elem_offset, u
         x->loaded_unit = unit;
     }
     memcpy(dst, t->shard_buf + t->layout->param_offset[owner] + (int64_t)elem_offset, count * sizeof(float));
+    tr_adapter_merge(t, owner, t->shard_buf, elem_offset, count, dst); /* LoRA: W + scaling * B A */
     /* IEEE half tops out at 65504: a larger weight would be exported as infinity */
     for (uint64_t k = 0; spec->dtype == ZT_ST_F16 && k < count; k++)
         if (fabsf(dst[k]) >= FP16_OVERFLOW)

@@ -51,7 +51,7 @@ static zt_status check_model(const zt_model_info *m, zt_error *err)
             if (p->shape[d] < 1)
                 return zt_error_set(err, ZT_ERR_INTERNAL, "the model plugin's parameter '%s' has size %lld in dimension %d",
                                     p->name, (long long)p->shape[d], (int)d);
-        if (p->init != ZT_INIT_NORMAL && p->init != ZT_INIT_ONES && p->init != ZT_INIT_ZEROS)
+        if (p->init != ZT_INIT_NORMAL && p->init != ZT_INIT_ONES && p->init != ZT_INIT_ZEROS && p->init != ZT_INIT_UNIFORM)
             return zt_error_set(err, ZT_ERR_INTERNAL, "the model plugin's parameter '%s' has unknown init kind %d",
                                 p->name, (int)p->init);
         if (find_param(m, p->name) != i)
@@ -209,6 +209,13 @@ static zt_status apply_trainable(const zt_model_info *m, const int32_t *owner, c
     } else if (st == ZT_OK) {
         memset(trainable, 1, np);
     }
+    /* An adapter's parameters train; with an adapter, the base model trains only where
+     * trainable_params says so. */
+    int adapter = 0;
+    for (size_t i = 0; i < np; i++) adapter |= (m->params[i].flags & ZT_PARAM_ADAPTER) != 0;
+    for (size_t i = 0; adapter && st == ZT_OK && i < np; i++)
+        if (m->params[i].flags & ZT_PARAM_ADAPTER) trainable[i] = 1;
+        else if (!opt->trainable) trainable[i] = 0;
     if (st == ZT_OK && opt->freeze_include)
         st = match_list(m, owner, "pet_config.freeze_include", opt->freeze_include, inc, err);
     if (st == ZT_OK && opt->freeze_exclude)
@@ -348,6 +355,14 @@ typedef struct init_job {
     float *dst;
 } init_job;
 
+/* U(-std, std) from one uniform per element (counter j). */
+static void init_uniform_range(void *arg, int64_t begin, int64_t end)
+{
+    const init_job *j = arg;
+    for (int64_t k = begin; k < end; k++)
+        j->dst[k] = (float)(j->std * (2.0 * uniform(j->key, (uint64_t)(j->first + k)) - 1.0));
+}
+
 static void init_normal_range(void *arg, int64_t begin, int64_t end)
 {
     const init_job *j = arg;
@@ -373,11 +388,12 @@ void zt_layout_init_range(const zt_host_layout *l, zt_runtime *rt, int32_t unit,
         float *out = dst + (from - begin);
         if (p->init == ZT_INIT_ONES) {
             for (int64_t k = 0; k < to - from; k++) out[k] = 1.0f;
-        } else if (p->init == ZT_INIT_NORMAL) {
+        } else if (p->init == ZT_INIT_NORMAL || p->init == ZT_INIT_UNIFORM) {
             uint64_t key = zt_mix64(seed ^ zt_fnv1a64(ZT_FNV1A64_INIT, p->name, strlen(p->name)));
             init_job job = {key, p->init_std, from - lo, out};
-            if (rt) zt_runtime_parallel_for(rt, to - from, 1 << 14, init_normal_range, &job);
-            else init_normal_range(&job, 0, to - from);
+            void (*fill)(void *, int64_t, int64_t) = p->init == ZT_INIT_NORMAL ? init_normal_range : init_uniform_range;
+            if (rt) zt_runtime_parallel_for(rt, to - from, 1 << 14, fill, &job);
+            else fill(&job, 0, to - from);
         }
     }
 }

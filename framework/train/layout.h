@@ -23,7 +23,9 @@
  *     "model.layers.31...".
  * Then MindFormers' pet_config.freeze_include freezes what it matches and pet_config.freeze_exclude
  * makes trainable what it matches (a parameter both match keeps its state).
- * Unset: everything is trainable. A pattern that matches nothing is an error naming it (a typo must
+ * Unset: everything is trainable. With an adapter (parameters flagged ZT_PARAM_ADAPTER, zt_model.h) the
+ * adapter's parameters always train and the base model's only where trainable_params selects them
+ * (unset: none). A pattern that matches nothing is an error naming it (a typo must
  * not silently freeze the whole model), naming the model's first parameters. A tied parameter is trainable exactly when its owner is, and a
  * pattern naming it selects the owner.
  *
@@ -85,7 +87,8 @@ int32_t zt_layout_find(const zt_host_layout *l, const char *name);
 
 /* Fill dst[0, count) with elements [begin, begin + count) of unit `unit`'s padded flat buffer as
  * initialised from `seed`: each parameter by its declared init (ZT_INIT_NORMAL: N(0, init_std);
- * ZT_INIT_ONES; ZT_INIT_ZEROS) and padding with zeros.
+ * ZT_INIT_UNIFORM: U(-init_std, init_std) from the uniform of counter j; ZT_INIT_ONES; ZT_INIT_ZEROS)
+ * and padding with zeros.
  * NORMAL values: element j of parameter `name` is Box-Muller of two uniforms drawn from
  * splitmix64-mixed counters (key = mix(seed ^ fnv1a64(name)), counters 2j and 2j + 1), computed in
  * double and rounded to fp32 once. rt (may be NULL) supplies the thread pool. */

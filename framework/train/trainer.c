@@ -1108,9 +1108,20 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (st == ZT_OK) st = alloc_buffers(t, err);
     if (st != ZT_OK) return st;
 
+    if (t->req->adapter_dir && (!t->req->model_dir || t->req->resume || !tr_adapter_spec(t)))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "--adapter %s: %s", t->req->adapter_dir,
+                            !tr_adapter_spec(t) ? "this run has no adapter plugin; add one to --plugins (--plugins llama,lora)"
+                            : t->req->resume ? "a resumed run takes its adapter from the checkpoint; leave --adapter out"
+                                             : "an adapter goes on the base model it was trained on: add --model BASE");
+    if (t->req->export_adapter_dir && !tr_adapter_spec(t))
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "--export-adapter %s: this run has no adapter plugin; add one to --plugins (--plugins "
+                            "llama,lora), or export the whole model with --export",
+                            t->req->export_adapter_dir);
     tr_remove_stale_staging(t);
     if (t->req->resume) st = tr_resume(t, err);
-    else if (t->req->model_dir) st = tr_load_hf(t, t->req->model_dir, err);
+    else if (t->req->model_dir) st = tr_load_hf(t, t->req->model_dir, t->req->adapter_dir, err);
     else st = tr_load_master(t, tr_random_source, NULL, err);
     tr_drop_shard_buffer(t);
     if (st == ZT_OK) st = tr_agree_on_status(t, prepare_output(t, err), err, "preparing the output directory");
@@ -1127,6 +1138,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
                (long long)t->step, (long long)t->set->steps);
     st = train_loop(t, err);
     if (st == ZT_OK && t->req->export_dir) st = tr_export_hf(t, err);
+    if (st == ZT_OK && t->req->export_adapter_dir) st = tr_export_adapter(t, t->req->export_adapter_dir, err);
     return st;
 }
 

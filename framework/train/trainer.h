@@ -52,6 +52,8 @@ typedef struct zt_train_request {
     const char *export_dir;    /* NULL, or where to write the trained model in HF format at the end */
     int export_dtype;          /* ZT_ST_F32, BF16 or F16; -1: auto (the --model's dtype, else bf16) */
     uint64_t export_shard_bytes; /* the largest weight file of the export; 0: 5 GB, as transformers */
+    const char *adapter_dir;   /* NULL, or a peft adapter directory the adapter's parameters start from */
+    const char *export_adapter_dir; /* NULL, or where to write the adapter as peft does at the end */
 } zt_train_request;
 
 /* Train. ZT_ERR_CANCELLED after a Ctrl-C (checkpoint saved; err says how to resume). On return the

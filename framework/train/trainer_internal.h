@@ -122,7 +122,9 @@ zt_status tr_random_source(trainer *t, void *ctx, int32_t unit, int64_t offset, 
                            zt_error *err);
 zt_status tr_for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count, float *slice, piece_fn fn,
                             void *ctx, zt_error *err);
-zt_status tr_load_hf(trainer *t, const char *dir, zt_error *err);
+/* The base model from the HF directory `dir`, the adapter's parameters from the peft directory
+ * adapter_dir (NULL: their declared initialisation). */
+zt_status tr_load_hf(trainer *t, const char *dir, const char *adapter_dir, zt_error *err);
 
 /* ---- export.c ------------------------------------------------------------------------------------ */
 
@@ -135,6 +137,25 @@ zt_status tr_export_prepare(trainer *t, zt_error *err);
  * gather, until it broadcasts -1. */
 zt_status tr_export_hf(trainer *t, zt_error *err);
 void tr_export_free(trainer *t);
+
+/* ---- adapter_files.c: peft's adapter files -------------------------------------------------------- */
+
+typedef struct zt_st_file zt_st_file;
+/* The adapter plugin's spec, or NULL when the run has none. */
+const zt_adapter_spec *tr_adapter_spec(const trainer *t);
+/* DIR/adapter_model.safetensors, checked against the run's adapter (adapter_config.json's r and
+ * lora_alpha, exactly the run's adapter tensors); close with zt_st_close. */
+zt_status tr_adapter_open(trainer *t, const char *dir, zt_st_file **out, zt_error *err);
+/* Elements [elem_offset, elem_offset + n) of adapter parameter `param` from the file. */
+zt_status tr_adapter_read(trainer *t, const zt_st_file *f, int32_t param, int64_t elem_offset, int64_t n,
+                          float *dst, zt_error *err);
+/* dst (elements [elem_offset, +count) of base parameter `param`, from unit_buf, its unit's whole
+ * buffer) += scaling * (B A) when the adapter adapts it; else nothing. */
+void tr_adapter_merge(const trainer *t, int32_t param, const float *unit_buf, uint64_t elem_offset, uint64_t count,
+                      float *dst);
+/* --export-adapter: rank 0 writes DIR/adapter_config.json and adapter_model.safetensors; every rank
+ * joins (as tr_export_hf). */
+zt_status tr_export_adapter(trainer *t, const char *dir, zt_error *err);
 
 /* ---- checkpointing.c ----------------------------------------------------------------------------- */
 

@@ -83,11 +83,25 @@ zt_status tr_for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count
     return ZT_OK;
 }
 
+typedef struct hf_sources {
+    zt_hf_model *model;
+    zt_st_file *adapter; /* NULL: the adapter's parameters start as declared */
+} hf_sources;
+
+/* A base parameter from the HF files; an adapter's from its peft file or its declared init. */
 static zt_status hf_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
                           zt_error *err)
 {
+    const hf_sources *src = ctx;
     const zt_param_decl *p = &t->info->params[param];
-    return zt_hf_model_read(ctx, p->name, p->ndim, p->shape, (uint64_t)elem_offset, (uint64_t)n, slice_at, err);
+    if ((p->flags & ZT_PARAM_ADAPTER) && src->adapter)
+        return tr_adapter_read(t, src->adapter, param, elem_offset, n, slice_at, err);
+    if (p->flags & ZT_PARAM_ADAPTER) {
+        zt_layout_init_range(t->layout, t->rt, p->unit, (uint64_t)t->set->seed, t->layout->param_offset[param] + elem_offset,
+                             n, slice_at);
+        return ZT_OK;
+    }
+    return zt_hf_model_read(src->model, p->name, p->ndim, p->shape, (uint64_t)elem_offset, (uint64_t)n, slice_at, err);
 }
 
 static zt_status hf_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
@@ -97,13 +111,16 @@ static zt_status hf_source(trainer *t, void *ctx, int32_t unit, int64_t offset, 
     return tr_for_each_piece(t, unit, offset, count, dst, hf_piece, ctx, err);
 }
 
-zt_status tr_load_hf(trainer *t, const char *dir, zt_error *err)
+zt_status tr_load_hf(trainer *t, const char *dir, const char *adapter_dir, zt_error *err)
 {
-    zt_hf_model *m;
-    zt_status st = zt_hf_model_open(dir, &m, err);
+    hf_sources src = {NULL, NULL};
+    zt_status st = zt_hf_model_open(dir, &src.model, err);
     if (st != ZT_OK) return st;
-    st = tr_load_master(t, hf_source, m, err);
-    zt_hf_model_close(m);
-    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "weights loaded from %s", dir);
+    if (adapter_dir) st = tr_adapter_open(t, adapter_dir, &src.adapter, err);
+    if (st == ZT_OK) st = tr_load_master(t, hf_source, &src, err);
+    zt_hf_model_close(src.model);
+    zt_st_close(src.adapter);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "weights loaded from %s%s%s", dir, adapter_dir ? ", the adapter from " : "",
+                            adapter_dir ? adapter_dir : "");
     return st;
 }

@@ -91,7 +91,13 @@ ZT_ABI_OFFSET(zt_unit_call, x_in, 48);
 ZT_ABI_OFFSET(zt_unit_call, dx_in, 408);
 ZT_ABI_OFFSET(zt_unit_call, loss, 528);
 ZT_ABI_OFFSET(zt_unit_call, kv_seq_ids, 552);
-ZT_ABI_SIZE(zt_model_ops, 40);
+ZT_ABI_SIZE(zt_model_ops, 48);
+ZT_ABI_OFFSET(zt_model_ops, adapt, 40);
+ZT_STATIC_ASSERT(ZT_MODEL_OPS_SIZE_1_0 == 40 && ZT_MODEL_OPS_SIZE_1_3 == 48, zt_model_ops_sizes);
+ZT_ABI_SIZE(zt_adapter_spec, 56);
+ZT_ABI_OFFSET(zt_adapter_spec, scaling, 24);
+ZT_ABI_OFFSET(zt_adapter_spec, target_modules, 40);
+ZT_ABI_SIZE(zt_adapter_ops, 16);
 ZT_ABI_OFFSET(zt_model_ops, release, 32);
 /* 1.1 appended compute_copy: the v1.0 prefix (40 bytes) is unchanged, the field starts where it ended */
 ZT_ABI_SIZE(zt_optim_hparams, 56); /* 1.2 appended compute_copy_dtype */

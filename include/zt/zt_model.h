@@ -22,6 +22,8 @@
 extern "C" {
 #endif
 
+typedef struct zt_adapter_spec zt_adapter_spec; /* zt_adapter.h */
+
 /* ---- batches --------------------------------------------------------------------------------- */
 
 /* One micro-batch of B rows of T tokens, in the memory of the run's device. Owned by the host; valid
@@ -179,12 +181,16 @@ typedef struct zt_attention_binding {
 typedef enum zt_init_kind {
     ZT_INIT_NORMAL = 0, /* N(0, init_std) */
     ZT_INIT_ONES = 1,
-    ZT_INIT_ZEROS = 2
+    ZT_INIT_ZEROS = 2,
+    ZT_INIT_UNIFORM = 3 /* ABI 1.3: U(-init_std, init_std) (torch's kaiming_uniform_ with a = sqrt(5) is
+                           U(-1/sqrt(fan_in), 1/sqrt(fan_in)): LoRA's A) */
 } zt_init_kind;
 
 #define ZT_PARAM_NO_DECAY 0x1u   /* excluded from weight decay (norms, by default embeddings) */
 #define ZT_PARAM_EMBEDDING 0x2u  /* the token embedding (optional decay exclusion) */
 #define ZT_PARAM_TIED 0x4u       /* storage shared with tied_to; not a separate tensor */
+#define ZT_PARAM_ADAPTER 0x8u    /* ABI 1.3: an adapter's parameter (zt_model_ops.adapt), not the base
+                                    model's: the host trains these and freezes the base */
 
 /* One logical parameter, named as Hugging Face names it, so checkpoints and exports use HF names. */
 typedef struct zt_param_decl {
@@ -298,7 +304,22 @@ typedef struct zt_model_ops {
     /* Free whatever forward left in *saved when no backward will follow (evaluation, abort), and
      * set *saved to NULL. [training thread] */
     void (*release)(void *state, int32_t unit, void **saved);
+    /* ABI 1.3 [may be NULL] (the host calls it only when struct_size >= ZT_MODEL_OPS_SIZE_1_3): put
+     * the adapter `spec` (an adapter plugin's, zt_adapter.h; borrowed for the call) on the model.
+     * Called at most once, after init and before the host's first info(). The model appends the
+     * adapter's parameters to its declarations, each in the unit that uses it and flagged
+     * ZT_PARAM_ADAPTER, named after the module they adapt as peft names them without its
+     * "base_model.model." prefix ("model.layers.0.self_attn.q_proj.lora_A.weight"), and computes
+     * them in every later forward and backward; the host freezes the parameters without the flag.
+     * A target that names no module of the model, or a setting the model cannot compute, is
+     * ZT_ERR_CONFIG with host->error() saying which. NULL: the model takes no adapter (the host
+     * refuses an adapter plugin with it). [main thread] */
+    zt_status (*adapt)(void *state, const zt_adapter_spec *spec);
 } zt_model_ops;
+
+/* struct_size of a v1.0 zt_model_ops (no adapt) and of a 1.3 one. */
+#define ZT_MODEL_OPS_SIZE_1_0 40u
+#define ZT_MODEL_OPS_SIZE_1_3 48u
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,7 @@
 #include "zt_tokenizer.h"
 #include "zt_model.h"
 #include "zt_train.h"
+#include "zt_adapter.h"
 
 #ifdef __cplusplus
 extern "C" {

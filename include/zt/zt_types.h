@@ -27,7 +27,9 @@ extern "C" {
                                     call, fp16 compute copies; 1.3: the model info's rms_norm_eps and
                                     rope_theta, frozen regions of the layout, the zero frozen_range,
                                     the trainable flags of the estimate, KV cache reserve, prefix and
-                                    stats ops, free memory in the cache descriptor) */
+                                    stats ops, free memory in the cache descriptor; the adapter kind,
+                                    the model's adapt op, ZT_PARAM_ADAPTER, ZT_INIT_UNIFORM,
+                                    ZT_OPT_LIST) */
 
 /* The one symbol a plugin exports (see zt_plugin.h). */
 #define ZT_ENTRY_SYMBOL "zt_plugin_entry"
@@ -68,9 +70,10 @@ typedef enum zt_kind {
     ZT_KIND_OPTIMIZER = 3,
     ZT_KIND_ZERO = 4,
     ZT_KIND_ATTENTION = 5,
-    ZT_KIND_PARALLEL = 6
+    ZT_KIND_PARALLEL = 6,
+    ZT_KIND_ADAPTER = 7 /* ABI 1.3: low-parameter fine-tuning (zt_adapter.h), e.g. lora */
 } zt_kind;
-#define ZT_KIND_COUNT 6
+#define ZT_KIND_COUNT 7
 
 /* ---- element types and devices --------------------------------------------------------------- */
 
@@ -122,6 +125,8 @@ typedef enum zt_opt_type {
 #define ZT_OPT_HAS_MAX 0x2u   /* value <= max */
 #define ZT_OPT_MIN_OPEN 0x4u  /* value > min instead of >= */
 #define ZT_OPT_NO_DEFAULT 0x8u/* unset means "not given" (getter returns ZT_ERR_NOT_FOUND) */
+#define ZT_OPT_LIST 0x10u     /* ABI 1.3, ZT_OPT_STRING only: also takes a JSON list of strings, which the
+                                 host stores joined with commas ("q_proj,v_proj") */
 
 /* One option a plugin understands. `key` is the full dotted config path, e.g.
  * "zero_optimization.offload_optimizer.device" or "optimizer.params.lr": zt shares DeepSpeed's key

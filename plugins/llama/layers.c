@@ -29,6 +29,7 @@ typedef struct layer_acts {
     float *resid;         /* h = x + o_proj(attn) [N, hidden] */
     float *norm2, *rstd2; /* post-attention RMSNorm [N, hidden], [N] */
     float *gate, *up;     /* MLP projections before the SwiGLU [N, intermediate] x 2 */
+    float *lora[LLAMA_LINEARS]; /* LoRA: scaling * x A^T [N, r] of each adapted linear, else NULL */
 } layer_acts;
 
 typedef struct head_acts {
@@ -51,8 +52,9 @@ static float *carve(carver *cv, int64_t n)
     return p;
 }
 
-static void carve_layer(const llama_config *c, int64_t N, carver *cv, layer_acts *a)
+static void carve_layer(const llama_state *s, int32_t unit, int64_t N, carver *cv, layer_acts *a)
 {
+    const llama_config *c = &s->cfg;
     int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, F = c->intermediate;
     a->norm1 = carve(cv, N * H);
     a->rstd1 = carve(cv, N);
@@ -65,6 +67,9 @@ static void carve_layer(const llama_config *c, int64_t N, carver *cv, layer_acts
     a->rstd2 = carve(cv, N);
     a->gate = carve(cv, N * F);
     a->up = carve(cv, N * F);
+    for (int k = 0; k < LLAMA_LINEARS; k++)
+        a->lora[k] = s->lora.r > 0 && s->lora.slot[(unit - 1) * LLAMA_LINEARS + k] >= 0 ? carve(cv, N * s->lora.r)
+                                                                                          : NULL;
 }
 
 static void carve_head(const llama_config *c, int64_t N, carver *cv, head_acts *a)
@@ -81,10 +86,12 @@ typedef struct layer_grads {
     float *resid;   /* gradient at h, the residual stream after attention [N, hidden] */
     float *attn;    /* gradient at the attention output [N, heads*D] */
     float *q, *k, *v;
+    float *lora;    /* LoRA: the gradient at scaling * x A^T of one linear [N, r] */
 } layer_grads;
 
-static void carve_layer_grads(const llama_config *c, int64_t N, carver *cv, layer_grads *d)
+static void carve_layer_grads(const llama_state *s, int64_t N, carver *cv, layer_grads *d)
 {
+    const llama_config *c = &s->cfg;
     int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     d->act = carve(cv, N * c->intermediate);
     d->norm = carve(cv, N * H);
@@ -93,6 +100,7 @@ static void carve_layer_grads(const llama_config *c, int64_t N, carver *cv, laye
     d->q = carve(cv, N * Q);
     d->k = carve(cv, N * KV);
     d->v = carve(cv, N * KV);
+    d->lora = s->lora.r > 0 ? carve(cv, N * s->lora.r) : NULL;
 }
 
 static float *alloc_floats(const llama_call *r, int32_t pool, int64_t n, const char *what)
@@ -113,7 +121,7 @@ static llama_saved *saved_alloc(const llama_call *r, int32_t pool, int marker, c
     int32_t unit = r->c->unit;
     if (!marker) {
         if (unit == r->s->info.n_units - 1) carve_head(&r->s->cfg, r->tokens, &cv, &ha);
-        else carve_layer(&r->s->cfg, r->tokens, &cv, &la);
+        else carve_layer(r->s, unit, r->tokens, &cv, &la);
     }
     char tag[64];
     snprintf(tag, sizeof tag, "%s %s", r->name, what);
@@ -171,6 +179,65 @@ static zt_status linear_backward_input_add(const zt_cpu_ctx *ctx, int64_t M, int
                                            const float *dy, const float *w, float *dx)
 {
     return zt_cpu_gemm(ctx, 0, 0, M, K, N, dy, N, w, K, dx, K, 1);
+}
+
+/* ---- LoRA on a linear (lora.c chose which) ---------------------------------------------------- */
+
+/* The view index of linear k's A in this layer's parameters (B follows it), or -1. */
+static int lora_slot(const llama_call *r, int k)
+{
+    const llama_lora *l = &r->s->lora;
+    return l->r > 0 ? l->slot[(r->c->unit - 1) * LLAMA_LINEARS + k] : -1;
+}
+
+/* u[N, r] = scaling * x A^T. */
+static zt_status lora_project(const llama_call *r, int k, int64_t in, const float *x, float *u)
+{
+    int a = lora_slot(r, k);
+    if (a < 0) return ZT_OK;
+    int64_t N = r->tokens, R = r->s->lora.r;
+    zt_status st = zt_cpu_linear_forward(&r->s->cpu, N, R, in, x, param(r, a), u);
+    if (st == ZT_OK) zt_cpu_scale(&r->s->cpu, N * R, r->s->lora.scaling, u);
+    return st;
+}
+
+/* y[N, out] += u B^T with u = scaling * x A^T [N, r] kept in `u` for the backward. */
+static zt_status lora_forward(const llama_call *r, int k, int64_t in, int64_t out, const float *x, float *u,
+                              float *y)
+{
+    int a = lora_slot(r, k);
+    if (a < 0) return ZT_OK;
+    zt_status st = lora_project(r, k, in, x, u);
+    if (st != ZT_OK) return st;
+    int64_t R = r->s->lora.r;
+    return zt_cpu_gemm(&r->s->cpu, 0, 1, r->tokens, out, R, u, R, param(r, a + 1), R, y, out, 1);
+}
+
+/* The adapter's part of linear k's backward, before the base linear overwrites its input gradient:
+ * dB += dy^T u, du = scaling * dy B into du [N, r], dA += du^T x. */
+static zt_status lora_backward_weights(const llama_call *r, int k, int64_t in, int64_t out, const float *x,
+                                       const float *u, const float *dy, float *du)
+{
+    int a = lora_slot(r, k);
+    if (a < 0) return ZT_OK;
+    const zt_cpu_ctx *ctx = &r->s->cpu;
+    int64_t N = r->tokens, R = r->s->lora.r;
+    float *gA = grad(r, a), *gB = grad(r, a + 1);
+    zt_status st = ZT_OK;
+    if (gB) st = zt_cpu_linear_backward_weight(ctx, N, out, R, dy, u, gB);
+    if (st == ZT_OK) st = zt_cpu_linear_backward_input(ctx, N, out, R, dy, param(r, a + 1), du);
+    if (st != ZT_OK) return st;
+    zt_cpu_scale(ctx, N * R, r->s->lora.scaling, du);
+    if (gA) st = zt_cpu_linear_backward_weight(ctx, N, R, in, du, x, gA);
+    return st;
+}
+
+/* dx[N, in] += du A: the adapter's share of the input gradient, after the base linear wrote its own. */
+static zt_status lora_backward_input(const llama_call *r, int k, int64_t in, const float *du, float *dx)
+{
+    int a = lora_slot(r, k);
+    if (a < 0) return ZT_OK;
+    return zt_cpu_gemm(&r->s->cpu, 0, 0, r->tokens, in, r->s->lora.r, du, r->s->lora.r, param(r, a), in, dx, in, 1);
 }
 
 /* A [B, T, heads, D] view for the attention plugin. */
@@ -283,6 +350,9 @@ static zt_status layer_compute(const llama_call *r, const float *x, const layer_
     KERNEL(zt_cpu_linear_forward(ctx, N, Q, H, a->norm1, param(r, LAYER_Q), a->q), "q_proj forward");
     KERNEL(zt_cpu_linear_forward(ctx, N, KV, H, a->norm1, param(r, LAYER_K), a->k), "k_proj forward");
     KERNEL(zt_cpu_linear_forward(ctx, N, KV, H, a->norm1, param(r, LAYER_V), a->v), "v_proj forward");
+    KERNEL(lora_forward(r, LAYER_Q, H, Q, a->norm1, a->lora[LAYER_Q], a->q), "q_proj LoRA forward");
+    KERNEL(lora_forward(r, LAYER_K, H, KV, a->norm1, a->lora[LAYER_K], a->k), "k_proj LoRA forward");
+    KERNEL(lora_forward(r, LAYER_V, H, KV, a->norm1, a->lora[LAYER_V], a->v), "v_proj LoRA forward");
     zt_cpu_rope_forward(ctx, N, cfg->heads, D, positions, s->inv_freq, a->q, a->q);
     zt_cpu_rope_forward(ctx, N, cfg->kv_heads, D, positions, s->inv_freq, a->k, a->k);
 
@@ -297,18 +367,22 @@ static zt_status layer_compute(const llama_call *r, const float *x, const layer_
     }
 
     KERNEL(zt_cpu_linear_forward(ctx, N, H, Q, a->attn, param(r, LAYER_O), a->resid), "o_proj forward");
+    KERNEL(lora_forward(r, LAYER_O, Q, H, a->attn, a->lora[LAYER_O], a->resid), "o_proj LoRA forward");
     zt_cpu_add(ctx, N * H, x, a->resid);
     zt_cpu_rmsnorm_forward(ctx, N, H, (float)cfg->rms_norm_eps, a->resid, param(r, LAYER_POST_NORM), a->norm2,
                            a->rstd2);
     KERNEL(zt_cpu_linear_forward(ctx, N, F, H, a->norm2, param(r, LAYER_GATE), a->gate), "gate_proj forward");
     KERNEL(zt_cpu_linear_forward(ctx, N, F, H, a->norm2, param(r, LAYER_UP), a->up), "up_proj forward");
-    if (!out) return ZT_OK;
+    KERNEL(lora_forward(r, LAYER_GATE, H, F, a->norm2, a->lora[LAYER_GATE], a->gate), "gate_proj LoRA forward");
+    KERNEL(lora_forward(r, LAYER_UP, H, F, a->norm2, a->lora[LAYER_UP], a->up), "up_proj LoRA forward");
+    if (!out) return ZT_OK; /* down_proj's LoRA input is recomputed with the SwiGLU in the backward */
 
     act = alloc_floats(r, ZT_POOL_WORKSPACE, N * F, "SwiGLU output");
     if (!act) return ZT_ERR_OUT_OF_MEMORY;
     zt_cpu_swiglu_forward(ctx, N * F, a->gate, a->up, act);
     /* out is written last, after every read of x: the host may pass one buffer as both. */
     KERNEL(zt_cpu_linear_forward(ctx, N, H, F, act, param(r, LAYER_DOWN), out), "down_proj forward");
+    KERNEL(lora_forward(r, LAYER_DOWN, F, H, act, a->lora[LAYER_DOWN], out), "down_proj LoRA forward");
     zt_cpu_add(ctx, N * H, a->resid, out);
 done:
     s->host->free(s->host->ctx, act);
@@ -320,7 +394,7 @@ static zt_status layer_fill(const llama_call *r, llama_saved *rec, int outputs, 
 {
     carver cv = {rec->acts, 0};
     layer_acts a;
-    carve_layer(&r->s->cfg, r->tokens, &cv, &a);
+    carve_layer(r->s, r->c->unit, r->tokens, &cv, &a);
     return layer_compute(r, r->c->x_in.data, &a, outputs ? r->c->x_out.data : NULL,
                          keep ? &rec->attention_saved : NULL);
 }
@@ -350,17 +424,17 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     llama_saved *rec = fresh ? fresh : saved;
     carver cv = {rec->acts, 0};
     layer_acts a;
-    carve_layer(cfg, N, &cv, &a);
+    carve_layer(s, c->unit, N, &cv, &a);
     carver wv = {NULL, 0};
     layer_grads d;
-    carve_layer_grads(cfg, N, &wv, &d);
+    carve_layer_grads(s, N, &wv, &d);
     work = alloc_floats(r, ZT_POOL_WORKSPACE, wv.used, "backward scratch");
     if (!work) {
         st = ZT_ERR_OUT_OF_MEMORY;
         goto done;
     }
     wv = (carver){work, 0};
-    carve_layer_grads(cfg, N, &wv, &d);
+    carve_layer_grads(s, N, &wv, &d);
     const float *dy = c->dx_out.data;
     float *g;
 
@@ -368,7 +442,11 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     zt_cpu_swiglu_forward(ctx, N * F, a.gate, a.up, d.act);
     if ((g = grad(r, LAYER_DOWN)))
         KERNEL(zt_cpu_linear_backward_weight(ctx, N, H, F, dy, d.act, g), "down_proj weight gradient");
+    KERNEL(lora_project(r, LAYER_DOWN, F, d.act, a.lora[LAYER_DOWN]), "down_proj LoRA recompute");
+    KERNEL(lora_backward_weights(r, LAYER_DOWN, F, H, d.act, a.lora[LAYER_DOWN], dy, d.lora),
+           "down_proj LoRA gradients");
     KERNEL(zt_cpu_linear_backward_input(ctx, N, H, F, dy, param(r, LAYER_DOWN), d.act), "down_proj backward");
+    KERNEL(lora_backward_input(r, LAYER_DOWN, F, d.lora, d.act), "down_proj LoRA backward");
     zt_cpu_swiglu_backward(ctx, N * F, a.gate, a.up, d.act, a.gate, a.up); /* gate, up := their gradients */
     if ((g = grad(r, LAYER_GATE)))
         KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.gate, a.norm2, g), "gate_proj weight gradient");
@@ -376,6 +454,11 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
         KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.up, a.norm2, g), "up_proj weight gradient");
     KERNEL(zt_cpu_linear_backward_input(ctx, N, F, H, a.gate, param(r, LAYER_GATE), d.norm), "gate_proj backward");
     KERNEL(linear_backward_input_add(ctx, N, F, H, a.up, param(r, LAYER_UP), d.norm), "up_proj backward");
+    for (int k = LAYER_GATE; k <= LAYER_UP; k++) {
+        KERNEL(lora_backward_weights(r, k, H, F, a.norm2, a.lora[k], k == LAYER_GATE ? a.gate : a.up, d.lora),
+               "gate/up_proj LoRA gradients");
+        KERNEL(lora_backward_input(r, k, H, d.lora, d.norm), "gate/up_proj LoRA backward");
+    }
     g = grad(r, LAYER_POST_NORM); /* NULL (frozen): no weight gradient */
     zt_cpu_rmsnorm_backward(ctx, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm, d.resid, g);
     zt_cpu_add(ctx, N * H, dy, d.resid); /* the residual path */
@@ -384,6 +467,8 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     if ((g = grad(r, LAYER_O)))
         KERNEL(zt_cpu_linear_backward_weight(ctx, N, H, Q, d.resid, a.attn, g), "o_proj weight gradient");
     KERNEL(zt_cpu_linear_backward_input(ctx, N, H, Q, d.resid, param(r, LAYER_O), d.attn), "o_proj backward");
+    KERNEL(lora_backward_weights(r, LAYER_O, Q, H, a.attn, a.lora[LAYER_O], d.resid, d.lora), "o_proj LoRA gradients");
+    KERNEL(lora_backward_input(r, LAYER_O, Q, d.lora, d.attn), "o_proj LoRA backward");
     zt_attn_args args = attention_args(r, &a);
     args.dout = attention_view(d.attn, c->batch, cfg->heads, D);
     args.dq = attention_view(d.q, c->batch, cfg->heads, D);
@@ -407,6 +492,12 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     KERNEL(zt_cpu_linear_backward_input(ctx, N, Q, H, d.q, param(r, LAYER_Q), d.norm), "q_proj backward");
     KERNEL(linear_backward_input_add(ctx, N, KV, H, d.k, param(r, LAYER_K), d.norm), "k_proj backward");
     KERNEL(linear_backward_input_add(ctx, N, KV, H, d.v, param(r, LAYER_V), d.norm), "v_proj backward");
+    for (int k = LAYER_Q; k <= LAYER_V; k++) {
+        const float *dproj = k == LAYER_Q ? d.q : k == LAYER_K ? d.k : d.v;
+        int64_t out = k == LAYER_Q ? Q : KV;
+        KERNEL(lora_backward_weights(r, k, H, out, a.norm1, a.lora[k], dproj, d.lora), "q/k/v_proj LoRA gradients");
+        KERNEL(lora_backward_input(r, k, H, d.lora, d.norm), "q/k/v_proj LoRA backward");
+    }
     /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
     g = grad(r, LAYER_INPUT_NORM);
     zt_cpu_rmsnorm_backward(ctx, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1, d.norm, c->dx_in.data,

@@ -41,6 +41,20 @@ enum { HEAD_NORM, HEAD_LM, HEAD_PARAMS };
 /* The three kinds of unit: unit 0, units 1 .. layers, the last one. */
 enum { LLAMA_UNIT_EMBEDDING, LLAMA_UNIT_LAYER, LLAMA_UNIT_HEAD, LLAMA_UNIT_KINDS };
 
+/* The linear layers of a transformer layer LoRA can adapt, in LAYER_* order (LAYER_Q .. LAYER_DOWN). */
+#define LLAMA_LINEARS 7
+
+/* A LoRA adapter on the layers' linears (zt_adapter_spec; lora.c): y += scaling * x A^T B^T. */
+typedef struct llama_lora {
+    int32_t r;              /* rank; 0: no adapter */
+    float scaling;
+    char *targets;          /* the spec's target_modules, copied */
+    /* [layers * LLAMA_LINEARS]: where linear k of layer l has its A in that unit's parameter views
+     * (B follows it), or -1 when it is not adapted */
+    int32_t *slot;
+    int32_t n_adapted;      /* adapted linears over all layers */
+} llama_lora;
+
 typedef struct llama_backend llama_backend;
 typedef struct llama_gpu llama_gpu; /* layers_cuda.c */
 
@@ -58,11 +72,19 @@ typedef struct llama_state {
     zt_param_decl *decls;         /* info.params */
     char *names;                  /* storage of the decl names */
     int32_t *unit_first_param;    /* [n_units + 1]: decls of unit u are [first[u], first[u+1]) */
+    llama_lora lora;
 } llama_state;
 
-/* Builds info and the parameter declarations from cfg (params.c). */
+/* Builds info and the parameter declarations from cfg and, with an adapter, s->lora (params.c). */
 zt_status llama_params_build(llama_state *s);
 void llama_params_free(llama_state *s);
+
+/* zt_model_ops.adapt (lora.c): checks the spec, resolves its targets into s->lora and rebuilds the
+ * declarations with the adapter's parameters. */
+zt_status llama_lora_adapt(llama_state *s, const zt_adapter_spec *spec);
+void llama_lora_free(llama_state *s);
+/* The module names of linear k ("self_attn.q_proj", ...). */
+extern const char *const llama_linear_names[LLAMA_LINEARS];
 
 /* ---- saved activations, on every device (layers_saved.c) ------------------------------------- */
 

@@ -1,5 +1,6 @@
 /* The parameter declarations the host lays out: Hugging Face names and shapes, grouped by unit.
  * Unit 0 = embedding, 1..L = layers, L+1 = final norm + LM head. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,11 +46,37 @@ static void add_norm(decl_builder *b, int32_t unit, const char *name, int64_t di
     d->init_std = 0.0f;
 }
 
+const char *const llama_linear_names[LLAMA_LINEARS] = {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
+};
+
+/* LoRA's A [r, in] and B [out, r] of the linear just declared (`base`), named as peft names them. A
+ * is kaiming_uniform_(a = sqrt(5)): U(-1/sqrt(in), 1/sqrt(in)); B starts at zero, so the adapted
+ * model starts as the base. Tensor parallelism splits A's input columns of a row-parallel linear
+ * and B's output rows of a column-parallel one. */
+static void add_lora(decl_builder *b, const zt_param_decl *base, int32_t r, int32_t layer, const char *module)
+{
+    char name[NAME_CAP];
+    int64_t out = base->shape[0], in = base->shape[1];
+    int column_parallel = base->tp_split_dim == TP_ROWS;
+    snprintf(name, sizeof name, "model.layers.%d.%.40s.lora_A.weight", (int)layer, module);
+    zt_param_decl *a = add(b, base->unit, name, r, in, column_parallel ? TP_REPLICATED : TP_COLUMNS);
+    a->flags = ZT_PARAM_ADAPTER;
+    a->init = ZT_INIT_UNIFORM;
+    a->init_std = (float)(1.0 / sqrt((double)in));
+    snprintf(name, sizeof name, "model.layers.%d.%.40s.lora_B.weight", (int)layer, module);
+    zt_param_decl *bb = add(b, base->unit, name, out, r, column_parallel ? TP_ROWS : TP_REPLICATED);
+    bb->flags = ZT_PARAM_ADAPTER;
+    bb->init = ZT_INIT_ZEROS;
+    bb->init_std = 0.0f;
+}
+
 zt_status llama_params_build(llama_state *s)
 {
     const llama_config *c = &s->cfg;
     int32_t layers = (int32_t)c->layers, n_units = layers + 2;
-    int32_t n_decls = EMBED_PARAMS + layers * LAYER_PARAMS + HEAD_PARAMS;
+    int32_t n_decls = EMBED_PARAMS + layers * LAYER_PARAMS + HEAD_PARAMS + 2 * s->lora.n_adapted;
     s->decls = calloc((size_t)n_decls, sizeof *s->decls);
     s->names = calloc((size_t)n_decls, NAME_CAP);
     s->unit_first_param = calloc((size_t)n_units + 1, sizeof *s->unit_first_param);
@@ -87,6 +114,11 @@ zt_status llama_params_build(llama_state *s)
         add_norm(&b, unit, name, H);
         snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
         add_norm(&b, unit, name, H);
+        /* the adapter's A and B after the layer's own parameters, in LAYER_* order (lora.c's slots) */
+        for (int32_t k = 0; s->lora.r > 0 && k < LLAMA_LINEARS; k++) {
+            if (s->lora.slot[l * LLAMA_LINEARS + k] < 0) continue;
+            add_lora(&b, &s->decls[s->unit_first_param[unit] + k], s->lora.r, l, linear[k].suffix);
+        }
     }
 
     int32_t head_unit = layers + 1;
@@ -111,6 +143,8 @@ zt_status llama_params_build(llama_state *s)
      * attention output, gate and up, two RMS factors, and the attention plugin's per-head
      * log-sum-exp (naive attention). */
     double floats = (double)(4 * H + 2 * q_out + 2 * kv_out + 2 * F + 2 + c->heads);
+    /* with LoRA, each adapted linear also keeps its [N, r] down-projection (layers.c) */
+    if (layers > 0) floats += (double)s->lora.n_adapted / layers * s->lora.r;
     zt_model_info *info = &s->info;
     memset(info, 0, sizeof *info);
     info->struct_size = sizeof *info;

@@ -90,6 +90,7 @@ static void llama_fini(void *state)
     if (!s) return;
     if (s->backend->fini) s->backend->fini(s);
     llama_params_free(s);
+    llama_lora_free(s);
     free(s->inv_freq);
     free(s);
 }
@@ -349,12 +350,18 @@ static void llama_release(void *state, int32_t unit, void **saved)
     *saved = NULL;
 }
 
+static zt_status llama_adapt(void *state, const zt_adapter_spec *spec)
+{
+    return llama_lora_adapt(state, spec);
+}
+
 static const zt_model_ops k_ops = {
     .struct_size = sizeof(zt_model_ops),
     .info = llama_info,
     .forward = llama_forward,
     .backward = llama_backward,
     .release = llama_release,
+    .adapt = llama_adapt,
 };
 
 static const zt_plugin k_plugin = {

@@ -24,6 +24,12 @@ Layout (under tests/reference/fixtures/):
                                         FROZEN_TRAINABLE trainable (requires_grad=False for the rest):
                                         the losses, "trained.<param>" after the last step
                                         (`make_fixtures.py frozen` writes this one alone).
+  llama_gqa_untied_lora/adapter/        a peft LoRA adapter (r 4, all-linear) with nonzero A and B, as
+                                        peft's save_pretrained writes it;
+  llama_gqa_untied_lora/expected.*      from that adapter: "grad.<lora param>" of the first step,
+                                        three AdamW steps ("trained.<lora param>", the losses) and the
+                                        merged model after them ("merged.<param>", merge_and_unload)
+                                        (`make_fixtures.py lora` writes this one alone; needs peft).
 Integer tensors are int64, floating ones float32. A "<name>_init" tensor is the value a gradient
 buffer holds before the kernel runs (kernels accumulate parameter gradients); the expected value
 is then init + gradient.
@@ -442,11 +448,87 @@ def make_frozen():
     save(os.path.join(OUT, FROZEN_BASE + "_frozen"), "expected", tensors, scalars)
 
 
+# ---- LoRA with peft (tests/lora) -------------------------------------------------------------
+
+# llama_gqa_untied with a peft LoRA adapter on every linear but the LM head ("all-linear"), r 4,
+# lora_alpha 8. The adapter starts from seeded random A and B, as after some training: with peft's
+# own start (B = 0) the gradient of A is exactly zero and would prove nothing.
+LORA_BASE = "llama_gqa_untied"
+LORA = {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"}
+LORA_STEPS = 3
+
+
+def zt_name(peft_name):
+    """peft's parameter name in the live model -> zt's (and, with "base_model.model.", the file's)."""
+    return peft_name.replace("base_model.model.", "", 1).replace(".default", "")
+
+
+def make_lora():
+    """The adapter's start (adapter/: peft's own save_pretrained), the loss and the gradient of every
+    LoRA tensor at that start, three AdamW steps on the base fixture's batch (the losses, every LoRA
+    tensor after the last), and the merged weights W + scaling B A after them (merge_and_unload)."""
+    from peft import LoraConfig, get_peft_model
+    import peft
+    from safetensors.torch import load_file
+    base = os.path.join(OUT, LORA_BASE)
+    out = os.path.join(OUT, LORA_BASE + "_lora")
+    config = LlamaConfig.from_pretrained(os.path.join(base, "hf-config.json"))
+    config._attn_implementation = "eager"
+    model = LlamaForCausalLM(config).float()
+    model.load_state_dict(load_file(os.path.join(base, "hf-model.safetensors")), strict=True)
+    expected = load_file(os.path.join(base, "expected.safetensors"))
+    input_ids, labels, position_ids = expected["input_ids"], expected["labels"], expected["position_ids"]
+    model = get_peft_model(model, LoraConfig(lora_dropout=0.0, bias="none", **LORA))
+    g = torch.Generator().manual_seed(4242)
+    lora = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert lora and all(".lora_A." in n or ".lora_B." in n for n in lora), sorted(lora)
+    with torch.no_grad():
+        for n, p in lora.items():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.2 if ".lora_A." in n else 0.05))
+    adapter = os.path.join(out, "adapter")
+    model.save_pretrained(adapter)
+    os.remove(os.path.join(adapter, "README.md"))  # peft's model card: not needed
+    with open(os.path.join(adapter, "adapter_config.json")) as f:
+        adapter_config = json.load(f)
+    adapter_config["target_modules"] = sorted(adapter_config["target_modules"])  # peft writes a set
+    with open(os.path.join(adapter, "adapter_config.json"), "w") as f:
+        json.dump(adapter_config, f, indent=2, sort_keys=True)
+        f.write("\n")
+    opt = torch.optim.AdamW(list(lora.values()), lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]),
+                            eps=ADAMW["eps"], weight_decay=ADAMW["weight_decay"], foreach=False)
+    model.train()
+    tensors, losses = {}, []
+    for step in range(LORA_STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=input_ids, position_ids=position_ids, labels=labels, use_cache=False).loss
+        loss.backward()
+        if step == 0:
+            for n, p in lora.items():
+                assert p.grad is not None and p.grad.abs().max() > 0, n
+                tensors["grad." + zt_name(n)] = p.grad.detach().clone()
+            grad_norm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in lora.values()))
+        opt.step()
+        losses.append(loss.item())
+    for n, p in lora.items():
+        tensors["trained." + zt_name(n)] = p.detach().clone()
+    merged = model.merge_and_unload()
+    for n, p in merged.named_parameters():
+        tensors["merged." + n] = p.detach().clone()
+    n_loss_tokens = int((labels[:, 1:] != -100).sum())
+    scalars = {"base": LORA_BASE, "lora": LORA, "steps": LORA_STEPS, "losses": losses, "grad_norm": grad_norm,
+               "n_loss_tokens": n_loss_tokens, "adamw": ADAMW, "lora_parameters": sorted(zt_name(n) for n in lora),
+               "peft": peft.__version__}
+    save(out, "expected", tensors, scalars)
+
+
 def main():
     torch.set_num_threads(1)  # reductions in a fixed order
     import sys
     if sys.argv[1:] == ["frozen"]:  # only the frozen fixture, from the committed base
         make_frozen()
+        return
+    if sys.argv[1:] == ["lora"]:  # only the LoRA fixture, from the committed base
+        make_lora()
         return
     ops = os.path.join(OUT, "ops")
     for make in (op_rmsnorm, op_rope, op_swiglu, op_embedding, op_attention, op_cross_entropy,
@@ -455,6 +537,7 @@ def main():
     for i, (name, overrides) in enumerate(MODELS.items()):
         make_model(name, overrides, 1000 + i)
     make_frozen()
+    make_lora()
     total = 0
     for root, _, files in os.walk(OUT):
         for f in files:

@@ -1,0 +1,273 @@
+/* LoRA adapters in peft's files (docs/lora.md): an adapter directory read in at the start
+ * (--adapter DIR: adapter_config.json + adapter_model.safetensors), written out at the end
+ * (--export-adapter DIR), and the merged weights W + scaling * B A of the HF export. peft names a
+ * tensor "base_model.model." + zt's name ("model.layers.0.self_attn.q_proj.lora_A.weight"). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "state/safetensors.h"
+#include "train/trainer_internal.h"
+
+#define PEFT_PREFIX "base_model.model."
+
+const zt_adapter_spec *tr_adapter_spec(const trainer *t)
+{
+    const zt_loaded_plugin *lp = &t->req->plugins->by_kind[ZT_KIND_ADAPTER];
+    if (!lp->plugin) return NULL;
+    return ((const zt_adapter_ops *)lp->plugin->ops)->spec(lp->state);
+}
+
+static int is_adapter(const trainer *t, int32_t i)
+{
+    return (t->info->params[i].flags & ZT_PARAM_ADAPTER) != 0;
+}
+
+/* ---- reading -------------------------------------------------------------------------------------- */
+
+/* adapter_config.json's r and lora_alpha must be the run's: the shapes show r, but not the scaling. */
+static zt_status check_config(trainer *t, const char *dir, const zt_adapter_spec *spec, zt_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    zt_status st = zt_read_file(path, &text, &len, err);
+    if (st != ZT_OK) return st;
+    zt_json j;
+    st = zt_json_parse(text, len, path, &j, err);
+    if (st == ZT_OK) {
+        int r = zt_json_object_get(&j, 0, "r"), alpha = zt_json_object_get(&j, 0, "lora_alpha");
+        int rs = zt_json_object_get(&j, 0, "use_rslora");
+        double file_r = r >= 0 && zt_json_is_number(&j, r) ? zt_json_get_number(&j, r) : -1;
+        double file_alpha = alpha >= 0 && zt_json_is_number(&j, alpha) ? zt_json_get_number(&j, alpha) : -1;
+        int file_rs = rs >= 0 && zt_json_is_bool(&j, rs) ? zt_json_get_bool(&j, rs) : 0;
+        double file_scaling = file_r > 0 ? (file_rs ? file_alpha / __builtin_sqrt(file_r) : file_alpha / file_r) : -1;
+        if (file_r != spec->r || file_alpha != spec->alpha || file_scaling != spec->scaling)
+            st = zt_error_set(err, ZT_ERR_CONFIG,
+                              "--adapter %s: its adapter_config.json has r %g, lora_alpha %g, use_rslora %s, but this "
+                              "run has lora.r = %d, lora.lora_alpha = %g (scaling %g): set lora.r, lora.lora_alpha and "
+                              "lora.use_rslora to the adapter's",
+                              dir, file_r, file_alpha, file_rs ? "true" : "false", (int)spec->r, spec->alpha,
+                              spec->scaling);
+        zt_json_free(&j);
+    }
+    free(text);
+    (void)t;
+    return st;
+}
+
+zt_status tr_adapter_open(trainer *t, const char *dir, zt_st_file **out, zt_error *err)
+{
+    *out = NULL;
+    const zt_adapter_spec *spec = tr_adapter_spec(t);
+    if (!spec)
+        return zt_error_set(err, ZT_ERR_CONFIG, "--adapter %s: this run has no adapter plugin; add one to --plugins "
+                            "(--plugins llama,lora)", dir);
+    zt_status st = check_config(t, dir, spec, err);
+    if (st != ZT_OK) return st;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    zt_st_file *f;
+    st = zt_st_open(path, &f, err);
+    if (st != ZT_OK) return st;
+    /* Every tensor of the file is one of the run's adapter parameters, and every one of those is in
+     * the file: an adapter of other target modules is refused, not half loaded. */
+    char name[256];
+    size_t found = 0, wanted = 0;
+    for (int32_t i = 0; i < t->info->n_params_decl; i++) {
+        if (!is_adapter(t, i)) continue;
+        wanted++;
+        snprintf(name, sizeof name, PEFT_PREFIX "%s", t->info->params[i].name);
+        if (zt_st_find(f, name)) found++;
+        else if (st == ZT_OK)
+            st = zt_error_set(err, ZT_ERR_NOT_FOUND,
+                              "%s has no tensor '%s': the adapter adapts other modules than lora.target_modules "
+                              "selects; set lora.target_modules to its adapter_config.json's target_modules",
+                              path, name);
+    }
+    for (size_t k = 0; st == ZT_OK && k < zt_st_count(f); k++) {
+        const char *n = zt_st_at(f, k)->name;
+        int32_t i = strncmp(n, PEFT_PREFIX, strlen(PEFT_PREFIX)) ? -1 : zt_layout_find(t->layout, n + strlen(PEFT_PREFIX));
+        if (i < 0 || !is_adapter(t, i))
+            st = zt_error_set(err, ZT_ERR_FORMAT,
+                              "%s holds '%s', which is not a parameter of this run's adapter (%zu of %zu found): "
+                              "set lora.target_modules to the adapter's, or point --adapter at an adapter of this "
+                              "model",
+                              path, n, found, wanted);
+    }
+    if (st != ZT_OK) {
+        zt_st_close(f);
+        return st;
+    }
+    *out = f;
+    return ZT_OK;
+}
+
+zt_status tr_adapter_read(trainer *t, const zt_st_file *f, int32_t param, int64_t elem_offset, int64_t n,
+                          float *dst, zt_error *err)
+{
+    const zt_param_decl *p = &t->info->params[param];
+    char name[256];
+    snprintf(name, sizeof name, PEFT_PREFIX "%s", p->name);
+    const zt_st_tensor *st = zt_st_find(f, name);
+    int same = st && st->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = st->shape[d] == p->shape[d];
+    if (!same)
+        return zt_error_set(err, ZT_ERR_FORMAT,
+                            "%s: tensor '%s' has another shape than this run's [%lld, %lld]: the adapter's r or the "
+                            "base model differ from this run's (lora.r, --model)",
+                            zt_st_path(f), name, (long long)p->shape[0], (long long)p->shape[1]);
+    return zt_st_read_f32(f, st, (uint64_t)elem_offset, (uint64_t)n, dst, err);
+}
+
+/* ---- the merged export ------------------------------------------------------------------------------ */
+
+void tr_adapter_merge(const trainer *t, int32_t param, const float *unit_buf, uint64_t elem_offset, uint64_t count,
+                      float *dst)
+{
+    const zt_adapter_spec *spec = tr_adapter_spec(t);
+    const zt_param_decl *p = &t->info->params[param];
+    size_t n = strlen(p->name);
+    if (!spec || p->ndim != 2 || n < 7 || strcmp(p->name + n - 7, ".weight") || (p->flags & ZT_PARAM_ADAPTER)) return;
+    char name[256];
+    snprintf(name, sizeof name, "%.*s.lora_A.weight", (int)(n - 7), p->name);
+    int32_t a = zt_layout_find(t->layout, name);
+    snprintf(name, sizeof name, "%.*s.lora_B.weight", (int)(n - 7), p->name);
+    int32_t b = zt_layout_find(t->layout, name);
+    if (a < 0 || b < 0) return;
+    const float *A = unit_buf + t->layout->param_offset[a], *B = unit_buf + t->layout->param_offset[b];
+    int64_t in = p->shape[1], r = t->info->params[a].shape[0];
+    for (uint64_t k = 0; k < count; k++) {
+        int64_t e = (int64_t)(elem_offset + k), row = e / in, col = e % in;
+        double sum = 0;
+        for (int64_t q = 0; q < r; q++) sum += (double)B[row * r + q] * A[q * in + col];
+        dst[k] = (float)(dst[k] + spec->scaling * sum);
+    }
+}
+
+/* ---- writing -------------------------------------------------------------------------------------- */
+
+typedef struct adapter_export {
+    trainer *t;
+    int32_t *params;     /* [n] the adapter's parameters, in declaration order */
+    int32_t loaded_unit; /* whose master is in shard_buf; -1 none */
+} adapter_export;
+
+static zt_status adapter_fill(void *opaque, size_t index, uint64_t elem_offset, uint64_t count, float *dst,
+                              zt_error *err)
+{
+    adapter_export *x = opaque;
+    trainer *t = x->t;
+    int32_t i = x->params[index], unit = t->info->params[i].unit;
+    if (x->loaded_unit != unit) {
+        zt_status st = ZT_OK;
+        if (t->dp.size > 1) st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+        if (st != ZT_OK) return tr_host_failed(t, st, err, "asking the ranks for an adapter unit (broadcast over 'dp')");
+        st = tr_gather_master(t, unit, t->shard_buf, err);
+        if (st != ZT_OK) return st;
+        x->loaded_unit = unit;
+    }
+    memcpy(dst, t->shard_buf + t->layout->param_offset[i] + (int64_t)elem_offset, count * sizeof(float));
+    return ZT_OK;
+}
+
+/* peft's adapter_config.json for what this run trained; base_model_name_or_path is --model. */
+static zt_status write_config(trainer *t, const char *dir, const zt_adapter_spec *spec, zt_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing adapter_config.json");
+    fprintf(f, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": ");
+    const char *base = t->req->model_dir ? t->req->model_dir : "";
+    zt_json_write_string(f, base, strlen(base));
+    fprintf(f, ",\n  \"r\": %d,\n  \"lora_alpha\": %.17g,\n  \"lora_dropout\": %.17g,\n  \"use_rslora\": %s,\n",
+            (int)spec->r, spec->alpha, spec->dropout, spec->scaling != spec->alpha / spec->r ? "true" : "false");
+    fprintf(f, "  \"bias\": ");
+    zt_json_write_string(f, spec->bias, strlen(spec->bias));
+    fprintf(f, ",\n  \"target_modules\": ");
+    if (!strcmp(spec->target_modules, "all-linear")) {
+        fprintf(f, "\"all-linear\"");
+    } else { /* the list as the user gave it */
+        fputc('[', f);
+        const char *s = spec->target_modules;
+        for (int k = 0; *s; k++) {
+            while (*s == ' ') s++;
+            size_t n = strcspn(s, ",");
+            size_t m = n;
+            while (m > 0 && s[m - 1] == ' ') m--;
+            fprintf(f, "%s", k ? ", " : "");
+            zt_json_write_string(f, s, m);
+            s += n + (s[n] == ',');
+        }
+        fputc(']', f);
+    }
+    fprintf(f, ",\n  \"inference_mode\": true,\n  \"fan_in_fan_out\": false,\n  \"modules_to_save\": null\n}\n");
+    if (fclose(f) != 0) {
+        free(text);
+        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing adapter_config.json");
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    zt_status st = zt_atomic_write(path, text, len, err);
+    free(text);
+    return st;
+}
+
+static zt_status export_rank0(trainer *t, const char *dir, const zt_adapter_spec *spec, zt_error *err)
+{
+    zt_status st = zt_mkdir_p(dir, "--export-adapter", "choose a directory you can write", err);
+    int32_t n = 0;
+    for (int32_t i = 0; i < t->info->n_params_decl; i++) n += is_adapter(t, i);
+    zt_st_tensor_spec *specs = calloc((size_t)n, sizeof *specs);
+    char *names = calloc((size_t)n, 256);
+    adapter_export x = {t, calloc((size_t)n, sizeof(int32_t)), -1};
+    if (st == ZT_OK && (!specs || !names || !x.params))
+        st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory exporting the adapter");
+    for (int32_t i = 0, k = 0; st == ZT_OK && i < t->info->n_params_decl; i++) {
+        if (!is_adapter(t, i)) continue;
+        const zt_param_decl *p = &t->info->params[i];
+        snprintf(names + (size_t)k * 256, 256, PEFT_PREFIX "%s", p->name);
+        specs[k] = (zt_st_tensor_spec){names + (size_t)k * 256, ZT_ST_F32, p->ndim, {p->shape[0], p->shape[1]}};
+        x.params[k++] = i;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if (st == ZT_OK) st = zt_st_write(path, specs, (size_t)n, adapter_fill, &x, err);
+    if (st == ZT_OK) st = write_config(t, dir, spec, err);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "adapter exported as peft writes it to %s (%d tensors)", dir, (int)n);
+    free(specs);
+    free(names);
+    free(x.params);
+    return st;
+}
+
+zt_status tr_export_adapter(trainer *t, const char *dir, zt_error *err)
+{
+    const zt_adapter_spec *spec = tr_adapter_spec(t);
+    if (!spec)
+        return zt_error_set(err, ZT_ERR_CONFIG, "--export-adapter %s: this run has no adapter plugin; add one to "
+                            "--plugins (--plugins llama,lora), or export the whole model with --export", dir);
+    zt_status st = tr_hold_shard_buffer(t, err);
+    st = tr_agree_on_status(t, st, err, "holding a unit's weights for the adapter export");
+    if (st != ZT_OK) return st;
+    int32_t unit = -1;
+    if (t->dp.rank == 0) {
+        st = export_rank0(t, dir, spec, err);
+        if (t->dp.size > 1) t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+    } else {
+        while (st == ZT_OK) {
+            st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+            if (st != ZT_OK) st = tr_host_failed(t, st, err, "waiting for rank 0's adapter export (broadcast over 'dp')");
+            if (st != ZT_OK || unit < 0) break;
+            st = tr_gather_master(t, unit, t->shard_buf, err);
+        }
+    }
+    tr_drop_shard_buffer(t);
+    return tr_agree_on_status(t, st, err, "exporting the adapter");
+}

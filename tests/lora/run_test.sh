@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# LoRA end to end against peft (tests/reference's llama_gqa_untied_lora). One test per call:
+#   run_test.sh ZT_RUN MAKE_FIXTURE_DATA FIXTURES SOURCE_DIR WORK_DIR TEST
+set -u
+zt_run=$1 maker=$2 fixtures=$3 src=$4 work=$5 test=$6
+here=$(cd "$(dirname "$0")" && pwd)
+. "$src/tests/lib.sh"
+python3 -c "import numpy" 2>/dev/null || skip "python3 with numpy is needed to read the results"
+
+base=$fixtures/llama_gqa_untied lora=$src/tests/reference/fixtures/llama_gqa_untied_lora
+out=$work/$test
+rm -rf "$out"
+mkdir -p "$out"
+"$maker" "$base" "$out/data" >/dev/null || { echo "FAIL: make_fixture_data"; exit 1; }
+# The fixture's optimizer and batch (make_fixtures.py: ADAMW, BATCH x SEQ) and its adapter's settings.
+run=("$zt_run" --plugins llama,lora --model "$base" --data "$out/data" --set threads=2
+     --set train_micro_batch_size_per_gpu=2 --set data.seq_len=16 --set data.shuffle=false --set steps=3
+     --set scheduler.type=constant --set optimizer.params.lr=0.01 --set 'optimizer.params.betas=[0.9,0.95]'
+     --set optimizer.params.eps=1e-8 --set optimizer.params.weight_decay=0.1 --set gradient_clipping=0
+     --set lora.r=4 --set lora.lora_alpha=8 --set lora.target_modules=all-linear)
+
+check() {
+    python3 "$here/check_lora.py" "$@"
+    local rc=$?
+    [ "$rc" -eq 77 ] && skip "the peft check was skipped (ZT_SKIP_TRANSFORMERS=1)"
+    [ "$rc" -eq 0 ] || zt_failures=$((zt_failures + 1))
+}
+
+case $test in
+# Three AdamW steps from peft's adapter against torch + peft; the exported adapter loaded by peft.
+peft)
+    expect_ok "adapter exported as peft writes it" -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/run" \
+        --export "$out/run/hf" --export-adapter "$out/run/adapter"
+    check fixture "$lora" "$base" "$out/run/metrics.jsonl" "$out/run/hf" "$out/run/adapter"
+    check peft "$base" "$out/run/adapter" "$out/run/hf"
+    ;;
+# The same run under every ZeRO stage, with offload, with recompute, on 2 CPU ranks: peft's losses.
+stages)
+    expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/zero0"
+    # each variant: "+"-separated --set values
+    for variant in "zero_optimization.stage=1" "zero_optimization.stage=2" "zero_optimization.stage=3" \
+                   "zero_optimization.stage=2+zero_optimization.offload_optimizer.device=cpu" \
+                   "zero_optimization.stage=3+zero_optimization.offload_optimizer.device=cpu" "recompute=true"; do
+        sets=() v=()
+        IFS=+ read -ra v <<<"$variant"
+        for s in "${v[@]}"; do sets+=(--set "$s"); done
+        expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/$variant" "${sets[@]}"
+        check same-losses "$out/$variant/metrics.jsonl" "$out/zero0/metrics.jsonl" 1e-5
+    done
+    # stopped after step 2 and resumed from its checkpoint (the adapter comes from there)
+    expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/resume" --set steps=2
+    expect_ok "resumed from" -- "${run[@]}" --output-dir "$out/resume" --resume latest
+    check same-losses "$out/resume/metrics.jsonl" "$out/zero0/metrics.jsonl" 1e-5
+    if command -v mpirun >/dev/null; then
+        # 2 ranks split the global batch of 2 sequences: 1 each
+        expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/ranks2" --nproc 2 \
+            --set zero_optimization.stage=3 --set train_micro_batch_size_per_gpu=1
+        check same-losses "$out/ranks2/metrics.jsonl" "$out/zero0/metrics.jsonl" 1e-5
+    else
+        echo "note: mpirun is not installed: the 2-rank run is left out"
+    fi
+    ;;
+# Bad inputs: clear messages, non-zero exits.
+errors)
+    expect_fail "no adapter plugin" -- "$zt_run" --model "$base" --data "$out/data" --adapter "$lora/adapter" \
+        --set steps=1 --output-dir "$out/e1"
+    expect_fail "no adapter plugin" "--export" -- "$zt_run" --model "$base" --data "$out/data" \
+        --export-adapter "$out/e2/a" --set steps=1 --output-dir "$out/e2"
+    expect_fail "lora.target_modules" "\"qproj\" names no linear layer" -- "${run[@]}" --set lora.target_modules=qproj \
+        --output-dir "$out/e3"
+    expect_fail "adapter_config.json has r 4" "lora.r = 8" -- "${run[@]}" --set lora.r=8 --adapter "$lora/adapter" \
+        --output-dir "$out/e4"
+    expect_fail "is not a parameter of this run's adapter" "lora.target_modules" -- "${run[@]}" --set 'lora.target_modules=["q_proj"]' \
+        --adapter "$lora/adapter" --output-dir "$out/e5"
+    expect_fail "not the embedding or the LM head" -- "${run[@]}" --set 'lora.target_modules=["lm_head"]' \
+        --output-dir "$out/e6"
+    expect_fail "add --model BASE" -- "$zt_run" --plugins llama,lora --data "$out/data" --adapter "$lora/adapter" \
+        --set model.preset=tiny --set model.vocab_size=128 --set steps=1 --output-dir "$out/e7"
+    ;;
+*) echo "unknown test $test"; exit 2 ;;
+esac
+finish
