@@ -152,7 +152,7 @@ export_round_trip() {
     need_gpu
     example_data
     local x=$src/tests/export/check_export.py d
-    local steps=(--data "$DATA" "${common[@]}" "${gpu[@]}" --set steps=4)
+    local steps=(--data "$DATA" "${common[@]}" "${gpu[@]}" --set steps=6) # past the warm-up of common
     expect_ok "(float32)" -- "$zt_run" "${steps[@]}" --output-dir "$out/run" --export "$out/fp32" --export-dtype fp32
     [ "$ZT_RC" -eq 0 ] || return
     for d in auto fp16; do
