@@ -290,7 +290,7 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
                                        "binds one, by default naive");
     }
     if (c->kv && s->on_gpu)
-        return call_error(s, name, "generation (a KV cache) runs on the CPU only for now: generate with "
+        return call_error(s, name, "generation (a KV cache) runs on the CPU in this zt: generate with "
                                    "device = cpu");
     if (c->kv) {
         if (train || backward)

@@ -311,7 +311,7 @@ static zt_status naive_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
     if (s->on_cuda)
         return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
                     "naive attention keeps its KV cache on the CPU only, and this run computes on a GPU; "
-                    "generate on the CPU (device = cpu; zt-run --generate runs on the CPU only for now)");
+                    "generate on the CPU (device = cpu)");
     if (d->dtype != ZT_F32)
         return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
                     "cache dtype %d asked for; naive attention caches fp32 (ZT_F32) only", (int)d->dtype);
