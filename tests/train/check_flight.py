@@ -99,11 +99,10 @@ def main():
     op, seq, group = waits[0].group(1), int(waits[0].group(2)), waits[0].group(3)
     # The others' own dumps hold that collective open (the last they issued there); when none of
     # them left one, the suspect's own dump does.
-    # A rank stopped inside a collective's data phase may have let some peers finish it (they got
-    # their part) and go on to wait in the next one, while others still wait in it: the named one is
-    # the newest any of them waits in, so each holds it or the one before open, and one holds it.
+    # Inside a collective's data phase MPI lets ranks finish at different times: a rank may have left
+    # it and be stopped in the next one while the others still wait in it, or some of the others may
+    # have finished it and wait in the next: so each holds the named one or the one before open.
     holders = [r for r in dumps if r != suspect and r in dumped] or [suspect]
-    holding = 0
     for r in holders:
         if r not in dumps:
             fail(f"zt-run named {op} #{seq} on '{group}', but no dump shows it")
@@ -112,9 +111,6 @@ def main():
         if not last or last["seq"] not in (seq, seq - 1) or (last["seq"] == seq and last["op"] != op):
             fail(f"rank {r}'s dump does not hold {op} #{seq} (or the one before) on '{group}' open: "
                  f"{open_ones[-1:] or 'none open'}")
-        holding += bool(last and last["seq"] == seq and last["op"] == op)
-    if not holding:
-        fail(f"zt-run named {op} #{seq} on '{group}', which no dump of ranks {holders} holds open")
     print(f"flight dumps of ranks {sorted(dumps)} check out; zt-run names rank {suspect} and {op} #{seq} on '{group}'")
 
 
