@@ -109,6 +109,30 @@ PY
         --set model.preset=tiny --set model.vocab_size=128 --set steps=1 --set checkpoint.only_trainable=true \
         --output-dir "$out/no-base"
     ;;
+# --generate --model BASE --adapter DIR: the tokens of the merged export of the same adapter (zt's
+# merge, which lora.peft checks against peft's merge_and_unload), and not the base's alone.
+generate)
+    expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/run" --set steps=1 \
+        --export "$out/run/hf" --export-adapter "$out/run/adapter"
+    gen=("$zt_run" --generate --prompt-ids 1,5,9,20 --print-ids --max-new-tokens 24)
+    on_base=("${gen[@]}" --model "$base" --plugins llama,lora "${lora_sets[@]}")
+    merged=$("${gen[@]}" --model "$out/run/hf" 2>"$out/merged.log") || { cat "$out/merged.log"; exit 1; }
+    adapted=$("${on_base[@]}" --adapter "$out/run/adapter" 2>"$out/adapted.log") || { cat "$out/adapted.log"; exit 1; }
+    alone=$("${gen[@]}" --model "$base" 2>/dev/null)
+    echo "merged:  $merged"; echo "adapter: $adapted"; echo "base:    $alone"
+    if [ -z "$merged" ] || [ "$merged" != "$adapted" ]; then
+        echo "FAIL: the base with the adapter generates other tokens than the merged model"
+        zt_failures=$((zt_failures + 1))
+    fi
+    if [ "$merged" = "$alone" ]; then
+        echo "FAIL: the adapted model generates the base's tokens: the test shows nothing"
+        zt_failures=$((zt_failures + 1))
+    fi
+    expect_fail "no adapter plugin is loaded" -- "${gen[@]}" --model "$base" --adapter "$out/run/adapter"
+    expect_fail "without the adapter's weights" "--adapter DIR" -- "${on_base[@]}"
+    expect_fail "adapter_config.json has r 4" "lora.r = 8" -- "${on_base[@]}" --set lora.r=8 --adapter "$out/run/adapter"
+    expect_fail "holds its adapter already" -- "${gen[@]}" --resume "$out/run/checkpoints" --adapter "$out/run/adapter"
+    ;;
 # Bad inputs: clear messages, non-zero exits.
 errors)
     expect_fail "no adapter plugin" -- "$zt_run" --model "$base" --data "$out/data" --adapter "$lora/adapter" \
