@@ -10,6 +10,8 @@ peft check loads zt's exported adapter with peft itself.
   check_lora.py peft BASE_DIR ADAPTER_DIR EXPORT_DIR
       PeftModel.from_pretrained(base, zt's adapter) gives the logits of zt's merged export (1e-4).
   check_lora.py same-losses A/metrics.jsonl B/metrics.jsonl RTOL
+  check_lora.py dropout NO_DROPOUT/metrics.jsonl DROPOUT/metrics.jsonl
+      lora_dropout changes every training loss and no evaluation loss (of weights that do not move).
   check_lora.py trainable-only ONLY_CKPT FULL_CKPT BASE_DIR
       A checkpoint.only_trainable checkpoint holds the weights of exactly the parameters the full one
       has optimizer state for, is at most a third of its size on disk, and records the hash of the
@@ -139,6 +141,17 @@ def same_losses(a, b, rtol):
     print(f"losses agree within {rtol}: {', '.join(f'{x:.6f}' for x in la)}")
 
 
+def dropout(without, with_):
+    (lw, _), (ld, _) = train_losses(without), train_losses(with_)
+    ev = lambda p: [r["eval_loss"] for r in map(json.loads, open(p)) if r.get("type") == "eval"]
+    ew, ed = ev(without), ev(with_)
+    if not lw or len(lw) != len(ld) or any(a == b for a, b in zip(lw, ld)):
+        fail(f"training losses without dropout {lw}, with it {ld}: dropout should change every one")
+    if not ew or ew != ed:
+        fail(f"evaluation losses without dropout {ew}, with it {ed}: evaluation should not drop anything")
+    print(f"dropout changes the training losses ({lw} -> {ld}), not the evaluation ones ({ew})")
+
+
 def fnv1a64(h, data):
     for byte in data:
         h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
@@ -181,6 +194,8 @@ if __name__ == "__main__":
         peft_logits(*args)
     elif cmd == "same-losses":
         same_losses(*args)
+    elif cmd == "dropout":
+        dropout(*args)
     elif cmd == "trainable-only":
         trainable_only(*args)
     else:

@@ -133,6 +133,45 @@ generate)
     expect_fail "adapter_config.json has r 4" "lora.r = 8" -- "${on_base[@]}" --set lora.r=8 --adapter "$out/run/adapter"
     expect_fail "holds its adapter already" -- "${gen[@]}" --resume "$out/run/checkpoints" --adapter "$out/run/adapter"
     ;;
+# lora.lora_dropout (peft's: on the adapter's input, in training only). 0 is the path without dropout;
+# above 0 every training loss changes and, of weights that do not move (lr 1e-30), no evaluation loss;
+# the masks are the same under recompute, ZeRO-3 and across a resume (from the seed and the batch).
+dropout)
+    # the training shard again as the held-out split, so evaluation sees the training batch
+    python3 - "$out/data" <<'PY' || exit 1
+import json, struct, sys
+d = sys.argv[1]
+def fnv(b, h=0xcbf29ce484222325):
+    for x in b:
+        h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+b = bytearray(open(f"{d}/train-00000.ztshard", "rb").read())
+struct.pack_into("<I", b, 20, struct.unpack_from("<I", b, 20)[0] | 1)   # flags: ZT_SHARD_FLAG_VALIDATION
+struct.pack_into("<Q", b, 120, fnv(bytes(b[:120])))                   # header_checksum
+open(f"{d}/val-00000.ztshard", "wb").write(b)
+m = json.load(open(f"{d}/manifest.json"))
+m["shards"].append(dict(m["shards"][0], split="val", file="val-00000.ztshard", checksum="%016x" % fnv(bytes(b))))
+json.dump(m, open(f"{d}/manifest.json", "w"))
+PY
+    d=("${run[@]}" --adapter "$lora/adapter")
+    expect_ok -- "${d[@]}" --output-dir "$out/default"
+    expect_ok -- "${d[@]}" --output-dir "$out/p0" --set lora.lora_dropout=0
+    check same-losses "$out/p0/metrics.jsonl" "$out/default/metrics.jsonl" 0
+    still=(--set optimizer.params.lr=1e-30 --set eval.every=1 --set eval.batches=1 --set checkpoint.final=false)
+    expect_ok -- "${d[@]}" --output-dir "$out/still0" "${still[@]}"
+    expect_ok -- "${d[@]}" --output-dir "$out/still3" "${still[@]}" --set lora.lora_dropout=0.3
+    check dropout "$out/still0/metrics.jsonl" "$out/still3/metrics.jsonl"
+    expect_ok -- "${d[@]}" --output-dir "$out/p3" --set lora.lora_dropout=0.3
+    for variant in again "recompute=true" "zero_optimization.stage=3"; do
+        sets=()
+        [ $variant != again ] && sets=(--set "$variant")
+        expect_ok -- "${d[@]}" --output-dir "$out/p3-$variant" --set lora.lora_dropout=0.3 "${sets[@]}"
+        check same-losses "$out/p3-$variant/metrics.jsonl" "$out/p3/metrics.jsonl" 0
+    done
+    expect_ok -- "${d[@]}" --output-dir "$out/p3-resume" --set lora.lora_dropout=0.3 --set steps=2
+    expect_ok "resumed from" -- "${run[@]}" --output-dir "$out/p3-resume" --set lora.lora_dropout=0.3 --resume latest
+    check same-losses "$out/p3-resume/metrics.jsonl" "$out/p3/metrics.jsonl" 0
+    ;;
 # Bad inputs: clear messages, non-zero exits.
 errors)
     expect_fail "no adapter plugin" -- "$zt_run" --model "$base" --data "$out/data" --adapter "$lora/adapter" \
