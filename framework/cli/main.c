@@ -349,7 +349,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         if (given[train_only[i]] && a->action >= 0 &&
             !(a->action == OPT_CHECK && train_only[i] >= OPT_NPROC && train_only[i] <= OPT_MASTER_PORT) &&
             !(a->action == OPT_GENERATE && (train_only[i] == OPT_DATA || train_only[i] == OPT_MODEL ||
-                                            train_only[i] == OPT_RESUME)))
+                                            train_only[i] == OPT_RESUME || train_only[i] == OPT_ADAPTER)))
             status = zt_cli_usage_error("%s is for training and has no effect with %s", options[train_only[i]].name,
                                  options[a->action].name);
     for (int o = OPT_COMPARE_STEPS; o <= OPT_COMPARE_WARMUP && status < 0; o++)
@@ -415,6 +415,7 @@ static int do_generate(run_args *a)
     g->n_sets = a->n_sets;
     g->model = a->model;
     g->resume = a->resume;
+    g->adapter = a->adapter;
     g->data = a->data;
     zt_generate_settings settings;
     zt_error err;

@@ -138,6 +138,10 @@ static const zt_option k_host_options[] = {
     {"checkpoint.final", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
      "Save a checkpoint when training ends; false skips it (benchmarks, throwaway runs). An "
      "interrupted run (Ctrl-C) saves one either way."},
+    {"checkpoint.only_trainable", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "Checkpoints hold only the trainable state: the trainable parameters and their optimizer state, "
+     "not the frozen weights, which a resume reads again from --model BASE (checked by a hash of "
+     "them). Needs --model. MindFormers' only_trainable_params."},
     {"log.every", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_STEPS, NULL,
      "Log loss, learning rate and throughput every N optimizer steps."},
     {"steps_per_print", ZT_OPT_INT, MIN_MAX | ZT_OPT_NO_DEFAULT, NULL, 1, MAX_STEPS, NULL,

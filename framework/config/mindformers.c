@@ -801,8 +801,7 @@ static const mf_rule k_rules[] = {
     {"model.model_config.pet_config.freeze_exclude", RENAME, "pet_config.freeze_exclude", NULL, NULL},
     NO_EFFECT("train_config.parallel_mode", "zt lays the ranks out from the parallel_config sizes; there is no "
               "parallel mode to choose"),
-    OFF("parallel_context_config.only_trainable_params", "false",
-        "zt's checkpoints always hold every parameter (and the optimizer state of the trainable ones)"),
+    {"parallel_context_config.only_trainable_params", RENAME, "checkpoint.only_trainable", NULL, NULL},
 
     /* data */
     {"train_dataset.data_loader.dataset_dir", CUSTOM, NULL, NULL, h_dataset_dir},
@@ -819,8 +818,7 @@ static const mf_rule k_rules[] = {
     {"parallel_config.optimizer_shard", CUSTOM, NULL, NULL, h_optimizer_shard},
     {"parallel.enable_parallel_optimizer", CUSTOM, NULL, NULL, h_optimizer_shard},
     {"parallel_config.auto_trans_ckpt", RENAME, "auto_trans_ckpt", NULL, NULL},
-    OFF("parallel_config.only_trainable_params", "false",
-        "zt's checkpoints always hold every parameter (and the optimizer state of the trainable ones)"),
+    {"parallel_config.only_trainable_params", RENAME, "checkpoint.only_trainable", NULL, NULL},
     OFF("parallel.strategy_ckpt_config.only_trainable_params", "false", k_strategy),
     OFF("parallel_config.use_seq_parallel", "false", "sequence parallelism is not implemented"),
     OFF("parallel_config.expert_parallel", "1", "zt has no mixture-of-experts models"),

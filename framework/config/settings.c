@@ -139,6 +139,7 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_int, "checkpoint.every", &s->checkpoint_every);
     READ(zt_config_get_int, "checkpoint.keep", &s->checkpoint_keep);
     READ(read_bool, "checkpoint.final", &s->checkpoint_final);
+    READ(read_bool, "checkpoint.only_trainable", &s->checkpoint_only_trainable);
     READ(zt_config_get_int, "log.every", &s->log_every);
     int64_t steps_per_print;
     READ_OPTIONAL(zt_config_get_int, "steps_per_print", &has, &steps_per_print);

@@ -84,6 +84,7 @@ typedef struct zt_host_settings {
     int64_t eval_every, eval_batches;
     int64_t checkpoint_every, checkpoint_keep;
     int32_t checkpoint_final;
+    int32_t checkpoint_only_trainable; /* checkpoint.only_trainable: no frozen weights in checkpoints */
     char checkpoint_dir[4096];   /* checkpoint.dir, else <output_dir>/checkpoints */
     int64_t log_every;           /* log.every, else steps_per_print (DeepSpeed's name), else log.every's default */
     int32_t wall_clock_breakdown;

@@ -45,6 +45,13 @@ zt_status gen_read_hf(void *source, const zt_param_decl *p, float *dst, zt_error
     return zt_hf_model_read(source, p->name, p->ndim, p->shape, 0, (uint64_t)numel(p), dst, err);
 }
 
+zt_status gen_read_hf_adapter(void *source, const zt_param_decl *p, float *dst, zt_error *err)
+{
+    const gen_hf_adapter_source *s = source;
+    if (p->flags & ZT_PARAM_ADAPTER) return zt_peft_adapter_read(s->adapter, p, 0, numel(p), dst, err);
+    return gen_read_hf(s->base, p, dst, err);
+}
+
 zt_status gen_read_llama2c(void *source, const zt_param_decl *p, float *dst, zt_error *err)
 {
     return zt_l2c_model_read(source, p->name, p->ndim, p->shape, 0, (uint64_t)numel(p), dst, err);

@@ -20,6 +20,7 @@
 #include "host/adapter.h"
 #include "host/select.h"
 #include "state/model_config.h"
+#include "state/peft_adapter.h"
 
 #define DEFAULT_MAX_NEW_TOKENS 128
 #define MAX_NEW_TOKENS_LIMIT 1000000
@@ -73,6 +74,9 @@ zt_status zt_generate_check(const zt_generate_options *o, zt_generate_settings *
                           "--model FILE.bin (a llama2.c model), or --resume CHECKPOINT (a zt checkpoint)");
     if (o->model && o->resume)
         return usage(err, "--model and --resume both give the weights to generate with; give one of them");
+    if (o->adapter && !o->model)
+        return usage(err, "--adapter %s: a checkpoint (--resume) holds its adapter already; leave --adapter "
+                          "out, or give the base model it goes on with --model BASE", o->adapter);
     if (o->prompts) {
         const char *other = o->prompt ? "--prompt" : o->prompt_ids ? "--prompt-ids" : o->input ? "--input"
                           : o->print_ids ? "--print-ids" : NULL;
@@ -311,6 +315,30 @@ static zt_status start_plugins(gen_run *g, zt_error *err)
     return st;
 }
 
+/* --model BASE, and with an adapter plugin the adapter from --adapter DIR (a base has none of its own). */
+static zt_status load_hf(gen_run *g, zt_error *err)
+{
+    const zt_adapter_spec *spec = zt_plugin_set_adapter_spec(&g->set);
+    if (!spec && g->o->adapter)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "--adapter %s: no adapter plugin is loaded; add one to --plugins (--plugins "
+                            "llama,lora) with the adapter's settings (lora.r, lora.lora_alpha, lora.target_modules)",
+                            g->o->adapter);
+    if (!spec) return gen_model_load_weights(&g->model, gen_read_hf, g->hf, err);
+    if (!g->o->adapter)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "--plugins has the adapter plugin, but --model %s is a base model without the "
+                            "adapter's weights: give them with --adapter DIR (a peft adapter directory, e.g. "
+                            "--export-adapter's), or leave the adapter plugin out of --plugins",
+                            g->o->model);
+    gen_hf_adapter_source src = {g->hf, NULL};
+    zt_status st = zt_peft_adapter_open(g->o->adapter, spec, g->model.info, &src.adapter, err);
+    if (st == ZT_OK) st = gen_model_load_weights(&g->model, gen_read_hf_adapter, &src, err);
+    zt_st_close(src.adapter);
+    if (st == ZT_OK) zt_log(ZT_LOG_INFO, "adapter from %s", g->o->adapter);
+    return st;
+}
+
 static zt_status load_model(gen_run *g, zt_error *err)
 {
     gen_model *m = &g->model;
@@ -338,7 +366,10 @@ static zt_status load_model(gen_run *g, zt_error *err)
         if (st == ZT_OK) st = gen_model_load_weights(m, gen_read_checkpoint, g->ckpt, err);
         from = g->ckpt_dir;
     } else if (g->hf) {
-        st = gen_model_load_weights(m, gen_read_hf, g->hf, err);
+        st = load_hf(g, err);
+    } else if (g->o->adapter || zt_plugin_set_has_adapter(&g->set)) {
+        st = zt_error_set(err, ZT_ERR_CONFIG, "%s: an adapter goes on a Hugging Face base model directory, "
+                          "not a llama2.c .bin; give --model DIR", g->o->model);
     } else {
         st = gen_model_load_weights(m, gen_read_llama2c, g->l2c, err);
     }

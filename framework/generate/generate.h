@@ -25,6 +25,7 @@ typedef struct zt_generate_options {
 
     const char *model;      /* --model: an HF directory or a llama2.c model .bin */
     const char *resume;     /* --resume: a checkpoint (step directory or checkpoint root) */
+    const char *adapter;    /* --adapter: a peft adapter directory on --model's base (an adapter plugin's) */
     const char *data;       /* --data: a zt-prep directory whose manifest gives template and tokenizer */
     const char *tokenizer;  /* -t: a tokenizer model (the tokenizer plugin's) or a llama2.c .bin */
     const char *template_name; /* --template NAME|FILE */

@@ -19,6 +19,7 @@
 #include "state/checkpoint.h"
 #include "state/hf_model.h"
 #include "state/llama2c.h"
+#include "state/peft_adapter.h"
 
 /* ---- where model, template and tokenizer come from (sources.c) --------------------------------- */
 
@@ -96,6 +97,13 @@ typedef zt_status (*weight_reader)(void *source, const zt_param_decl *p, float *
 zt_status gen_read_hf(void *source, const zt_param_decl *p, float *dst, zt_error *err);
 zt_status gen_read_llama2c(void *source, const zt_param_decl *p, float *dst, zt_error *err);
 zt_status gen_read_checkpoint(void *source, const zt_param_decl *p, float *dst, zt_error *err);
+/* A base model with an adapter (--model BASE --adapter DIR): the adapter's parameters (ZT_PARAM_ADAPTER)
+ * from the peft file, the others from the base's HF files. */
+typedef struct gen_hf_adapter_source {
+    zt_hf_model *base;
+    zt_st_file *adapter;
+} gen_hf_adapter_source;
+zt_status gen_read_hf_adapter(void *source, const zt_param_decl *p, float *dst, zt_error *err);
 /* Parameter storage and views, filled by `read`. */
 zt_status gen_model_load_weights(gen_model *m, weight_reader read, void *source, zt_error *err);
 /* Buffers and the KV cache for max_seqs sequences of up to seq_tokens tokens each. */

@@ -6,6 +6,14 @@ int zt_plugin_set_has_adapter(const zt_plugin_set *set)
     return set->by_kind[ZT_KIND_ADAPTER].plugin != NULL;
 }
 
+const zt_adapter_spec *zt_plugin_set_adapter_spec(const zt_plugin_set *set)
+{
+    const zt_loaded_plugin *lp = &set->by_kind[ZT_KIND_ADAPTER];
+    if (!lp->plugin) return NULL;
+    const zt_adapter_ops *ao = lp->plugin->ops;
+    return ao->spec ? ao->spec(lp->state) : NULL;
+}
+
 zt_status zt_plugin_set_attach_adapter(const zt_plugin_set *set, zt_error *err)
 {
     const zt_loaded_plugin *adapter = &set->by_kind[ZT_KIND_ADAPTER], *model = &set->by_kind[ZT_KIND_MODEL];

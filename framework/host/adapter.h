@@ -13,4 +13,7 @@ zt_status zt_plugin_set_attach_adapter(const zt_plugin_set *set, zt_error *err);
 /* Whether the set has an adapter plugin. */
 int zt_plugin_set_has_adapter(const zt_plugin_set *set);
 
+/* The set's adapter plugin's spec (after its init), or NULL when it has none. */
+const zt_adapter_spec *zt_plugin_set_adapter_spec(const zt_plugin_set *set);
+
 #endif

@@ -223,6 +223,10 @@ zt_status zt_ckpt_blob(zt_ckpt *c, const char *name, const void **data, size_t *
  * groups[0..n_groups), every parameter of the model with its shape and no tensor the model lacks. */
 zt_status zt_ckpt_check_model(const zt_ckpt *c, const zt_model_info *info,
                               const char *const *groups, size_t n_groups, zt_error *err);
+/* The same, requiring only the parameters p with needed[p] nonzero (a trainable-only checkpoint:
+ * the trainable ones); the checkpoint may still hold no tensor the model lacks. */
+zt_status zt_ckpt_check_model_params(const zt_ckpt *c, const zt_model_info *info, const char *const *groups,
+                                     size_t n_groups, const uint8_t *needed, zt_error *err);
 
 /* Verify every checksum now (zt-run --verify-checkpoint, tests). */
 zt_status zt_ckpt_verify(zt_ckpt *c, zt_error *err);

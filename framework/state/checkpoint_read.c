@@ -700,6 +700,12 @@ static void format_dims(char *buf, size_t cap, int ndim, const int64_t *shape)
 zt_status zt_ckpt_check_model(const zt_ckpt *c, const zt_model_info *info,
                               const char *const *groups, size_t n_groups, zt_error *err)
 {
+    return zt_ckpt_check_model_params(c, info, groups, n_groups, NULL, err);
+}
+
+zt_status zt_ckpt_check_model_params(const zt_ckpt *c, const zt_model_info *info, const char *const *groups,
+                                     size_t n_groups, const uint8_t *needed, zt_error *err)
+{
     zt_ckpt_model_shape run;
     zt_ckpt_model_shape_from_info(info, &run);
     const char *keys[] = {"n_layers", "vocab_size", "hidden_size", "n_heads",
@@ -728,7 +734,7 @@ zt_status zt_ckpt_check_model(const zt_ckpt *c, const zt_model_info *info,
         size_t n_model = 0;
         for (int p = 0; p < info->n_params_decl; p++) {
             const zt_param_decl *d = &info->params[p];
-            if (d->flags & ZT_PARAM_TIED) continue;
+            if ((d->flags & ZT_PARAM_TIED) || (needed && !needed[p])) continue;
             n_model++;
             const ckpt_tensor *t = find_tensor(c, d->name, groups[g]);
             if (!t) return missing_tensor(c, d->name, groups[g], err);

@@ -37,6 +37,29 @@ static int32_t n_opt_state(trainer *t)
     return t->opt->n_state ? t->opt->n_state(t->opt_lp->state) : 0;
 }
 
+/* checkpoint.only_trainable: ,"base_weights":{...} for the trainer state (docs/checkpoint-format.md),
+ * which a resume checks the base model against; else "". NULL: out of memory. */
+static char *base_weights_json(trainer *t)
+{
+    if (!t->set->checkpoint_only_trainable) return strdup("");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    int64_t n = 0;
+    for (int32_t i = 0; i < t->info->n_params_decl; i++) n += tr_is_frozen_with_storage(t, i);
+    fprintf(f, ",\"base_weights\":{\"only_trainable\":true,\"hash\":\"%016llx\",\"frozen_tensors\":%lld,\"model\":",
+            (unsigned long long)t->base_hash, (long long)n);
+    if (t->req->model_dir) zt_json_write_string(f, t->req->model_dir, strlen(t->req->model_dir));
+    else fputs("null", f);
+    fputc('}', f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 /* The trainer's own state: JSON, one object. */
 static char *trainer_state_json(trainer *t, int64_t step)
 {
@@ -50,13 +73,14 @@ static char *trainer_state_json(trainer *t, int64_t step)
                  "\"overflows_at_min\":%lld,\"skipped_total\":%lld}",
                  t->scaler.scale, (long long)t->scaler.hysteresis_left, (long long)t->scaler.good_steps,
                  (long long)t->scaler.overflows_at_min, (long long)t->scaler.skipped_total);
-    char *text = NULL;
-    if (asprintf(&text,
-                 "{\"format\":\"" TRAINER_STATE_FORMAT "\",\"version\":1,\"step\":%lld,\"seed\":%lld,"
-                 "\"elapsed_s\":%.17g,\"tokens_seen\":%lld,\"schedule\":%s%s}",
-                 (long long)step, (long long)t->set->seed, t->elapsed_before + t->session_s, (long long)t->tokens_seen,
-                 schedule, scaler) < 0)
-        return NULL;
+    char *base = base_weights_json(t), *text = NULL;
+    if (!base || asprintf(&text,
+                          "{\"format\":\"" TRAINER_STATE_FORMAT "\",\"version\":1,\"step\":%lld,\"seed\":%lld,"
+                          "\"elapsed_s\":%.17g,\"tokens_seen\":%lld,\"schedule\":%s%s%s}",
+                          (long long)step, (long long)t->set->seed, t->elapsed_before + t->session_s,
+                          (long long)t->tokens_seen, schedule, scaler, base) < 0)
+        text = NULL;
+    free(base);
     return text;
 }
 
@@ -69,7 +93,8 @@ static zt_status save_piece(trainer *t, void *ctx, int32_t param, int64_t elem_o
                             zt_error *err)
 {
     save_ctx *s = ctx;
-    if (strcmp(s->group, ZT_CKPT_GROUP_PARAM) != 0 && !t->layout->trainable[param]) return ZT_OK; /* no state */
+    if (!t->layout->trainable[param] && (strcmp(s->group, ZT_CKPT_GROUP_PARAM) != 0 || t->set->checkpoint_only_trainable))
+        return ZT_OK; /* no state; with checkpoint.only_trainable no weights either */
     return zt_ckpt_rank_writer_add_shard(s->w, t->info->params[param].name, s->group, elem_offset, n, slice_at, err);
 }
 
@@ -91,8 +116,8 @@ static char *resolved_config_json(trainer *t, zt_error *err)
     return text;
 }
 
-/* The declarations of every tensor a checkpoint holds: weights of every parameter with storage,
- * optimizer state of the trainable ones. */
+/* The declarations of every tensor a checkpoint holds: weights of every parameter with storage (of
+ * the trainable ones with checkpoint.only_trainable), optimizer state of the trainable ones. */
 static zt_ckpt_tensor_decl *checkpoint_decls(trainer *t, size_t *n_out)
 {
     int32_t n_state = n_opt_state(t), np = t->info->n_params_decl;
@@ -101,7 +126,8 @@ static zt_ckpt_tensor_decl *checkpoint_decls(trainer *t, size_t *n_out)
     for (int32_t g = 0; d && g <= n_state; g++) {
         for (int32_t i = 0; i < np; i++) {
             const zt_param_decl *p = &t->info->params[i];
-            if (t->layout->param_offset[i] < 0 || (g > 0 && !t->layout->trainable[i])) continue;
+            int keep = t->layout->trainable[i] || (g == 0 && !t->set->checkpoint_only_trainable);
+            if (t->layout->param_offset[i] < 0 || !keep) continue;
             d[n].name = p->name;
             d[n].group = g == 0 ? ZT_CKPT_GROUP_PARAM : state_name(t, g - 1);
             d[n].ndim = p->ndim;
@@ -127,6 +153,7 @@ static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, 
         tr_unit_regions(t, u, r, &n);
         for (int k = 0; k < n && st == ZT_OK; k++) {
             if (!r[k].count || (r[k].count == r[k].size && t->dp.rank != 0)) continue; /* replicated: rank 0 */
+            if (r[k].which == ZT_SHARD_FROZEN && t->set->checkpoint_only_trainable) continue;
             /* the frozen region holds weights only; the trainable one its optimizer state too */
             int32_t last = r[k].which == ZT_SHARD_FROZEN ? 0 : n_state;
             for (int32_t which = 0; which <= last && st == ZT_OK; which++) {
@@ -205,6 +232,8 @@ zt_status tr_save_checkpoint(trainer *t, int64_t step, const zt_loader_position 
     zt_ckpt_tensor_decl *decls = NULL;
     zt_status st = all ? tr_hold_shard_buffer(t, err)
                        : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving a checkpoint");
+    if (st == ZT_OK && t->set->checkpoint_only_trainable && t->dp.rank == 0 && !t->base_hash_known)
+        st = zt_error_set(err, ZT_ERR_INTERNAL, "checkpoint.only_trainable: the base weights were never hashed");
     if (st == ZT_OK && t->dp.rank == 0) st = zt_ckpt_stage(t->set->checkpoint_dir, step, &staging, err);
     if (st == ZT_OK && staging && strlen(staging) >= sizeof staging_path)
         st = zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir is too long: %s", staging);
@@ -487,6 +516,123 @@ static zt_status resolve_resume_dir(trainer *t, char **step_dir, zt_error *err)
     return st;
 }
 
+/* What the trainer state says of the base model: a checkpoint saved with checkpoint.only_trainable
+ * has no frozen weights, and the hash of those it was trained on. */
+typedef struct base_record {
+    int only_trainable;
+    char hash[17];
+    char *model; /* the run's --model; NULL when it had none */
+} base_record;
+
+static zt_status read_base_record(zt_ckpt *c, const char *dir, base_record *b, zt_error *err)
+{
+    const void *data;
+    size_t size;
+    zt_status st = zt_ckpt_blob(c, TRAINER_STATE_BLOB, &data, &size, err);
+    zt_json j;
+    if (st == ZT_OK) st = zt_json_parse(data, size, "checkpoint blob " TRAINER_STATE_BLOB, &j, err);
+    if (st != ZT_OK) return st;
+    int obj = j.tok[0].type == ZT_JSON_OBJECT ? zt_json_object_get(&j, 0, "base_weights") : -1;
+    if (obj >= 0 && j.tok[obj].type == ZT_JSON_OBJECT) {
+        int only = zt_json_object_get(&j, obj, "only_trainable"), hash = zt_json_object_get(&j, obj, "hash");
+        int model = zt_json_object_get(&j, obj, "model");
+        b->only_trainable = only >= 0 && zt_json_is_bool(&j, only) && zt_json_get_bool(&j, only);
+        int len = hash >= 0 && j.tok[hash].type == ZT_JSON_STRING ? j.tok[hash].end - j.tok[hash].start : 0;
+        if (b->only_trainable && len != 16)
+            st = zt_error_set(err, ZT_ERR_FORMAT, "checkpoint %s: the trainer state's base_weights has no 16-digit "
+                              "\"hash\"; it was written by another program", dir);
+        else if (len == 16)
+            memcpy(b->hash, j.text + j.tok[hash].start, 16);
+        size_t n;
+        if (st == ZT_OK && model >= 0 && j.tok[model].type == ZT_JSON_STRING)
+            st = zt_json_string(&j, model, &b->model, &n, err);
+    }
+    zt_json_free(&j);
+    return st;
+}
+
+/* A trainable-only checkpoint: the frozen weights come from --model, which must hold the very values
+ * the checkpoint was trained on (rank 0 compares the hashes; every rank opens the base). */
+static zt_status open_base(trainer *t, const char *dir, const base_record *b, zt_hf_model **base, zt_error *err)
+{
+    const char *was = b->model ? b->model : "(none recorded)";
+    if (!t->req->model_dir)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "checkpoint %s holds only the trainable parameters (checkpoint.only_trainable): the frozen "
+                            "weights come from the base model it was trained on, whose frozen weights hash to %s. "
+                            "Resume with --model BASE (the checkpoint's run used --model %s)",
+                            dir, b->hash, was);
+    zt_status st = zt_hf_model_open(t->req->model_dir, base, err);
+    if (st == ZT_OK && t->dp.rank == 0) st = tr_base_hash_hf(t, *base, &t->base_hash, err);
+    if (st == ZT_OK && t->dp.rank == 0) {
+        char now[17];
+        snprintf(now, sizeof now, "%016llx", (unsigned long long)t->base_hash);
+        t->base_hash_known = 1;
+        if (strcmp(now, b->hash) != 0)
+            st = zt_error_set(err, ZT_ERR_CONFIG,
+                              "checkpoint %s holds only the trainable parameters (checkpoint.only_trainable), trained "
+                              "on frozen weights that hash to %s (--model %s); the frozen weights of --model %s hash "
+                              "to %s: that is another base. Resume with --model %s (or a copy of it); if "
+                              "trainable_params or the adapter's target modules changed since, the frozen set "
+                              "differs too: resume with the checkpoint's settings",
+                              dir, b->hash, was, t->req->model_dir, now, was);
+    }
+    return tr_agree_on_status(t, st, err, "checking the base model's weights");
+}
+
+typedef struct mixed_ctx {
+    zt_ckpt *ckpt;
+    zt_hf_model *base;
+} mixed_ctx;
+
+static zt_status mixed_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                             zt_error *err)
+{
+    const mixed_ctx *m = ctx;
+    const zt_param_decl *p = &t->info->params[param];
+    if (t->layout->trainable[param])
+        return zt_ckpt_read(m->ckpt, p->name, ZT_CKPT_GROUP_PARAM, elem_offset, n, slice_at, err);
+    return zt_hf_model_read(m->base, p->name, p->ndim, p->shape, (uint64_t)elem_offset, (uint64_t)n, slice_at, err);
+}
+
+/* The trainable weights from the checkpoint, the frozen ones from the base. */
+static zt_status mixed_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
+                              zt_error *err)
+{
+    memset(dst, 0, (size_t)count * sizeof *dst);
+    return tr_for_each_piece(t, unit, offset, count, dst, mixed_piece, ctx, err);
+}
+
+/* The weights: all from the checkpoint, or (trainable-only) from the checkpoint and the base. A run
+ * that saves trainable-only checkpoints from here on hashes the frozen weights it resumes with. */
+static zt_status resume_weights(trainer *t, zt_ckpt *c, const char *dir, zt_error *err)
+{
+    static const char *const groups[] = {ZT_CKPT_GROUP_PARAM};
+    base_record b = {0};
+    zt_hf_model *base = NULL;
+    zt_status st = read_base_record(c, dir, &b, err);
+    /* without --model: say what to pass before the model's shape is compared with defaults */
+    if (st == ZT_OK && b.only_trainable && !t->req->model_dir) st = open_base(t, dir, &b, &base, err);
+    if (st == ZT_OK)
+        st = b.only_trainable ? zt_ckpt_check_model_params(c, t->info, groups, 1, t->layout->trainable, err)
+                              : zt_ckpt_check_model(c, t->info, groups, 1, err);
+    if (st == ZT_OK && b.only_trainable) st = open_base(t, dir, &b, &base, err);
+    resume_ctx r = {c, ZT_CKPT_GROUP_PARAM, 0};
+    mixed_ctx m = {c, base};
+    if (st == ZT_OK) st = b.only_trainable ? tr_load_master(t, mixed_source, &m, err)
+                                           : tr_load_master(t, ckpt_param_source, &r, err);
+    if (st == ZT_OK && t->set->checkpoint_only_trainable && !b.only_trainable && t->dp.rank == 0) {
+        st = tr_base_hash_checkpoint(t, c, &t->base_hash, err);
+        t->base_hash_known = st == ZT_OK;
+    }
+    if (st == ZT_OK && b.only_trainable)
+        zt_log(ZT_LOG_INFO, "trainable-only checkpoint: the frozen weights from %s (hash %s, as saved)",
+               t->req->model_dir, b.hash);
+    zt_hf_model_close(base);
+    free(b.model);
+    return st;
+}
+
 zt_status tr_resume(trainer *t, zt_error *err)
 {
     char *dir = NULL;
@@ -494,10 +640,8 @@ zt_status tr_resume(trainer *t, zt_error *err)
     if (st != ZT_OK) return st;
     zt_ckpt *c = NULL;
     st = zt_ckpt_open(dir, &c, err);
-    static const char *const groups[] = {ZT_CKPT_GROUP_PARAM};
-    if (st == ZT_OK) st = zt_ckpt_check_model(c, t->info, groups, 1, err);
+    if (st == ZT_OK) st = resume_weights(t, c, dir, err);
     resume_ctx r = {c, ZT_CKPT_GROUP_PARAM, 0};
-    if (st == ZT_OK) st = tr_load_master(t, ckpt_param_source, &r, err);
     void *zs = t->zero_lp->state;
     int32_t n_state = n_opt_state(t);
     for (int32_t k = 0; k < n_state && st == ZT_OK; k++) {

@@ -1119,6 +1119,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
                             "--export-adapter %s: this run has no adapter plugin; add one to --plugins (--plugins "
                             "llama,lora), or export the whole model with --export",
                             t->req->export_adapter_dir);
+    if ((st = tr_check_checkpoint_settings(t, err)) != ZT_OK) return st;
     tr_remove_stale_staging(t);
     if (t->req->resume) st = tr_resume(t, err);
     else if (t->req->model_dir) st = tr_load_hf(t, t->req->model_dir, t->req->adapter_dir, err);

@@ -74,6 +74,10 @@ typedef struct trainer {
     double elapsed_before; /* training seconds of earlier sessions (resume) */
     double session_s;      /* training seconds of this session (steps only) */
     int64_t tokens_seen;
+    /* checkpoint.only_trainable: the hash of the frozen base weights as loaded (base_weights.c), which
+     * the checkpoints record; rank 0 only */
+    uint64_t base_hash;
+    int32_t base_hash_known;
 } trainer;
 
 /* Fill every unit's master from `fill`, which writes this rank's slice [offset, offset + count) of a
@@ -156,6 +160,18 @@ void tr_adapter_merge(const trainer *t, int32_t param, const float *unit_buf, ui
 /* --export-adapter: rank 0 writes DIR/adapter_config.json and adapter_model.safetensors; every rank
  * joins (as tr_export_hf). */
 zt_status tr_export_adapter(trainer *t, const char *dir, zt_error *err);
+
+/* ---- base_weights.c: the hash of the frozen base weights (checkpoint.only_trainable) ------------- */
+
+typedef struct zt_hf_model zt_hf_model;
+typedef struct zt_ckpt zt_ckpt;
+/* 1 for a parameter with storage that does not train: what a trainable-only checkpoint leaves out. */
+int tr_is_frozen_with_storage(const trainer *t, int32_t param);
+/* The hash over the frozen parameters' values read from an HF model or a checkpoint's "param" group. */
+zt_status tr_base_hash_hf(trainer *t, zt_hf_model *model, uint64_t *out, zt_error *err);
+zt_status tr_base_hash_checkpoint(trainer *t, zt_ckpt *c, uint64_t *out, zt_error *err);
+/* Refuses checkpoint.only_trainable in a run that has no base to read the frozen weights from. */
+zt_status tr_check_checkpoint_settings(const trainer *t, zt_error *err);
 
 /* ---- checkpointing.c ----------------------------------------------------------------------------- */
 

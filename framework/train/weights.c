@@ -118,6 +118,10 @@ zt_status tr_load_hf(trainer *t, const char *dir, const char *adapter_dir, zt_er
     if (st != ZT_OK) return st;
     if (adapter_dir) st = tr_adapter_open(t, adapter_dir, &src.adapter, err);
     if (st == ZT_OK) st = tr_load_master(t, hf_source, &src, err);
+    if (st == ZT_OK && t->set->checkpoint_only_trainable && t->dp.rank == 0) {
+        st = tr_base_hash_hf(t, src.model, &t->base_hash, err);
+        t->base_hash_known = st == ZT_OK;
+    }
     zt_hf_model_close(src.model);
     zt_st_close(src.adapter);
     if (st == ZT_OK) zt_log(ZT_LOG_INFO, "weights loaded from %s%s%s", dir, adapter_dir ? ", the adapter from " : "",

@@ -14,6 +14,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "llama.h"
@@ -190,14 +191,59 @@ static int lora_slot(const llama_call *r, int k)
     return l->r > 0 ? l->slot[(r->c->unit - 1) * LLAMA_LINEARS + k] : -1;
 }
 
-/* u[N, r] = scaling * x A^T. */
+/* lora_dropout as peft applies it: on the adapter's input x before A, in training only (forward,
+ * backward and recompute of a ZT_UNIT_TRAIN call), each element kept with probability 1 - p and
+ * scaled by 1 / (1 - p). The mask is a hash of the seed, the unit, the linear and the micro-batch's
+ * tokens and positions, so the backward and a recompute draw the forward's mask without storing it,
+ * and a resumed run draws the masks of an uninterrupted one. */
+static int lora_dropping(const llama_call *r)
+{
+    return r->s->lora.dropout > 0 && (r->c->flags & ZT_UNIT_TRAIN);
+}
+
+static uint64_t mix64(uint64_t z) /* splitmix64's finalizer */
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+#define GOLDEN 0x9e3779b97f4a7c15ull
+
+/* dst = dropout(src) [N, in] with linear k's mask (dst may be src). */
+static void lora_dropout(const llama_call *r, int k, int64_t in, const float *src, float *dst)
+{
+    const zt_batch *b = r->c->batch;
+    uint64_t h = mix64(r->s->lora.seed + GOLDEN * (uint64_t)(r->c->unit * LLAMA_LINEARS + k + 1));
+    for (int64_t i = 0; i < r->tokens; i++)
+        h = mix64(h ^ ((uint64_t)(uint32_t)b->tokens[i] | (uint64_t)(uint32_t)b->positions[i] << 32));
+    uint64_t cut = (uint64_t)((double)r->s->lora.dropout * 16777216.0); /* on 24 bits */
+    float keep = 1.0f / (1.0f - r->s->lora.dropout);
+    for (int64_t e = 0; e < r->tokens * in; e++)
+        dst[e] = (mix64(h + GOLDEN * (uint64_t)e) >> 40) >= cut ? src[e] * keep : 0.0f;
+}
+
+/* x itself, or with dropout a new buffer dropout(x) in *owned (freed by the caller); NULL: out of memory. */
+static const float *lora_input(const llama_call *r, int k, int64_t in, const float *x, float **owned)
+{
+    *owned = NULL;
+    if (!lora_dropping(r)) return x;
+    if (!(*owned = malloc((size_t)(r->tokens * in) * sizeof(float)))) return NULL;
+    lora_dropout(r, k, in, x, *owned);
+    return *owned;
+}
+
+/* u[N, r] = scaling * dropout(x) A^T. */
 static zt_status lora_project(const llama_call *r, int k, int64_t in, const float *x, float *u)
 {
     int a = lora_slot(r, k);
     if (a < 0) return ZT_OK;
     int64_t N = r->tokens, R = r->s->lora.r;
-    zt_status st = zt_cpu_linear_forward(&r->s->cpu, N, R, in, x, param(r, a), u);
+    float *owned;
+    const float *xd = lora_input(r, k, in, x, &owned);
+    zt_status st = xd ? zt_cpu_linear_forward(&r->s->cpu, N, R, in, xd, param(r, a), u) : ZT_ERR_OUT_OF_MEMORY;
     if (st == ZT_OK) zt_cpu_scale(&r->s->cpu, N * R, r->s->lora.scaling, u);
+    free(owned);
     return st;
 }
 
@@ -214,7 +260,7 @@ static zt_status lora_forward(const llama_call *r, int k, int64_t in, int64_t ou
 }
 
 /* The adapter's part of linear k's backward, before the base linear overwrites its input gradient:
- * dB += dy^T u, du = scaling * dy B into du [N, r], dA += du^T x. */
+ * dB += dy^T u, du = scaling * dy B into du [N, r], dA += du^T dropout(x). */
 static zt_status lora_backward_weights(const llama_call *r, int k, int64_t in, int64_t out, const float *x,
                                        const float *u, const float *dy, float *du)
 {
@@ -228,16 +274,30 @@ static zt_status lora_backward_weights(const llama_call *r, int k, int64_t in, i
     if (st == ZT_OK) st = zt_cpu_linear_backward_input(ctx, N, out, R, dy, param(r, a + 1), du);
     if (st != ZT_OK) return st;
     zt_cpu_scale(ctx, N * R, r->s->lora.scaling, du);
-    if (gA) st = zt_cpu_linear_backward_weight(ctx, N, R, in, du, x, gA);
+    if (!gA) return st;
+    float *owned;
+    const float *xd = lora_input(r, k, in, x, &owned);
+    st = xd ? zt_cpu_linear_backward_weight(ctx, N, R, in, du, xd, gA) : ZT_ERR_OUT_OF_MEMORY;
+    free(owned);
     return st;
 }
 
-/* dx[N, in] += du A: the adapter's share of the input gradient, after the base linear wrote its own. */
+/* dx[N, in] += dropout'(du A): the adapter's share of the input gradient, after the base linear wrote its
+ * own (through dropout: the forward's mask and scale). */
 static zt_status lora_backward_input(const llama_call *r, int k, int64_t in, const float *du, float *dx)
 {
     int a = lora_slot(r, k);
     if (a < 0) return ZT_OK;
-    return zt_cpu_gemm(&r->s->cpu, 0, 0, r->tokens, in, r->s->lora.r, du, r->s->lora.r, param(r, a), in, dx, in, 1);
+    int64_t N = r->tokens, R = r->s->lora.r;
+    if (!lora_dropping(r)) return zt_cpu_gemm(&r->s->cpu, 0, 0, N, in, R, du, R, param(r, a), in, dx, in, 1);
+    float *t = malloc((size_t)(N * in) * sizeof *t);
+    zt_status st = t ? zt_cpu_gemm(&r->s->cpu, 0, 0, N, in, R, du, R, param(r, a), in, t, in, 0) : ZT_ERR_OUT_OF_MEMORY;
+    if (st == ZT_OK) {
+        lora_dropout(r, k, in, t, t);
+        for (int64_t e = 0; e < N * in; e++) dx[e] += t[e];
+    }
+    free(t);
+    return st;
 }
 
 /* A [B, T, heads, D] view for the attention plugin. */

@@ -53,6 +53,8 @@ typedef struct llama_lora {
      * (B follows it), or -1 when it is not adapted */
     int32_t *slot;
     int32_t n_adapted;      /* adapted linears over all layers */
+    float dropout;          /* lora_dropout: on the adapter's input, in training only (layers.c) */
+    uint64_t seed;          /* the host key seed, which the dropout masks derive from */
 } llama_lora;
 
 typedef struct llama_backend llama_backend;

@@ -83,9 +83,6 @@ zt_status llama_lora_adapt(llama_state *s, const zt_adapter_spec *spec)
     if (s->on_gpu)
         return lora_refuse(s, "the llama plugin computes LoRA on the CPU path: train the adapter with device = "
                               "cpu%s", "");
-    if (spec->dropout != 0.0)
-        return lora_refuse(s, "lora.lora_dropout: the llama plugin computes LoRA without dropout; set "
-                              "lora.lora_dropout = 0%s", "");
     if (spec->r < 1 || !spec->target_modules || !*spec->target_modules)
         return lora_refuse(s, "the adapter spec has no rank or no target modules (an adapter plugin bug)%s", "");
     int32_t layers = (int32_t)s->cfg.layers;
@@ -105,6 +102,11 @@ zt_status llama_lora_adapt(llama_state *s, const zt_adapter_spec *spec)
     }
     s->lora.r = spec->r;
     s->lora.scaling = (float)spec->scaling;
+    s->lora.dropout = (float)spec->dropout;
+    int64_t seed = 0;
+    if (s->lora.dropout > 0 && s->host->cfg_int(s->host->ctx, "seed", &seed) != ZT_OK)
+        return lora_refuse(s, "lora.lora_dropout: the host key seed cannot be read%s", "");
+    s->lora.seed = (uint64_t)seed;
     llama_params_free(s);
     st = llama_params_build(s);
     if (st != ZT_OK) {

@@ -13,7 +13,7 @@ static const zt_option k_options[] = {
     {"lora.lora_alpha", ZT_OPT_FLOAT, ZT_OPT_HAS_MIN | ZT_OPT_MIN_OPEN, "8", 0, 0, NULL,
      "The update is scaled by lora_alpha / r (lora_alpha / sqrt(r) with use_rslora)."},
     {"lora.lora_dropout", ZT_OPT_FLOAT, ZT_OPT_HAS_MIN | ZT_OPT_HAS_MAX, "0", 0, 0.999, NULL,
-     "Dropout probability on the adapter's input in training (the llama plugin takes 0)."},
+     "Dropout probability on the adapter's input x before A, in training only (peft's lora_dropout)."},
     {"lora.target_modules", ZT_OPT_STRING, ZT_OPT_LIST, "q_proj,v_proj", 0, 0, NULL,
      "Modules to adapt: a list or comma-separated names, each a module name or its end (\"q_proj\", "
      "\"model.layers.0.mlp.down_proj\"), or \"all-linear\" (every linear layer but the LM head); "

@@ -527,8 +527,6 @@ static void test_mindformers_switches(void)
                  "not implemented; set it to false or remove it");
     EXPECT_ERROR("recompute_config:\n  recompute: [2, 2]\n", "run.yaml:2:14: recompute_config.recompute as a list");
     EXPECT_ERROR("recompute_config:\n  select_recompute: True\n", "selective recomputation is not implemented");
-    EXPECT_ERROR("parallel_config:\n  only_trainable_params: True\n",
-                 "MindFormers key 'parallel_config.only_trainable_params' is true");
     EXPECT_ERROR("micro_batch_interleave_num: 2\n", "micro-batch interleaving is not implemented; set it to 1");
     EXPECT_ERROR("runner_wrapper:\n  scale_sense:\n    type: FixedLossScaleUpdateCell\n    loss_scale_value: 1024\n",
                  "a fixed loss scale is not implemented");
@@ -546,6 +544,16 @@ static void test_mindformers_switches(void)
     EXPECT_IN(notes, "accepted, as their values ask for what zt does anyway (or switch off what it does not do): "
               "parallel_config.use_seq_parallel, profile");
     zt_config_free(cfg);
+    /* only_trainable_params is zt's checkpoint.only_trainable, under both of MindFormers' sections */
+    cfg = EXPECT_OK("parallel_config:\n  only_trainable_params: True\n");
+    ZT_CHECK_INT(get_bool(cfg, "checkpoint.only_trainable"), 1);
+    zt_config_free(cfg);
+    cfg = EXPECT_OK("parallel_context_config:\n  only_trainable_params: False\n");
+    ZT_CHECK_INT(get_bool(cfg, "checkpoint.only_trainable"), 0);
+    zt_config_free(cfg);
+    EXPECT_ERROR("parallel_config:\n  only_trainable_params: True\nparallel_context_config:\n"
+                 "  only_trainable_params: False\n",
+                 "config key 'checkpoint.only_trainable' is given twice with different values");
 }
 
 static void test_mindformers_launch_keys(void)

@@ -10,6 +10,12 @@ peft check loads zt's exported adapter with peft itself.
   check_lora.py peft BASE_DIR ADAPTER_DIR EXPORT_DIR
       PeftModel.from_pretrained(base, zt's adapter) gives the logits of zt's merged export (1e-4).
   check_lora.py same-losses A/metrics.jsonl B/metrics.jsonl RTOL
+  check_lora.py dropout NO_DROPOUT/metrics.jsonl DROPOUT/metrics.jsonl
+      lora_dropout changes every training loss and no evaluation loss (of weights that do not move).
+  check_lora.py trainable-only ONLY_CKPT FULL_CKPT BASE_DIR
+      A checkpoint.only_trainable checkpoint holds the weights of exactly the parameters the full one
+      has optimizer state for, is at most a third of its size on disk, and records the hash of the
+      frozen weights: FNV-1a 64 over their names and fp32 values, computed here from BASE_DIR's file.
 """
 import json
 import os
@@ -135,6 +141,51 @@ def same_losses(a, b, rtol):
     print(f"losses agree within {rtol}: {', '.join(f'{x:.6f}' for x in la)}")
 
 
+def dropout(without, with_):
+    (lw, _), (ld, _) = train_losses(without), train_losses(with_)
+    ev = lambda p: [r["eval_loss"] for r in map(json.loads, open(p)) if r.get("type") == "eval"]
+    ew, ed = ev(without), ev(with_)
+    if not lw or len(lw) != len(ld) or any(a == b for a, b in zip(lw, ld)):
+        fail(f"training losses without dropout {lw}, with it {ld}: dropout should change every one")
+    if not ew or ew != ed:
+        fail(f"evaluation losses without dropout {ew}, with it {ed}: evaluation should not drop anything")
+    print(f"dropout changes the training losses ({lw} -> {ld}), not the evaluation ones ({ew})")
+
+
+def fnv1a64(h, data):
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def trainable_only(only_dir, full_dir, base_dir):
+    only, full = (json.load(open(os.path.join(d, "checkpoint.json"))) for d in (only_dir, full_dir))
+    names = lambda c, g: [t["name"] for t in c["tensors"] if t["group"] == g]
+    trained = names(full, "exp_avg")
+    if names(only, "param") != trained or names(only, "exp_avg") != trained:
+        fail(f"the trainable-only checkpoint's weights are {names(only, 'param')}, expected exactly the trained "
+             f"{trained}")
+    frozen = [n for n in names(full, "param") if n not in trained]
+    if not frozen:
+        fail("nothing is frozen: the test proves nothing")
+    size = lambda c: sum(f["size"] for f in c["files"])
+    if size(only) * 3 > size(full):
+        fail(f"the trainable-only checkpoint has {size(only)} bytes, the full one {size(full)}: not much smaller")
+    base = read_safetensors(os.path.join(base_dir, "model.safetensors"))
+    h = 0xcbf29ce484222325
+    for n in frozen:
+        h = fnv1a64(h, n.encode() + b"\0" + base[n].astype("<f4").tobytes())
+    blob = next(b for b in only["blobs"] if b["name"] == "trainer_state")
+    with open(os.path.join(only_dir, blob["file"]), "rb") as f:
+        f.seek(blob["byte_offset"])
+        state = json.loads(f.read(blob["size"]))
+    rec = state.get("base_weights", {})
+    if rec.get("only_trainable") is not True or rec.get("hash") != f"{h:016x}" or rec.get("frozen_tensors") != len(frozen):
+        fail(f"base_weights {rec}: expected only_trainable true, hash {h:016x} over {len(frozen)} frozen tensors")
+    print(f"trainable-only checkpoint: {len(trained)} tensors, {size(only)} bytes against {size(full)}; base hash "
+          f"{h:016x} over {len(frozen)} frozen tensors")
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "fixture":
@@ -143,5 +194,9 @@ if __name__ == "__main__":
         peft_logits(*args)
     elif cmd == "same-losses":
         same_losses(*args)
+    elif cmd == "dropout":
+        dropout(*args)
+    elif cmd == "trainable-only":
+        trainable_only(*args)
     else:
         fail(f"unknown command {cmd}")
