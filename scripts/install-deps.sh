@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Install what zt needs to build and test on Debian 12+ / Ubuntu 22.04+. Safe to run again.
 # The CUDA toolkit is optional: without it zt builds the CPU path only (see README).
+#   --run   only what building and running zt needs (scripts/quickstart.sh): none of the tests'
+#           references (PyTorch, transformers, peft, tensorboard, Chromium, the fuzzers' clang)
 set -euo pipefail
+tests=1
+case "${1:-}" in
+  "") ;;
+  --run) tests=0 ;;
+  *) echo "install-deps: unknown option '$1' (use --run for what running zt needs, nothing for the tests too)" >&2
+     exit 2 ;;
+esac
 
 pkgs=(
   build-essential cmake ninja-build pkg-config git
@@ -9,11 +18,15 @@ pkgs=(
   libyaml-dev                         # YAML configs (MindFormers-style run.yaml)
   libsentencepiece-dev sentencepiece  # tokenizer library + spm_train/spm_encode used by the tests
   libopenmpi-dev openmpi-bin          # CPU ranks (multi-process tests)
-  openssh-server openssh-client iproute2  # CPU ranks on two hosts: network namespaces with an sshd each
-  clang libclang-rt-dev               # libFuzzer targets
   python3 python3-numpy python3-sentencepiece python3-yaml  # independent references in tests
-  chromium                            # headless browser: tests/report renders zt-report's page in it
 )
+if [ "$tests" = 1 ]; then
+  pkgs+=(
+    openssh-server openssh-client iproute2  # CPU ranks on two hosts: network namespaces with an sshd each
+    clang libclang-rt-dev                   # libFuzzer targets
+    chromium                                # headless browser: tests/report renders zt-report's page in it
+  )
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -45,6 +58,8 @@ if ! python3 -c 'import safetensors' 2>/dev/null; then
   python3 -m pip install --quiet safetensors 2>/dev/null ||
     echo "install-deps: note: Python safetensors not installed; tests comparing with it will skip" >&2
 fi
+[ "$tests" = 1 ] || exit 0
+
 # tensorboard (no torch needed): train.tensorboard_run reads zt's event files with its reader and fails
 # without it, unless ZT_SKIP_TENSORBOARD=1.
 if ! python3 -c 'import tensorboard' 2>/dev/null; then

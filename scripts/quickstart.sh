@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${ZT_QUICKSTART_NO_BUILD:-0}" != 1 ]; then
-    scripts/install-deps.sh
+    scripts/install-deps.sh --run # what running zt needs; scripts/test.sh installs the tests' references too
     scripts/build.sh
 fi
 bin=${ZT_BUILD_DIR:-build}/bin
