@@ -12,7 +12,7 @@
 
 static const char style[] =
     "body{font-family:'DejaVu Sans',Arial,sans-serif;margin:24px;color:#222;background:#fafafa}"
-    "h1{font-size:22px}h2{font-size:17px;margin:28px 0 8px}"
+    "h1{font-size:22px}h2{font-size:17px;margin:28px 0 8px}h3{font-size:14px;margin:16px 0 4px}"
     "table{border-collapse:collapse;margin:8px 0 16px;font-size:13px;background:#fff}"
     "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
     "th{background:#eee}td.num{text-align:right;white-space:nowrap;font-family:'DejaVu Sans Mono',monospace}"
@@ -243,6 +243,66 @@ static void compare_table(zt_buf *b, const report_run *run, int number)
     report_buf_puts(b, "</table>\n");
 }
 
+/* ---- communication by collective ---------------------------------------------------------------- */
+
+/* algbw = bytes / time (GB/s, 10^9 bytes/s), busbw = algbw x nccl-tests' factor (docs/distributed.md);
+ * NAN when the time is 0 or the group's size unknown. */
+static double comm_algbw_gbps(const report_comm_op *op) { return op->time_s > 0 ? op->bytes / op->time_s / 1e9 : NAN; }
+static double comm_busbw_gbps(const report_comm_op *op)
+{
+    return comm_algbw_gbps(op) * report_busbw_factor(op->op, op->ranks);
+}
+
+static int run_has_comm_ops(const report_run *run)
+{
+    for (int k = 0; k < run->n_ranks; k++)
+        if (run->ranks[k].n_comm_ops > 0) return 1;
+    return 0;
+}
+
+/* Per run and rank, the train records' "comm"."ops" summed over the run by kind and group. */
+static void comm_tables(zt_buf *b, const report_run *runs, int n_runs)
+{
+    report_buf_puts(b, "<h2 id=\"comm\">Communication by collective</h2>\n<p class=\"note\">The train records' "
+                       "collectives summed over the run, per rank (bytes as nccl-tests counts them; algbw = bytes / "
+                       "time, busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for reduce_scatter and all_gather, "
+                       "1 for the others, n the group's ranks; docs/distributed.md).</p>\n");
+    for (int i = 0; i < n_runs; i++) {
+        const report_run *run = &runs[i];
+        report_buf_puts(b, "<h3 class=\"comm\">");
+        report_buf_escaped(b, run->name);
+        report_buf_puts(b, "</h3>\n");
+        if (!run_has_comm_ops(run)) {
+            report_buf_puts(b, "<p class=\"note comm-none\">no communication data (its train records carry no "
+                               "\"comm\".\"ops\")</p>\n");
+            continue;
+        }
+        report_buf_puts(b, "<table class=\"comm_ops\"><tr><th>rank</th><th>op</th><th>group</th><th>ranks</th>"
+                           "<th>calls</th><th>bytes</th><th>time s</th><th>algbw GB/s</th><th>busbw GB/s</th>"
+                           "</tr>\n");
+        for (int k = 0; k < run->n_ranks; k++) {
+            const report_rank *r = &run->ranks[k];
+            if (r->n_comm_ops == 0)
+                report_buf_printf(b, "<tr><td class=\"num\">%d</td><td colspan=\"8\">no communication data</td>"
+                                     "</tr>\n", r->rank);
+            for (int o = 0; o < r->n_comm_ops; o++) {
+                const report_comm_op *op = &r->comm_ops[o];
+                report_buf_printf(b, "<tr><td class=\"num\">%d</td>", r->rank);
+                cell_text(b, op->op);
+                cell_text(b, op->group);
+                cell_number(b, op->ranks > 0 ? op->ranks : NAN, "%.0f");
+                cell_number(b, op->count, "%.0f");
+                cell_number(b, op->bytes, "%.0f");
+                cell_number(b, op->time_s, "%.6f");
+                cell_number(b, comm_algbw_gbps(op), "%.3f");
+                cell_number(b, comm_busbw_gbps(op), "%.3f");
+                report_buf_puts(b, "</tr>\n");
+            }
+        }
+        report_buf_puts(b, "</table>\n");
+    }
+}
+
 /* ---- the JSON data block ----------------------------------------------------------------------- */
 
 static void json_string(zt_buf *b, const char *s)
@@ -297,7 +357,31 @@ static void data_block(zt_buf *b, const report_run *runs, int n_runs, const repo
         json_number(b, s.peak[REPORT_DEVICE]);
         report_buf_puts(b, ",\"peak_host\":");
         json_number(b, s.peak[REPORT_HOST]);
-        report_buf_puts(b, "}");
+        report_buf_puts(b, ",\"comm_ops\":[");
+        int first = 1;
+        for (int k = 0; k < runs[i].n_ranks; k++)
+            for (int o = 0; o < runs[i].ranks[k].n_comm_ops; o++) {
+                const report_comm_op *op = &runs[i].ranks[k].comm_ops[o];
+                report_buf_printf(b, "%s{\"rank\":%d,\"op\":", first ? "" : ",", runs[i].ranks[k].rank);
+                first = 0;
+                json_string(b, op->op);
+                report_buf_puts(b, ",\"group\":");
+                json_string(b, op->group);
+                report_buf_puts(b, ",\"ranks\":");
+                json_number(b, op->ranks > 0 ? op->ranks : NAN);
+                report_buf_puts(b, ",\"count\":");
+                json_number(b, op->count);
+                report_buf_puts(b, ",\"bytes\":");
+                json_number(b, op->bytes);
+                report_buf_puts(b, ",\"time_s\":");
+                json_number(b, op->time_s);
+                report_buf_puts(b, ",\"algbw_gbps\":");
+                json_number(b, comm_algbw_gbps(op));
+                report_buf_puts(b, ",\"busbw_gbps\":");
+                json_number(b, comm_busbw_gbps(op));
+                report_buf_puts(b, "}");
+            }
+        report_buf_puts(b, "]}");
     }
     report_buf_puts(b, "],\n\"charts\":[");
     for (int i = 0; i < cs->n; i++) {
@@ -385,6 +469,7 @@ zt_status report_write_html(const report_run *runs, int n_runs, const report_cha
         for (int i = 0; i < n_runs; i++) n_compare += runs[i].compare != NULL;
         for (int i = 0; i < n_runs; i++)
             if (runs[i].compare) compare_table(&b, &runs[i], n_compare > 1 ? ++k : 0); /* numbered as the charts */
+        comm_tables(&b, runs, n_runs);
         report_buf_puts(&b, "<h2 id=\"charts\">Charts</h2>\n");
         for (int i = 0; i < cs->n; i++) {
             const report_chart *c = &cs->charts[i];

@@ -66,9 +66,72 @@ static zt_status read_mem(const zt_json *j, int obj, const char *key, const char
     return ZT_OK;
 }
 
-/* "comm":{"time_s":T,"share":F,"ops":[...]} (the communication monitor's; absent in runs without it). */
-static zt_status read_comm(const zt_json *j, int obj, const char *origin, report_step *s, zt_error *err)
+double report_busbw_factor(const char *op, int n)
 {
+    if (n <= 0) return NAN;
+    if (strcmp(op, "all_reduce") == 0) return 2.0 * (n - 1) / n;
+    if (strcmp(op, "reduce_scatter") == 0 || strcmp(op, "all_gather") == 0) return (double)(n - 1) / n;
+    return 1.0;
+}
+
+/* The string of key `key` of an ops entry into a fixed-size name. */
+static zt_status name_of(const zt_json *j, int entry, const char *key, const char *origin, int index, char *out,
+                         zt_error *err)
+{
+    int v = zt_json_object_get(j, entry, key);
+    if (v < 0 || j->tok[v].type != ZT_JSON_STRING)
+        return zt_error_set(err, ZT_ERR_FORMAT, "%s: \"comm\".\"ops\"[%d] needs a string \"%s\"", origin, index,
+                            key);
+    char *text;
+    size_t len;
+    zt_status st = zt_json_string(j, v, &text, &len, err);
+    if (st != ZT_OK) return st;
+    if (len >= REPORT_COMM_NAME_MAX)
+        st = zt_error_set(err, ZT_ERR_FORMAT, "%s: \"comm\".\"ops\"[%d].\"%s\" is %zu bytes long; zt-report reads "
+                          "names of up to %d", origin, index, key, len, REPORT_COMM_NAME_MAX - 1);
+    else memcpy(out, text, len + 1);
+    free(text);
+    return st;
+}
+
+/* "ops":[{"op":..,"group":..,"ranks":n,"count":N,"bytes":B,"time_s":t,...},...]: the sums are taken by
+ * the reader (runs.c); the entries' own bandwidths are per step and are not summed. */
+static zt_status read_comm_ops(const zt_json *j, int comm, const char *origin, report_record *out, zt_error *err)
+{
+    int a = zt_json_object_get(j, comm, "ops");
+    if (a < 0 || zt_json_is_null(j, a)) return ZT_OK;
+    if (j->tok[a].type != ZT_JSON_ARRAY)
+        return zt_error_set(err, ZT_ERR_FORMAT, "%s: \"comm\".\"ops\" is not an array", origin);
+    if (j->tok[a].size > REPORT_MAX_COMM_OPS)
+        return zt_error_set(err, ZT_ERR_FORMAT, "%s: \"comm\".\"ops\" has %d entries; zt-report reads up to %d "
+                            "kinds of collective and group", origin, j->tok[a].size, REPORT_MAX_COMM_OPS);
+    int e = a + 1;
+    for (int i = 0; i < j->tok[a].size; i++, e = zt_json_skip(j, e)) {
+        if (j->tok[e].type != ZT_JSON_OBJECT)
+            return zt_error_set(err, ZT_ERR_FORMAT, "%s: \"comm\".\"ops\"[%d] is not an object", origin, i);
+        report_comm_op *op = &out->ops[out->n_ops];
+        double ranks;
+        zt_status st = name_of(j, e, "op", origin, i, op->op, err);
+        if (st == ZT_OK) st = name_of(j, e, "group", origin, i, op->group, err);
+        if (st == ZT_OK) st = number_of(j, e, "ranks", origin, &ranks, err);
+        if (st == ZT_OK) st = number_of(j, e, "count", origin, &op->count, err);
+        if (st == ZT_OK) st = number_of(j, e, "bytes", origin, &op->bytes, err);
+        if (st == ZT_OK) st = number_of(j, e, "time_s", origin, &op->time_s, err);
+        if (st != ZT_OK) return st;
+        if (isnan(op->count) || isnan(op->bytes) || isnan(op->time_s))
+            return zt_error_set(err, ZT_ERR_FORMAT, "%s: \"comm\".\"ops\"[%d] needs numbers \"count\", \"bytes\" "
+                                "and \"time_s\"", origin, i);
+        /* "ranks" came with the table's busbw; records without it read, their busbw unknown */
+        op->ranks = isfinite(ranks) && ranks >= 1 ? (int)ranks : 0;
+        out->n_ops++;
+    }
+    return ZT_OK;
+}
+
+/* "comm":{"time_s":T,"share":F,"ops":[...]} (the communication monitor's; absent in runs without it). */
+static zt_status read_comm(const zt_json *j, int obj, const char *origin, report_record *out, zt_error *err)
+{
+    report_step *s = &out->train;
     int c = zt_json_object_get(j, obj, "comm");
     if (c < 0 || zt_json_is_null(j, c)) return ZT_OK;
     if (j->tok[c].type != ZT_JSON_OBJECT)
@@ -76,6 +139,7 @@ static zt_status read_comm(const zt_json *j, int obj, const char *origin, report
     zt_status st = number_of(j, c, "time_s", origin, &s->comm_time_s, err);
     if (st == ZT_OK) st = number_of(j, c, "share", origin, &s->comm_share, err);
     s->has_comm = st == ZT_OK && !isnan(s->comm_time_s);
+    if (st == ZT_OK) st = read_comm_ops(j, c, origin, out, err);
     return st;
 }
 
@@ -119,7 +183,7 @@ zt_status report_parse_record(const char *line, size_t len, const char *origin, 
         s->skipped = sk >= 0 && zt_json_is_bool(&j, sk) && zt_json_get_bool(&j, sk);
         if (st == ZT_OK) st = read_mem(&j, 0, "mem_host", origin, pools, s, REPORT_HOST, err);
         if (st == ZT_OK) st = read_mem(&j, 0, "mem_device", origin, pools, s, REPORT_DEVICE, err);
-        if (st == ZT_OK) st = read_comm(&j, 0, origin, s, err);
+        if (st == ZT_OK) st = read_comm(&j, 0, origin, out, err);
     } else if (zt_json_eq(&j, type, "eval")) {
         out->kind = REPORT_RECORD_EVAL;
         out->eval.step = (int64_t)step;

@@ -79,6 +79,17 @@ typedef struct report_eval {
     double eval_loss;
 } report_eval;
 
+/* One entry of a train record's "comm"."ops": a kind of collective on a process group, or (in a
+ * report_rank) its sums over the run's train records. ranks is the group's size, 0 when the record
+ * does not say. */
+#define REPORT_MAX_COMM_OPS 32
+#define REPORT_COMM_NAME_MAX 48
+typedef struct report_comm_op {
+    char op[REPORT_COMM_NAME_MAX], group[REPORT_COMM_NAME_MAX];
+    int ranks;
+    double count, bytes, time_s;
+} report_comm_op;
+
 /* A parsed record. kind: REPORT_RECORD_TRAIN, _EVAL, or _OTHER (a record of a type zt-report does not
  * plot: kept out, not an error, so files of newer writers still read). */
 enum { REPORT_RECORD_TRAIN, REPORT_RECORD_EVAL, REPORT_RECORD_OTHER };
@@ -86,12 +97,18 @@ typedef struct report_record {
     int kind;
     report_step train;
     report_eval eval;
+    int n_ops;                              /* train: its "comm"."ops" */
+    report_comm_op ops[REPORT_MAX_COMM_OPS];
 } report_record;
 
 /* Parse one line (without its line end) of a metrics file. origin is "FILE:LINE" for messages. Pool
  * names seen first are added to *pools. An error says what is wrong with the record. */
 zt_status report_parse_record(const char *line, size_t len, const char *origin, report_pools *pools,
                               report_record *out, zt_error *err);
+
+/* The bus bandwidth factor of nccl-tests for a collective on n ranks (docs/distributed.md): all_reduce
+ * 2(n-1)/n, reduce_scatter and all_gather (n-1)/n, others 1; NAN when n is unknown (0). */
+double report_busbw_factor(const char *op, int n);
 
 /* ---- runs (runs.c) ----------------------------------------------------------------------------- */
 
@@ -103,6 +120,9 @@ typedef struct report_rank {
     int n_steps, cap_steps;
     report_eval *evals;
     int n_evals, cap_evals;
+    /* "comm"."ops" summed over the train records by (op, group, ranks), in order of first use */
+    report_comm_op comm_ops[REPORT_MAX_COMM_OPS];
+    int n_comm_ops;
 } report_rank;
 
 /* Metrics lines are appended to a rank as they are read (runs.c reads whole files, follow.c the

@@ -22,6 +22,39 @@ int report_metrics_file_rank(const char *name)
 
 /* ---- metrics ----------------------------------------------------------------------------------- */
 
+static int comm_op_index(const report_rank *r, const report_comm_op *op)
+{
+    for (int k = 0; k < r->n_comm_ops; k++)
+        if (strcmp(r->comm_ops[k].op, op->op) == 0 && strcmp(r->comm_ops[k].group, op->group) == 0 &&
+            r->comm_ops[k].ranks == op->ranks)
+            return k;
+    return -1;
+}
+
+/* A train record's "comm"."ops" added to the rank's sums over the run, by (op, group, ranks); all of
+ * them or, when the sums would hold too many kinds, none (an error). */
+static zt_status add_comm_ops(report_rank *r, const report_record *rec, const char *origin, zt_error *err)
+{
+    int n_new = 0;
+    for (int i = 0; i < rec->n_ops; i++) n_new += comm_op_index(r, &rec->ops[i]) < 0;
+    if (r->n_comm_ops + n_new > REPORT_MAX_COMM_OPS)
+        return zt_error_set(err, ZT_ERR_FORMAT, "%s: more than %d kinds of collective and group in %s; zt-report "
+                            "sums up to %d", origin, REPORT_MAX_COMM_OPS, r->path, REPORT_MAX_COMM_OPS);
+    for (int i = 0; i < rec->n_ops; i++) {
+        const report_comm_op *op = &rec->ops[i];
+        int k = comm_op_index(r, op);
+        if (k < 0) {
+            k = r->n_comm_ops++;
+            r->comm_ops[k] = *op;
+            r->comm_ops[k].count = r->comm_ops[k].bytes = r->comm_ops[k].time_s = 0;
+        }
+        r->comm_ops[k].count += op->count;
+        r->comm_ops[k].bytes += op->bytes;
+        r->comm_ops[k].time_s += op->time_s;
+    }
+    return ZT_OK;
+}
+
 zt_status report_rank_add_line(report_rank *r, const char *line, size_t len, long line_no, zt_error *err)
 {
     char origin[4096];
@@ -34,7 +67,8 @@ zt_status report_rank_add_line(report_rank *r, const char *line, size_t len, lon
             r->cap_steps = r->cap_steps ? 2 * r->cap_steps : 256;
             r->steps = report_xrealloc(r->steps, (size_t)r->cap_steps * sizeof *r->steps, "the steps");
         }
-        r->steps[r->n_steps++] = rec.train;
+        st = add_comm_ops(r, &rec, origin, err);
+        if (st == ZT_OK) r->steps[r->n_steps++] = rec.train;
     } else if (rec.kind == REPORT_RECORD_EVAL) {
         if (r->n_evals == r->cap_evals) {
             r->cap_evals = r->cap_evals ? 2 * r->cap_evals : 64;
@@ -42,7 +76,7 @@ zt_status report_rank_add_line(report_rank *r, const char *line, size_t len, lon
         }
         r->evals[r->n_evals++] = rec.eval;
     }
-    return ZT_OK;
+    return st;
 }
 
 void report_rank_free(report_rank *r)

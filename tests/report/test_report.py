@@ -59,11 +59,29 @@ def train_record(step, total, rank=0, fp16=False, device=False, comm=False):
     if device:
         r['mem_device'] = mem(step, rank, 40.0)
     if comm:
-        t = 0.01 + 0.001 * step + 0.002 * rank
-        r['comm'] = {'time_s': t, 'share': t / r['step_s'],
-                     'ops': [{'op': 'all_reduce', 'group': 'dp', 'count': 3, 'bytes': 4096, 'time_s': t,
-                              'algbw_gbps': 1.0, 'busbw_gbps': 1.0}]}
+        ops = comm_ops(step, rank, 2)
+        t = sum(o['time_s'] for o in ops)
+        r['comm'] = {'time_s': t, 'share': t / r['step_s']}
+        if step != 5 or rank != 0:  # a record without "ops" (a reader must accept it) is summed as none
+            r['comm']['ops'] = ops
     return r
+
+
+def comm_ops(step, rank, n):
+    """A step's "comm"."ops" on n ranks: the kinds the ZeRO plugins use, bytes and times that differ per
+    step, rank and kind; all_gather only from step 3 and a broadcast on "world" at step 7, so the
+    order of first use is not the order of every record."""
+    kinds = [('all_reduce', 'dp', 2, 40), ('reduce_scatter', 'dp', 20, 675840 * n)]
+    if step >= 3:
+        kinds.insert(0, ('all_gather', 'dp', 14, 353296 * n))
+    if step == 7:
+        kinds.append(('broadcast', 'world', 1, 8))
+    ops = []
+    for i, (op, group, count, nbytes) in enumerate(kinds):
+        t = (0.0003 + 0.00011 * step + 0.00007 * rank) * (i + 1) * (1 + 0.013 * step)
+        ops.append({'op': op, 'group': group, 'ranks': n, 'count': count, 'bytes': nbytes * (1 + step % 3),
+                    'time_s': t, 'algbw_gbps': nbytes / t / 1e9, 'busbw_gbps': 0.0})
+    return ops
 
 
 def write_lines(path, records, torn=None):
@@ -324,6 +342,8 @@ def main():
     for rank in (0, 1):
         check_series(page, 'comm', f'{A} rank {rank}', steps,
                      [train_record(s, 12, rank, True, True, True)['comm']['time_s'] for s in range(1, 13)])
+    check_comm_tables(page, out, {A: [[r for r in read_jsonl(os.path.join(run_a, f)) if r['type'] == 'train']
+                                      for f in ('metrics.jsonl', 'metrics.rank1.jsonl')]}, [B, cmp_dir])
     legend = [t for k, t in page.svgs['chart-loss']['texts'] if k == 'legend']
     check(legend == [f'{A} train', f'{A} eval', f'{B} train'], f'loss legend names each run by its dir: {legend}')
     axis = [(k, t) for k, t in page.svgs['chart-loss']['texts'] if k in ('xlabel', 'ylabel')]
@@ -404,6 +424,22 @@ def main():
 
     # a run without communication data says so
     out2 = os.path.join(work, 'out2', 'b.html')
+    run_c = os.path.join(work, 'runC')  # one rank: an all_reduce on 1 rank moves nothing over a link
+    os.makedirs(run_c)
+    recs_c = []
+    for s in range(1, 5):
+        r = train_record(s, 4)
+        ops = comm_ops(s, 0, 1)
+        r['comm'] = {'time_s': sum(o['time_s'] for o in ops), 'share': 0.1, 'ops': ops}
+        recs_c.append(r)
+    write_lines(os.path.join(run_c, 'metrics.jsonl'), recs_c)
+    out3 = os.path.join(work, 'out3', 'c.html')
+    rc, so, se = run([zt_report, run_b, run_c, '-o', out3])
+    check(rc == 0, f'runB and runC: exit 0 ({se})')
+    p3 = parse_page(out3)
+    check_comm_tables(p3, out3, {run_c: [recs_c]}, [run_b])
+    check(all(r[9] == '0.000' for r in p3.tables.get('comm_ops', [[]])[0][1:] if r[2] == 'all_reduce'),
+          'runC: an all_reduce on 1 rank has busbw 0')
     rc, so, se = run([zt_report, run_b, '-o', out2])
     check(rc == 0, f'runB alone: exit 0 ({se})')
     p2 = parse_page(out2)
@@ -413,6 +449,64 @@ def main():
 
     check_errors(zt_report, work, run_a, out)
     check_self_contained(out)
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.endswith('\n')]
+
+
+def expected_comm_rows(ranks_records):
+    """The table zt-report should show, computed here from the records written: per rank (in file
+    order), the "comm"."ops" summed by (op, group, ranks) in order of first use; algbw = bytes / time,
+    busbw = algbw x nccl-tests' factor (docs/distributed.md)."""
+    rows = []
+    for rank, records in enumerate(ranks_records):
+        sums = {}
+        for r in records:
+            for o in r.get('comm', {}).get('ops', []):
+                key = (o['op'], o['group'], o['ranks'])
+                acc = sums.setdefault(key, [0.0, 0.0, 0.0])
+                acc[0] += o['count']
+                acc[1] += o['bytes']
+                acc[2] += o['time_s']
+        for (op, group, n), (count, nbytes, t) in sums.items():
+            factor = {'all_reduce': 2 * (n - 1) / n, 'reduce_scatter': (n - 1) / n,
+                      'all_gather': (n - 1) / n}.get(op, 1.0)
+            algbw = nbytes / t / 1e9
+            rows.append({'rank': rank, 'op': op, 'group': group, 'ranks': n, 'count': count, 'bytes': nbytes,
+                         'time_s': t, 'algbw_gbps': algbw, 'busbw_gbps': algbw * factor})
+    return rows
+
+
+def check_comm_tables(page, out, with_ops, without):
+    """with_ops: run name -> the train records of each rank; without: runs whose page says there is no
+    communication data. The tables (class comm_ops) are in the order of the runs that have one."""
+    tables = page.tables.get('comm_ops', [])
+    check(len(tables) == len(with_ops), f'one communication table per run with ops: {len(tables)}')
+    text = open(out, encoding='utf-8').read()
+    runs = {r['name']: r for r in page.data['runs']}
+    for (name, ranks_records), table in zip(with_ops.items(), tables):
+        want = expected_comm_rows(ranks_records)
+        check(len({r['rank'] for r in want}) == len(ranks_records), f'{name}: every rank has ops to sum')
+        header = table[0][1:]
+        check(header == ['rank', 'op', 'group', 'ranks', 'calls', 'bytes', 'time s', 'algbw GB/s', 'busbw GB/s'],
+              f'{name}: the communication table\'s columns: {header}')
+        cells = [r[1:] for r in table[1:]]
+        want_cells = [[str(w['rank']), w['op'], w['group'], str(w['ranks']), f'{w["count"]:.0f}',
+                       f'{w["bytes"]:.0f}', f'{w["time_s"]:.6f}', f'{w["algbw_gbps"]:.3f}',
+                       f'{w["busbw_gbps"]:.3f}'] for w in want]
+        check(cells == want_cells, f'{name}: the communication table is the records\' sums:\n  got  {cells}\n'
+                                   f'  want {want_cells}')
+        got = runs[name]['comm_ops']
+        check(len(got) == len(want) and all(
+            g['rank'] == w['rank'] and g['op'] == w['op'] and g['group'] == w['group'] and g['ranks'] == w['ranks']
+            and all(close(g[k], w[k]) for k in ('count', 'bytes', 'time_s', 'algbw_gbps', 'busbw_gbps'))
+            for g, w in zip(got, want)), f'{name}: the data block\'s comm_ops are the exact sums: {got}')
+    for name in without:
+        check(f'<h3 class="comm">{name}</h3>\n<p class="note comm-none">no communication data' in text,
+              f'{name}: the communication section says "no communication data"')
+        check(runs[name]['comm_ops'] == [], f'{name}: no comm_ops in the data block')
 
 
 def check_self_contained(out):
