@@ -422,6 +422,111 @@ sys.exit(0 if list(map(key, a)) == list(map(key, b)) else "FAIL: the resumed ans
         --prompts "$out/broken.json" --output "$out/x.jsonl"
 }
 
+# Copy-on-write of a shared prompt block, without shared data: the fixture model llama_gqa_untied with a
+# llama2.c tokenizer written here (one piece per printable ASCII character, so a raw prompt is BOS, the
+# dummy-prefix space and one token per character). Several records hold the same 24-token prompt, a
+# multiple of block sizes 4 and 8: every one after the first finds all its blocks cached and computes
+# its last token again into a private copy of the last block. The prefix tokens found and the copies
+# are recomputed here from the prompts; the answers, greedy and sampled (a seed per record), must equal
+# those without prefix sharing and naive attention's; at the end every block is back in the pool.
+paged_cow() {
+    local m=$fixtures/llama_gqa_untied
+    python3 - "$out" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n"] + [bytes([c]) for c in range(32, 127)]
+pieces += [b"<x%d>" % i for i in range(len(pieces), 128)]  # unreachable by merges: no "<x" piece
+with open(out + "/tok128.bin", "wb") as f:
+    f.write(struct.pack("<i", max(map(len, pieces))))
+    for p in pieces:
+        f.write(struct.pack("<fi", 0.0, len(p)) + p)
+same = "Once upon a time there"                       # BOS + " " + 22 characters: 24 tokens
+texts = [same, same + "!!!!", same, same, "Once upon a dog", same, same, same]
+with open(out + "/prompts.jsonl", "w") as f:
+    for i, t in enumerate(texts):
+        f.write(json.dumps({"id": "r%d" % i, "prompt": t}) + "\n")
+PY
+    local common=(--model "$m" -t "$out/tok128.bin" --prompts "$out/prompts.jsonl" --max-new-tokens 12)
+    local runs=("greedy paged 4 true 3" "greedy paged 4 false 3" "greedy paged 8 true 1" "greedy naive 0 - 3"
+                "sample paged 4 true 3" "sample paged 4 false 3" "sample paged 8 true 1" "sample naive 0 - 3")
+    local spec i=0
+    for spec in "${runs[@]}"; do
+        set -- $spec
+        local how=() opts=()
+        [ "$1" = sample ] && how=(--temperature 1 --seed 9)
+        [ "$2" = paged ] && opts=(--set paged.block_size="$3" --set paged.prefix_sharing="$4"
+                                  --set paged.shuffle_blocks=true)
+        "${gen[@]}" --plugins "$2" --set generate.max_seqs="$5" "${opts[@]}" "${how[@]}" "${common[@]}" \
+            --output "$out/answers$i.jsonl" 2>"$out/run$i.log"
+        same "exit status of run '$spec'" 0 "$?"
+        i=$((i + 1))
+    done
+    python3 - "$out" "${runs[@]}" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, re, sys
+out, specs = sys.argv[1], [s.split() for s in sys.argv[2:]]
+prompts = [json.loads(l)["prompt"] for l in open(out + "/prompts.jsonl")]
+ids = lambda text: [1, 3] + [ord(c) - 32 + 3 for c in text]   # BOS, " ", one piece per character
+bad = []
+answers = [[json.loads(l) for l in open("%s/answers%d.jsonl" % (out, i))] for i in range(len(specs))]
+for i, (spec, run) in enumerate(zip(specs, answers)):
+    if [r.get("prompt_tokens") for r in run] != [len(ids(p)) for p in prompts]:
+        bad.append("run %d: prompt tokens %s, expected %s" % (i, [r.get("prompt_tokens") for r in run],
+                                                              [len(ids(p)) for p in prompts]))
+    ref_run = 3 if spec[0] == "greedy" else 7                   # naive attention's answers
+    ref = answers[ref_run]
+    key = lambda r: (r.get("output"), r.get("output_tokens"), r.get("finish_reason"))
+    for a, b in zip(ref, run):
+        if key(a) != key(b):
+            bad.append("run %d (%s) record %d: %r, naive (run %d): %r" %
+                       (i, " ".join(spec), b["record"], key(b), ref_run, key(a)))
+    identical = {r["output"] for r, p in zip(run, prompts) if p == prompts[0]}
+    # Greedy: the same prompt, the same answer. Sampled: each record's own seed draws its own answer.
+    if spec[0] == "greedy" and len(identical) != 1:
+        bad.append("run %d: greedy answers of the same prompt differ: %s" % (i, identical))
+    if spec[0] == "sample" and len(identical) < 3:
+        bad.append("run %d: the sampled answers of 6 records of one prompt are only %d distinct" %
+                   (i, len(identical)))
+    if spec[1] != "paged":
+        continue
+    # The prefix tokens found and the copies, recomputed: a prompt finds the full blocks (chained from
+    # the first) that an earlier prompt filled; when that is all of it, its last token is computed again,
+    # into a private copy of the last block (one copy).
+    bs, share = int(spec[2]), spec[3] == "true"
+    want_found = want_copies = 0
+    for n, p in enumerate(prompts):
+        t, best = ids(p), 0
+        for q in map(ids, prompts[:n]):
+            lcp = next((k for k, (x, y) in enumerate(zip(t, q)) if x != y), min(len(t), len(q)))
+            best = max(best, lcp // bs * bs)
+        if share and best == len(t):
+            want_found, want_copies = want_found + best - 1, want_copies + 1
+        elif share:
+            want_found += best
+    log = open("%s/run%d.log" % (out, i)).read()
+    m_ = re.search(r"(\d+)-token blocks, (\d+) blocks .*at the end (\d+) used \+ (\d+) free = (\d+) "
+                   r"\(refcount sum (\d+).*prefix sharing: (\d+) prompt tokens found cached, (\d+) copy-on", log)
+    if not m_:
+        bad.append("run %d: no KV cache line in its log:\n%s" % (i, log))
+        continue
+    got_bs, total, used, free, total2, refs, found, copies = map(int, m_.groups())
+    print("run %d (%s): %d prompt tokens found cached, %d copy-on-write copies (recomputed: %d, %d); "
+          "at the end %d used + %d free of %d, refcount sum %d" %
+          (i, " ".join(spec), found, copies, want_found, want_copies, used, free, total, refs))
+    if got_bs != bs or used != 0 or used + free != total or total2 != total or refs != 0:
+        bad.append("run %d: %d-token blocks; at the end %d used + %d free of %d, refcount sum %d" %
+                   (i, got_bs, used, free, total, refs))
+    if (found, copies) != (want_found, want_copies):
+        bad.append("run %d: %d prefix tokens found and %d copies, recomputed %d and %d" %
+                   (i, found, copies, want_found, want_copies))
+    if share and not (found > 0 and copies > 0):
+        bad.append("run %d: prefix sharing found %d tokens and made %d copies: the test must copy" %
+                   (i, found, copies))
+for b in bad:
+    print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+}
+
 # Training through paged attention (the kernels naive uses) gives naive's losses, bit for bit.
 paged_training() {
     local bindir
