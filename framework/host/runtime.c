@@ -353,6 +353,16 @@ const zt_host *zt_runtime_host(zt_runtime *rt, const char *plugin_name, const zt
     if (!pc && (pc = new_plugin_ctx(rt, plugin_name, schema, n_options)) != NULL) {
         pc->next = rt->plugins;
         rt->plugins = pc;
+    } else if (pc && (pc->schema != schema || pc->n_options != (schema ? n_options : 0))) {
+        /* The plugin was unloaded and loaded again (the estimator loads each other stage per row):
+         * its schema lives in the new copy of its library, wherever that was mapped. */
+        pc->schema = schema;
+        pc->n_options = schema ? n_options : 0;
+        if (pc->defaults) {
+            zt_config_free(pc->defaults);
+            pc->defaults = NULL;
+            if (load_defaults(pc) != ZT_OK) pc = NULL;
+        }
     }
     pthread_mutex_unlock(&rt->names_lock);
     return pc ? &pc->host : NULL;
