@@ -25,6 +25,7 @@
 #include "cli/cli.h"
 #include "cli/compare.h"
 #include "dist/launch.h"
+#include "train/estimate.h"
 #include "train/trainer.h"
 
 #define DEFAULT_TIMED_STEPS 5
@@ -730,7 +731,7 @@ int zt_cli_compare(const run_args *a)
             if (row->outcome == COMPARE_RAN)
                 fprintf(stderr, "zt-run: compare %d of %d: done in %.1fs: %s tokens/s, loss %.4f, peak %s %s\n", i + 1,
                         r->n_combinations, row->seconds, tokens_text(row->tokens_per_s, t), row->loss,
-                        zt_compare_human_bytes(peak->total, b), peak == &row->measured[0] ? "GPU" : "host");
+                        zt_estimate_format_bytes(peak->total, b), peak == &row->measured[0] ? "GPU" : "host");
             else if (row->outcome == COMPARE_ESTIMATED)
                 fprintf(stderr, "zt-run: compare %d of %d: estimated\n", i + 1, r->n_combinations);
             else

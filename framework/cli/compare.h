@@ -74,7 +74,4 @@ zt_status zt_compare_read_metrics(compare_row *row, int warmup, zt_error *err);
 /* Print compare.md to `out` and write RUN_DIR/compare.md and RUN_DIR/compare.json atomically. */
 zt_status zt_compare_write(const compare_table *t, const char *run_dir, FILE *out, zt_error *err);
 
-/* "1.50 GiB" */
-const char *zt_compare_human_bytes(double bytes, char buf[32]);
-
 #endif

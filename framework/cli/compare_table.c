@@ -11,26 +11,13 @@
 #include "base/json.h"
 #include "cli/compare.h"
 #include "host/runtime.h"
+#include "train/estimate.h"
 
 /* The pools the estimator gives (zt_pool 0..5: params to comm); the runtime has kv_cache and other
  * beyond them, which only the measured sides carry. */
 #define ESTIMATED_POOLS 6
 #define SIDE_DEVICE 0
 #define SIDE_HOST 1
-
-const char *zt_compare_human_bytes(double bytes, char buf[32])
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int unit = 0;
-    while (bytes >= 1024.0 && unit < 5) {
-        bytes /= 1024.0;
-        unit++;
-    }
-    if (bytes == 0) snprintf(buf, 32, "0");
-    else if (unit == 0) snprintf(buf, 32, "%.0f B", bytes);
-    else snprintf(buf, 32, bytes < 10 ? "%.2f %s" : bytes < 100 ? "%.1f %s" : "%.0f %s", bytes, units[unit]);
-    return buf;
-}
 
 /* ---- reading what a child wrote ----------------------------------------------------------------- */
 
@@ -385,7 +372,7 @@ static void md_bytes(FILE *f, const compare_row *row, const compare_row *base, c
     double v = pool < 0 ? side->total : side->pools[pool];
     double bv = !base_side ? NAN : pool < 0 ? base_side->total : base_side->pools[pool];
     ratio_text(r, sizeof r, row, base, v, base_side && base_side->present ? bv : NAN);
-    snprintf(cell, sizeof cell, "%s%s", zt_compare_human_bytes(v, b), r);
+    snprintf(cell, sizeof cell, "%s%s", zt_estimate_format_bytes(v, b), r);
     md_cell(f, cell);
 }
 
@@ -436,9 +423,9 @@ static void md_pool_cell(FILE *f, const compare_row *row, const compare_row *bas
         double v = pool < 0 ? m->total : m->pools[pool];
         double bv = !bm || !bm->present ? NAN : pool < 0 ? bm->total : bm->pools[pool];
         ratio_text(r, sizeof r, row, base, v, bv);
-        snprintf(measured, sizeof measured, "%s%s", zt_compare_human_bytes(v, b), r);
+        snprintf(measured, sizeof measured, "%s%s", zt_estimate_format_bytes(v, b), r);
     }
-    if (e->present && pool < ESTIMATED_POOLS) zt_compare_human_bytes(pool < 0 ? e->total : e->pools[pool], estimate);
+    if (e->present && pool < ESTIMATED_POOLS) zt_estimate_format_bytes(pool < 0 ? e->total : e->pools[pool], estimate);
     snprintf(cell, sizeof cell, "%s / %s", measured, estimate);
     md_cell(f, cell);
 }

@@ -79,7 +79,7 @@ static double side_total(const double *pools)
 }
 
 /* "0", "512 B", "1.50 KiB", "3.25 GiB" */
-static const char *human(double bytes, char buf[32])
+const char *zt_estimate_format_bytes(double bytes, char buf[32])
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     int unit = 0;
@@ -164,16 +164,16 @@ static void find_gpu_limit(const zt_dry_run_request *req, gpu_limit *out)
     out->enforced = 1;
     if (cap > 0) {
         out->bytes = (double)cap;
-        snprintf(out->label, sizeof out->label, "the gpu_mem_limit of %s", human(out->bytes, b));
+        snprintf(out->label, sizeof out->label, "the gpu_mem_limit of %s", zt_estimate_format_bytes(out->bytes, b));
     } else if (host->device->device_type != ZT_DEVICE_CPU && host->device->total_memory > 0) {
         out->bytes = (double)host->device->total_memory;
-        snprintf(out->label, sizeof out->label, "the GPU's %s", human(out->bytes, b));
+        snprintf(out->label, sizeof out->label, "the GPU's %s", zt_estimate_format_bytes(out->bytes, b));
     } else {
         out->bytes = ASSUMED_CARD_BYTES;
         out->enforced = 0;
         snprintf(out->label, sizeof out->label,
                  "an assumed %s card (no GPU here and no gpu_mem_limit: set --gpu-mem-limit for yours)",
-                 human(out->bytes, b));
+                 zt_estimate_format_bytes(out->bytes, b));
     }
 }
 
@@ -225,9 +225,9 @@ static zt_status find_host_limit(const zt_dry_run_request *req, estimate_set *e,
     e->host.bytes = (double)mm.available;
     e->host.enforced = mm.overridden || !elsewhere;
     if (mm.overridden)
-        snprintf(e->host.label, sizeof e->host.label, "the %s of ZT_HOST_MEM_AVAILABLE", human(e->host.bytes, b));
+        snprintf(e->host.label, sizeof e->host.label, "the %s of ZT_HOST_MEM_AVAILABLE", zt_estimate_format_bytes(e->host.bytes, b));
     else
-        snprintf(e->host.label, sizeof e->host.label, "the %s available (%s)", human(e->host.bytes, b),
+        snprintf(e->host.label, sizeof e->host.label, "the %s available (%s)", zt_estimate_format_bytes(e->host.bytes, b),
                  mm.source);
     return ZT_OK;
 }
@@ -375,7 +375,7 @@ static void pools_text(const double *pools, char *out, size_t cap)
     for (int p = 0; p < N_POOLS && used < cap; p++) {
         char b[32];
         used += (size_t)snprintf(out + used, cap - used, "%s%s %s", p ? ", " : "", k_pool_keys[p],
-                                 human(pools[k_pools[p]], b));
+                                 zt_estimate_format_bytes(pools[k_pools[p]], b));
     }
 }
 
@@ -409,12 +409,12 @@ static void fit_message(const estimate_set *e, char *out, size_t cap)
     }
     size_t used = (size_t)snprintf(out, cap, "%s on %d data-parallel rank%s needs about %s per GPU, more than %s",
                                    row_name(chosen, name), (int)e->in.dp_size, e->in.dp_size == 1 ? "" : "s",
-                                   human(total, t), e->limit.label);
+                                   zt_estimate_format_bytes(total, t), e->limit.label);
     if (overflow && used < cap)
         used += (size_t)snprintf(out + used, cap - used, ": pool '%s' overflows", overflow);
     if (used < cap)
         used += (size_t)snprintf(out + used, cap - used, ".\nEstimate per GPU: %s (total %s); host: %s.", dev,
-                                 human(total, t), host);
+                                 zt_estimate_format_bytes(total, t), host);
     /* The first that fits, preferring less offload (faster), then the lower stage (less traffic);
      * first among those that also fit the machine's memory (when it is this run's machine). */
     const estimate_row *best = NULL, *smallest = NULL;
@@ -435,18 +435,18 @@ static void fit_message(const estimate_set *e, char *out, size_t cap)
         if (e->host.enforced && !row_fits_host(e, best))
             snprintf(host_note, sizeof host_note, "; but for %d rank%s on this machine that is %s of host memory, "
                      "more than %s", (int)e->host.local_ranks, e->host.local_ranks == 1 ? "" : "s",
-                     human(machine_total(e, best), m), e->host.label);
+                     zt_estimate_format_bytes(machine_total(e, best), m), e->host.label);
         snprintf(out + used, cap - used,
                  "\nA configuration that fits: %s: about %s per GPU (host %s%s); %s. Every stage and offload choice: "
                  "add --dry-run.",
-                 row_name(best, name), human(row_total(best, 1), t), human(row_total(best, 0), b), host_note,
+                 row_name(best, name), zt_estimate_format_bytes(row_total(best, 1), t), zt_estimate_format_bytes(row_total(best, 0), b), host_note,
                  row_how(best, how, sizeof how));
     } else {
         snprintf(out + used, cap - used,
                  "\nNo ZeRO stage or offload choice fits at this batch (the smallest, %s, needs about %s per GPU): "
                  "%sreduce train_micro_batch_size_per_gpu or data.seq_len, or add data-parallel ranks (--nproc); "
                  "add --dry-run to see every choice.",
-                 smallest ? row_name(smallest, name) : "none", smallest ? human(row_total(smallest, 1), t) : "?",
+                 smallest ? row_name(smallest, name) : "none", smallest ? zt_estimate_format_bytes(row_total(smallest, 1), t) : "?",
                  e->recompute ? "" : "turn on activation checkpointing (--set recompute=true), ");
     }
 }
@@ -461,11 +461,11 @@ static void host_fit_message(const estimate_set *e, char *out, size_t cap)
     pools_text(chosen->mem.host, pools, sizeof pools);
     char ranks[96] = "";
     if (n > 1)
-        snprintf(ranks, sizeof ranks, ", %s for the %d ranks on this machine", human(machine_total(e, chosen), m), n);
+        snprintf(ranks, sizeof ranks, ", %s for the %d ranks on this machine", zt_estimate_format_bytes(machine_total(e, chosen), m), n);
     size_t used = (size_t)snprintf(out, cap,
                                    "%s on %d data-parallel rank%s needs about %s of host memory per rank (%s%s)%s, "
                                    "more than %s",
-                                   row_name(chosen, name), d, d == 1 ? "" : "s", human(row_total(chosen, 0), t), pools,
+                                   row_name(chosen, name), d, d == 1 ? "" : "s", zt_estimate_format_bytes(row_total(chosen, 0), t), pools,
                                    e->gpu ? "; the offloaded state, page-locked when its pin_memory is true" : "",
                                    ranks, e->host.label);
     /* GPU runs: of those that fit both, the one needing the least GPU memory (the run offloaded to
@@ -480,10 +480,10 @@ static void host_fit_message(const estimate_set *e, char *out, size_t cap)
     if (used >= cap) return;
     if (best) {
         char how[320], b[32], host[96], g[64] = "";
-        if (e->gpu) snprintf(g, sizeof g, ", %s per GPU", human(row_total(best, 1), t));
+        if (e->gpu) snprintf(g, sizeof g, ", %s per GPU", zt_estimate_format_bytes(row_total(best, 1), t));
         if (row_total(best, 0) > 0)
             snprintf(host, sizeof host, "about %s of host memory per rank (%s for %d rank%s)",
-                     human(row_total(best, 0), b), human(machine_total(e, best), m), n, n == 1 ? "" : "s");
+                     zt_estimate_format_bytes(row_total(best, 0), b), zt_estimate_format_bytes(machine_total(e, best), m), n, n == 1 ? "" : "s");
         else
             snprintf(host, sizeof host, "nothing in host memory");
         used += (size_t)snprintf(out + used, cap - used, ".\nA configuration that fits: %s: %s%s; %s",
@@ -513,7 +513,7 @@ static void print_machine(FILE *out, const estimate_set *e)
         return;
     }
     fprintf(out, "\nHost memory of this machine: %d rank%s x %s (this run's configuration) = %s, %s %s%s\n", n,
-            n == 1 ? "" : "s", human(row_total(chosen, 0), t), human(machine_total(e, chosen), m),
+            n == 1 ? "" : "s", zt_estimate_format_bytes(row_total(chosen, 0), t), zt_estimate_format_bytes(machine_total(e, chosen), m),
             row_fits_host(e, chosen) ? "within" : "more than", e->host.label,
             e->host.enforced ? (row_fits_host(e, chosen) ? ": fits." : ": does not fit.")
                              : (row_fits_host(e, chosen) ? "." : "; not enforced: this GPU run cannot start here, so "
@@ -540,8 +540,8 @@ static void print_side(FILE *out, const char *title, const estimate_set *e, int 
         }
         const double *pools = device ? row->mem.device : row->mem.host;
         char b[32];
-        for (int p = 0; p < N_POOLS; p++) fprintf(out, " %11s", human(pools[k_pools[p]], b));
-        fprintf(out, " %11s", human(side_total(pools), b));
+        for (int p = 0; p < N_POOLS; p++) fprintf(out, " %11s", zt_estimate_format_bytes(pools[k_pools[p]], b));
+        fprintf(out, " %11s", zt_estimate_format_bytes(side_total(pools), b));
         if (show_fit) fprintf(out, "  %s", (device ? row_fits(e, row) : row_fits_host(e, row)) ? "yes" : "no");
         fputc('\n', out);
     }
@@ -735,7 +735,7 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
                 char t[32];
                 zt_error_append(err, "\nThe host memory does not fit either: %d rank%s on this machine need %s, more "
                                 "than %s.", (int)e->host.local_ranks, e->host.local_ranks == 1 ? "" : "s",
-                                human(machine_total(e, chosen), t), e->host.label);
+                                zt_estimate_format_bytes(machine_total(e, chosen), t), e->host.label);
             }
         } else {
             host_fit_message(e, msg, ZT_ERROR_MSG_MAX);
@@ -780,10 +780,10 @@ zt_status zt_memory_check(const zt_dry_run_request *req, zt_error *err)
         int n = snprintf(msg, ZT_ERROR_MSG_MAX,
                          "The estimate made before the run (zt-run --dry-run) was, per GPU: %s, total %s, against %s "
                          "(not counted: the CUDA context, fragmentation)",
-                         dev, human(row_total(chosen, 1), t), e->limit.label);
+                         dev, zt_estimate_format_bytes(row_total(chosen, 1), t), e->limit.label);
         if (smallest && smallest != chosen && n > 0 && n < ZT_ERROR_MSG_MAX)
             snprintf(msg + n, ZT_ERROR_MSG_MAX - n, ". The smallest choice is %s, about %s per GPU: %s",
-                     row_name(smallest, name), human(row_total(smallest, 1), s_t), row_how(smallest, how, sizeof how));
+                     row_name(smallest, name), zt_estimate_format_bytes(row_total(smallest, 1), s_t), row_how(smallest, how, sizeof how));
         zt_runtime_set_memory_note(req->rt, msg);
         if (e->limit.enforced && !row_fits(e, chosen)) {
             fit_message(e, msg, ZT_ERROR_MSG_MAX);

@@ -74,6 +74,9 @@ typedef struct zt_dry_run_request {
  * ZT_HOST_MEM_AVAILABLE says what the machine it is for has. A bad ZT_HOST_MEM_AVAILABLE is an
  * error. A row of another stage whose plugin cannot be loaded or initialized is printed with the
  * reason instead of numbers. */
+/* "0", "512 B", "1.50 KiB", "24.0 GiB", "512 GiB": the dry run's sizes (also --compare's tables). */
+const char *zt_estimate_format_bytes(double bytes, char buf[32]);
+
 zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err);
 
 /* Before a run allocates anything, on every rank: estimate the chosen configuration (and the
