@@ -22,6 +22,8 @@
 #ifndef ZT_FRAMEWORK_COMM_H
 #define ZT_FRAMEWORK_COMM_H
 
+#include <stdio.h>
+
 #include "base/error.h"
 #include "device/device.h"
 
@@ -71,6 +73,31 @@ static inline uint64_t zt_comm_element_size(int32_t dtype)
     case ZT_U8: return 1;
     default: return 0;
     }
+}
+
+/* "F32", "BF16", ...: a zt_dtype in the collectives' messages and the flight recorder's dumps. */
+static inline const char *zt_comm_dtype_name(int32_t dtype)
+{
+    static const char *const names[] = {"F32", "BF16", "F16", "I32", "I64", "U8", "U16", "U32"};
+    return dtype >= 0 && dtype <= ZT_U32 ? names[dtype] : "?";
+}
+
+/* "4 bytes", "64.0 KiB", "1.5 GiB": a collective's size as the watchdog's messages and the flight
+ * recorder's analysis both name it ("all_reduce #57 on group 'dp' (64.0 KiB of F32)"). */
+static inline void zt_comm_describe_bytes(uint64_t bytes, char out[32])
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (bytes < 1024) {
+        snprintf(out, 32, "%llu byte%s", (unsigned long long)bytes, bytes == 1 ? "" : "s");
+        return;
+    }
+    double value = (double)bytes / 1024.0;
+    int unit = 0;
+    while (value >= 1024.0 && unit < 3) {
+        value /= 1024.0;
+        unit++;
+    }
+    snprintf(out, 32, "%.1f %s", value, units[unit]);
 }
 
 /* The single-process backend. It copies through `device`, which must outlive it. */

@@ -75,28 +75,6 @@ static const zt_flight_hooks *g_flight; /* zt-run's flight recorder (dist/flight
 EXPORT void zt_comm_mpi_flight_v1(const zt_flight_hooks *hooks);
 EXPORT void zt_comm_mpi_flight_v1(const zt_flight_hooks *hooks) { g_flight = hooks; }
 
-static void describe_bytes(uint64_t bytes, char out[32])
-{
-    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
-    if (bytes < 1024) {
-        snprintf(out, 32, "%llu byte%s", (unsigned long long)bytes, bytes == 1 ? "" : "s");
-        return;
-    }
-    double value = (double)bytes / 1024.0;
-    int unit = 0;
-    while (value >= 1024.0 && unit < 3) {
-        value /= 1024.0;
-        unit++;
-    }
-    snprintf(out, 32, "%.1f %s", value, units[unit]);
-}
-
-static const char *dtype_name(int32_t dtype)
-{
-    static const char *const names[] = {"F32", "BF16", "F16", "I32", "I64", "U8", "U16", "U32"};
-    return dtype >= 0 && dtype <= ZT_U32 ? names[dtype] : "?";
-}
-
 /* Async-signal-safe: write(2), sigaction, raise and job.h's reads only. Prints where this rank
  * stood (unless zt-run --nproc relayed a user's SIGTERM), then does what SIGTERM would have done
  * without the wait: the trainer's handler (which says whether the job is being torn down or the user
@@ -355,13 +333,13 @@ static void begin_call(mpi_group *g, int op, const char *detail, uint64_t count,
 {
     uint64_t number = ++g->n_calls[op];
     char bytes[32];
-    describe_bytes(count * zt_comm_element_size(dtype), bytes);
+    zt_comm_describe_bytes(count * zt_comm_element_size(dtype), bytes);
     if (op == OP_BARRIER)
         snprintf(g_waiting_in, sizeof g_waiting_in, "barrier #%llu on group '%s'", (unsigned long long)number,
                  g->name);
     else
         snprintf(g_waiting_in, sizeof g_waiting_in, "%s #%llu%s on group '%s' (%s of %s%s)", k_op_names[op],
-                 (unsigned long long)number, detail, g->name, bytes, dtype_name(dtype), per);
+                 (unsigned long long)number, detail, g->name, bytes, zt_comm_dtype_name(dtype), per);
 }
 
 /* MPI counts are int: one call carries at most INT_MAX elements. */
@@ -378,7 +356,7 @@ static zt_status check_reducible(int32_t dtype, int op, zt_error *err)
     if (dtype != ZT_BF16 && dtype != ZT_F16) return ZT_OK;
     return zt_error_set(err, ZT_ERR_UNSUPPORTED,
                         "the MPI backend does not reduce %s values: CPU ranks compute in fp32, so %s F32 "
-                        "buffers (16-bit reductions run on GPUs, through NCCL)", dtype_name(dtype), k_op_names[op]);
+                        "buffers (16-bit reductions run on GPUs, through NCCL)", zt_comm_dtype_name(dtype), k_op_names[op]);
 }
 
 /* Buffers of one call may be the same (in place) or apart, never partly overlapping. */

@@ -92,12 +92,6 @@ static void pause_after(double waited_s)
     sleep_us(waited_s < 1.0 ? 50 : 1000);
 }
 
-static const char *dtype_name(int32_t dtype)
-{
-    static const char *const names[] = {"F32", "BF16", "F16", "I32", "I64", "U8", "U16", "U32"};
-    return dtype >= 0 && dtype <= ZT_U32 ? names[dtype] : "?";
-}
-
 static zt_status cuda_failed(const nccl_backend *b, cudaError_t rc, const char *what, zt_error *err)
 {
     return zt_error_set(err, ZT_ERR_COMM, "rank %d of %d: CUDA failed in %s: %s (%s)", b->base.world_rank,
@@ -365,7 +359,7 @@ static void describe_call(nccl_group *g, int op, const char *detail, uint64_t co
         snprintf(out, WHAT_MAX, "barrier #%llu on group '%s'", (unsigned long long)number, g->name);
     else
         snprintf(out, WHAT_MAX, "%s #%llu%s on group '%s' (%llu x %s)", k_op_names[op], (unsigned long long)number,
-                 detail, g->name, (unsigned long long)count, dtype_name(dtype));
+                 detail, g->name, (unsigned long long)count, zt_comm_dtype_name(dtype));
 }
 
 /* ---- the collectives --------------------------------------------------------------------------- */

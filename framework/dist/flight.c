@@ -233,12 +233,6 @@ static void w_string(writer *w, const char *s)
     w_text(w, "\"");
 }
 
-static const char *dtype_name(int32_t dtype)
-{
-    static const char *const names[] = {"F32", "BF16", "F16", "I32", "I64", "U8", "U16", "U32"};
-    return dtype >= 0 && dtype <= ZT_U32 ? names[dtype] : "?";
-}
-
 static void write_header(writer *w, const char *reason, uint64_t recorded, int32_t n_groups)
 {
     w_text(w, "{\"flight_recorder\":1,\"rank\":");
@@ -295,7 +289,7 @@ static void write_entry(writer *w, uint64_t id, const slot *s, int32_t state, ui
     w_text(w, ",\"bytes\":");
     w_uint(w, s->bytes);
     w_text(w, ",\"dtype\":\"");
-    w_text(w, dtype_name(s->dtype));
+    w_text(w, zt_comm_dtype_name(s->dtype));
     w_text(w, "\"");
     if (s->peer >= 0) {
         w_text(w, s->op == ZT_FLIGHT_BROADCAST ? ",\"root\":" : ",\"peer\":");

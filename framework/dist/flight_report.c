@@ -11,6 +11,7 @@
 
 #include "base/fileio.h"
 #include "base/json.h"
+#include "dist/comm.h"
 
 #define NAME_CAP 64
 
@@ -181,22 +182,6 @@ static const entry_rec *entry_in(const dump_rec *d, const char *group, uint64_t 
     return NULL;
 }
 
-static void describe_bytes(uint64_t bytes, char *out, size_t cap)
-{
-    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
-    if (bytes < 1024) {
-        snprintf(out, cap, "%llu byte%s", (unsigned long long)bytes, bytes == 1 ? "" : "s");
-        return;
-    }
-    double value = (double)bytes / 1024.0;
-    int unit = 0;
-    while (value >= 1024.0 && unit < 3) {
-        value /= 1024.0;
-        unit++;
-    }
-    snprintf(out, cap, "%.1f %s", value, units[unit]);
-}
-
 /* "all_reduce #57 on group 'dp' (8.0 MiB of F32)", or "#57 on group 'dp'" when the entry is gone. */
 static void describe_entry(const char *group, uint64_t seq, const entry_rec *e, char *out, size_t cap)
 {
@@ -205,7 +190,7 @@ static void describe_entry(const char *group, uint64_t seq, const entry_rec *e, 
         return;
     }
     char bytes[32], extra[48] = "";
-    describe_bytes(e->bytes, bytes, sizeof bytes);
+    zt_comm_describe_bytes(e->bytes, bytes);
     if (e->root >= 0) snprintf(extra, sizeof extra, ", root %lld", (long long)e->root);
     if (e->peer >= 0) snprintf(extra, sizeof extra, ", peer %lld", (long long)e->peer);
     snprintf(out, cap, "%s #%llu on group '%s' (%s of %s%s)", e->op, (unsigned long long)seq, group, bytes, e->dtype,
