@@ -50,7 +50,10 @@ def main():
     os.makedirs(work)
     run_a, run_b, cmp_dir, _, _ = test_report.make_runs(work)
     out = os.path.join(work, 'report.html')
-    p = subprocess.run([zt_report, run_a, run_b, cmp_dir, '-o', out], capture_output=True, text=True)
+    # Run names are the directories as given: relative ones, so the legends' text does not depend on how
+    # long the build's path is (a long one is shortened in the legend).
+    dirs = [os.path.relpath(d, work) for d in (run_a, run_b, cmp_dir)]
+    p = subprocess.run([zt_report, *dirs, '-o', out], capture_output=True, text=True, cwd=work)
     test_report.check(p.returncode == 0, f'zt-report exits 0: {p.stderr}')
     source = test_report.parse_page(out)
     check = test_report.check
