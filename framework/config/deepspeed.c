@@ -281,19 +281,7 @@ zt_status zt_ds_resolve_batch(zt_config *cfg, int64_t dp, zt_error *err)
         if (global == micro * accum * dp) return ZT_OK;
         return batch_mismatch(cfg, micro, accum, global, dp, "the batch sizes do not agree", err);
     }
-    if (has_micro || !has_accum) { /* train_batch_size with the micro-batch, or alone: derive the accumulation */
-        if (!has_micro) { /* alone: accumulation 1 (zt's default), the micro-batch from it */
-            if (global % (accum * dp))
-                return batch_mismatch(cfg, micro, accum, global, dp,
-                                      "train_batch_size is not a multiple of gradient_accumulation_steps x "
-                                      "data-parallel size",
-                                      err);
-            snprintf(how, sizeof how,
-                     "train_batch_size / (gradient_accumulation_steps x data-parallel size) = %lld / (%lld x %lld) "
-                     "(DeepSpeed's batch rule)",
-                     (long long)global, (long long)accum, (long long)dp);
-            return put_derived(cfg, k_micro, global / (accum * dp), how, err);
-        }
+    if (has_micro) { /* train_batch_size with the micro-batch: derive the accumulation */
         if (global % (micro * dp))
             return batch_mismatch(cfg, micro, accum, global, dp,
                                   "train_batch_size is not a multiple of train_micro_batch_size_per_gpu x "
@@ -305,7 +293,8 @@ zt_status zt_ds_resolve_batch(zt_config *cfg, int64_t dp, zt_error *err)
                  (long long)global, (long long)micro, (long long)dp);
         return put_derived(cfg, k_accum, global / (micro * dp), how, err);
     }
-    /* train_batch_size and the accumulation: derive the micro-batch */
+    /* train_batch_size with the accumulation, or alone (the accumulation then is zt's default 1): derive the
+     * micro-batch */
     if (global % (accum * dp))
         return batch_mismatch(cfg, micro, accum, global, dp,
                               "train_batch_size is not a multiple of gradient_accumulation_steps x data-parallel size",
