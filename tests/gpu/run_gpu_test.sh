@@ -184,7 +184,9 @@ errors() {
 }
 
 # LoRA on the GPU against the same run on the CPU: lora DATA_TOOL BASE_FIXTURE LORA_FIXTURE VARIANT, with
-# VARIANT zero0 (bf16), fp16, zero3 (the frozen base sharded) or recompute. Three steps on the torch
+# VARIANT zero0 (bf16), fp16, zero3 (the frozen base sharded), recompute or dropout (lora_dropout 0.3 on
+# both devices: the same masks, from the same hash; another mask moves the adapter by 0.6 to 1.3 of its
+# update, where the check allows 0.1). Three steps on the torch
 # fixture's batch from peft's adapter (nonzero A and B, all seven linears of both layers adapted, r 4),
 # with AdamW's eps 1 so that an update is ~lr * g, linear in the gradient (with eps 1e-8 it would be
 # lr * sign(g), which a bf16 gradient flips wherever g is near zero): per-step losses and gradient norms,
@@ -203,6 +205,7 @@ lora() {
     local on_gpu=(--set device=cuda --plugins flash) dtype=bf16
     case $variant in
     zero0) ;;
+    dropout) steps+=(--set lora.lora_dropout=0.3) ;;
     fp16) on_gpu+=(--set fp16.enabled=true --set bf16.enabled=false --set fp16.loss_scale=1024); dtype=fp16 ;;
     zero3) on_gpu+=(--set zero_optimization.stage=3) ;;
     recompute) on_gpu+=(--set recompute=true) ;;
