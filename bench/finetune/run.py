@@ -181,7 +181,8 @@ def run_zt(args, row, recompute, batch, log):
     log.write(stdout + stderr)
     log.flush()
     if proc.returncode != 0:
-        return {"error": f"zt-run exit {proc.returncode}: " + " | ".join((stderr or stdout).strip().splitlines()[-3:])}
+        return {"error": f"zt-run exit {proc.returncode}: " + " | ".join((stderr or stdout).strip().splitlines()[-3:]),
+                "batch": batch}
     with open(os.path.join(out, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
     timed = [r for r in records if r.get("type") == "train" and r["step"] > args.warmup]
@@ -242,7 +243,7 @@ def table(results, gpu, when, args):
         peer = runs.get("torch")
         for name, r in runs.items():
             if "tok_s" not in r:
-                lines.append(f"| {row} | {name} | | {r.get('error') or r.get('skipped')} | | | | | | | |")
+                lines.append(f"| {row} | {name} | {r.get('batch', '')} | {r.get('error') or r.get('skipped')} | | | | | | | |")
                 continue
             speed = mem = ""
             if name != "torch" and peer and "tok_s" in peer:
