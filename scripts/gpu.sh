@@ -22,7 +22,9 @@
 #   ZT_GPU_BENCH_ZERO=...      run bench/zero/run.py (2 GPUs) with these arguments (unset: not run)
 #   ZT_GPU_BENCH_FINETUNE=1    run bench/finetune/run.py: 7B LoRA r16 and last-two-layers next to the
 #                              peer at b8 x 512, then both under --gpu-mem-limit 24G (unset or 0: not run);
-#                              ZT_GPU_BENCH_FINETUNE_ARGS: more arguments for both (e.g. --recompute off)
+#                              ZT_GPU_BENCH_FINETUNE_ARGS: more arguments for both (e.g. --recompute off);
+#                              ZT_GPU_BENCH_FINETUNE_LIMIT=24G: the 24 GB card's --gpu-mem-limit (zt's pools;
+#                              e.g. 23G leaves the CUDA context room), the process checked below 24G
 #   ZT_GPU_SANITIZE=1          run the attention test under compute-sanitizer memcheck and racecheck
 #   ZT_GPU_PROFILE=1           profile the flash kernels with Nsight Compute (profile.log)
 # GPU machines lack libsentencepiece, so the training tests read the example tasks tokenized here
@@ -141,7 +143,7 @@ if [ "${ZT_GPU_BENCH:-1}" != 0 ] && [ "${ZT_GPU_BENCH_FINETUNE:-0}" = 1 ]; then
     # issue 15's fine-tuning rows (bench/RESULTS.md keeps the figures): next to the peer, then the 24 GB card
     for mode in h200 24g; do
         limit=()
-        [ $mode = 24g ] && limit=(--gpu-mem-limit 24G)
+        [ $mode = 24g ] && limit=(--gpu-mem-limit "${ZT_GPU_BENCH_FINETUNE_LIMIT:-24G}" --card 24G)
         # shellcheck disable=SC2086 # the extra arguments are meant to split
         PYTHONUNBUFFERED=1 python3 bench/finetune/run.py --build "$build" --steps "${ZT_GPU_BENCH_STEPS:-10}" \
             "${limit[@]}" --deadline "$(( ${ZT_GPU_BENCH_DEADLINE:-100000} - SECONDS ))" \
