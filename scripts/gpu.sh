@@ -20,6 +20,11 @@
 #   ZT_GPU_BENCH_PEER_RUNS=125m:compile,7b:eager  per-model peer modes (instead of the list above)
 #   ZT_GPU_TWO_GPUS=1          single-GPU benchmark: zt on GPU 0 and the peer on GPU 1 at once
 #   ZT_GPU_BENCH_ZERO=...      run bench/zero/run.py (2 GPUs) with these arguments (unset: not run)
+#   ZT_GPU_BENCH_FINETUNE=1    run bench/finetune/run.py: 7B LoRA r16 and last-two-layers next to the
+#                              peer at b8 x 512, then both under --gpu-mem-limit 24G (unset or 0: not run);
+#                              ZT_GPU_BENCH_FINETUNE_ARGS: more arguments for both (e.g. --recompute off);
+#                              ZT_GPU_BENCH_FINETUNE_LIMIT=24G: the 24 GB card's --gpu-mem-limit (zt's pools;
+#                              e.g. 23G leaves the CUDA context room), the process checked below 24G
 #   ZT_GPU_SANITIZE=1          run the attention test under compute-sanitizer memcheck and racecheck
 #   ZT_GPU_PROFILE=1           profile the flash kernels with Nsight Compute (profile.log)
 # GPU machines lack libsentencepiece, so the training tests read the example tasks tokenized here
@@ -132,6 +137,21 @@ if [ "${ZT_GPU_BENCH:-1}" != 0 ] && [ -n "${ZT_GPU_BENCH_MODELS-125m,1b}" ]; the
         --out "$out/bench-train.md" 2>&1 | tee "$out/bench-train.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     cp "$build/bench-gpu/bench.log" "$out/bench-train-runs.log" 2>/dev/null
+fi
+
+if [ "${ZT_GPU_BENCH:-1}" != 0 ] && [ "${ZT_GPU_BENCH_FINETUNE:-0}" = 1 ]; then
+    # issue 15's fine-tuning rows (bench/RESULTS.md keeps the figures): next to the peer, then the 24 GB card
+    for mode in h200 24g; do
+        limit=()
+        [ $mode = 24g ] && limit=(--gpu-mem-limit "${ZT_GPU_BENCH_FINETUNE_LIMIT:-24G}" --card 24G)
+        # shellcheck disable=SC2086 # the extra arguments are meant to split
+        PYTHONUNBUFFERED=1 python3 bench/finetune/run.py --build "$build" --steps "${ZT_GPU_BENCH_STEPS:-10}" \
+            "${limit[@]}" --deadline "$(( ${ZT_GPU_BENCH_DEADLINE:-100000} - SECONDS ))" \
+            --work "$build/bench-finetune-$mode" --out "$out/bench-finetune-$mode.md" ${ZT_GPU_BENCH_FINETUNE_ARGS:-} \
+            2>&1 | tee "$out/bench-finetune-$mode.log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        cp "$build/bench-finetune-$mode/bench.log" "$out/bench-finetune-$mode-runs.log" 2>/dev/null
+    done
 fi
 
 if [ "${ZT_GPU_BENCH:-1}" != 0 ] && [ "${ZT_GPU_BENCH_KERNELS:-1}" != 0 ]; then

@@ -125,7 +125,7 @@ static zt_status find_plan(zt_cuda_ctx *ctx, const int64_t key[12], int trans_a,
 static zt_status gemm_impl(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
                            int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
                            int64_t ldb, const void *C_in, void *C, int32_t c_dtype, int64_t ldc,
-                           int accumulate)
+                           int accumulate, float alpha)
 {
     if (M < 0 || N < 0 || K < 0)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG, "GEMM: negative size M=%lld N=%lld K=%lld",
@@ -173,7 +173,7 @@ static zt_status gemm_impl(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, i
     zt_gemm_plan *plan;
     zt_status st = find_plan(ctx, key, trans_a, trans_b, M, N, K, lda, ldb, ldc, c_type, align, &plan);
     if (st != ZT_OK) return st;
-    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    float beta = accumulate ? 1.0f : 0.0f;
     cublasStatus_t s = cublasLtMatmul(ctx->lt, plan->op, &alpha, B, plan->a, A, plan->b, &beta, C_in,
                                       plan->c, C, plan->c, &plan->algo, ctx->lt_workspace,
                                       ctx->lt_workspace_bytes, stream);
@@ -186,7 +186,16 @@ zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int t
                        int64_t ldb, void *C, int32_t c_dtype, int64_t ldc, int accumulate)
 {
     return gemm_impl(ctx, stream, trans_a, trans_b, M, N, K, A, lda, B, ldb, NULL, C, c_dtype, ldc,
-                     accumulate);
+                     accumulate, 1.0f);
+}
+
+zt_status zt_cuda_gemm_scaled(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
+                              int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
+                              const uint16_t *B, int64_t ldb, void *C, int32_t c_dtype, int64_t ldc,
+                              int accumulate)
+{
+    return gemm_impl(ctx, stream, trans_a, trans_b, M, N, K, A, lda, B, ldb, NULL, C, c_dtype, ldc,
+                     accumulate, alpha);
 }
 
 /* The residual add as the GEMM's beta = 1 epilogue: no separate add kernel, one rounding. */
@@ -196,7 +205,7 @@ zt_status zt_cuda_linear_forward_residual(zt_cuda_ctx *ctx, cudaStream_t stream,
 {
     if (!residual)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG, "linear forward with residual: residual is NULL");
-    return gemm_impl(ctx, stream, 0, 1, M, N, K, x, K, w, K, residual, y, ZT_BF16, N, 1);
+    return gemm_impl(ctx, stream, 0, 1, M, N, K, x, K, w, K, residual, y, ZT_BF16, N, 1, 1.0f);
 }
 
 zt_status zt_cuda_linear_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M, int64_t N,

@@ -92,6 +92,12 @@ zt_status zt_cuda_add_bf16(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, con
 zt_status zt_cuda_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
                        int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
                        int64_t ldb, void *C, int32_t c_dtype, int64_t ldc, int accumulate);
+/* zt_cuda_gemm with the product scaled: C = alpha op(A) op(B) (+ C). alpha is the matmul's own
+ * scalar (no extra pass, no effect on the cached plan): LoRA's scaling rides on its thin GEMMs. */
+zt_status zt_cuda_gemm_scaled(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, int trans_b, int64_t M,
+                              int64_t N, int64_t K, float alpha, const uint16_t *A, int64_t lda,
+                              const uint16_t *B, int64_t ldb, void *C, int32_t c_dtype, int64_t ldc,
+                              int accumulate);
 /* cuBLASLt plans (descriptors + heuristic query) made so far by this copy of the library: cached
  * per shape, so a steady training step adds none (ZT_CUDA_PROFILE reports the count). */
 uint64_t zt_cuda_gemm_plans_made(void);
@@ -315,6 +321,20 @@ zt_status zt_cuda_rmsnorm_backward_add(zt_cuda_ctx *ctx, cudaStream_t stream, in
                                        int64_t dim, const uint16_t *x, const uint16_t *w,
                                        const float *rstd, const uint16_t *dy,
                                        const uint16_t *dres, uint16_t *dx, float *dw);
+
+/* ---- LoRA dropout (lora_dropout.cu) ------------------------------------------------------------ */
+
+/* The CPU path's mask (plugins/llama/layers.c): out[c] = the hash chain from starts[c] (host values) over
+ * the tokens' ids and positions (device arrays), one chain per linear, at most ZT_LORA_DROPOUT_CHAINS;
+ * out is device memory. */
+#define ZT_LORA_DROPOUT_CHAINS 8
+zt_status zt_cuda_lora_dropout_hash(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens, const int32_t *ids,
+                                    const int32_t *positions, int n_chains, const uint64_t *starts,
+                                    uint64_t *out);
+/* dst[e] (+)= keep(e) ? src[e] / (1 - p) : 0 over n contiguous 16-bit elements, with the mask of the
+ * chain value *hash (device); dst may equal src when not accumulating. */
+zt_status zt_cuda_lora_dropout(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, const uint16_t *src,
+                               uint16_t *dst, const uint64_t *hash, float p, int accumulate);
 
 #ifdef __cplusplus
 }

@@ -201,26 +201,17 @@ static int lora_dropping(const llama_call *r)
     return r->s->lora.dropout > 0 && (r->c->flags & ZT_UNIT_TRAIN);
 }
 
-static uint64_t mix64(uint64_t z) /* splitmix64's finalizer */
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-#define GOLDEN 0x9e3779b97f4a7c15ull
-
 /* dst = dropout(src) [N, in] with linear k's mask (dst may be src). */
 static void lora_dropout(const llama_call *r, int k, int64_t in, const float *src, float *dst)
 {
     const zt_batch *b = r->c->batch;
-    uint64_t h = mix64(r->s->lora.seed + GOLDEN * (uint64_t)(r->c->unit * LLAMA_LINEARS + k + 1));
+    uint64_t h = llama_lora_mask_start(&r->s->lora, r->c->unit, k);
     for (int64_t i = 0; i < r->tokens; i++)
-        h = mix64(h ^ ((uint64_t)(uint32_t)b->tokens[i] | (uint64_t)(uint32_t)b->positions[i] << 32));
+        h = llama_lora_mix64(h ^ ((uint64_t)(uint32_t)b->tokens[i] | (uint64_t)(uint32_t)b->positions[i] << 32));
     uint64_t cut = (uint64_t)((double)r->s->lora.dropout * 16777216.0); /* on 24 bits */
     float keep = 1.0f / (1.0f - r->s->lora.dropout);
     for (int64_t e = 0; e < r->tokens * in; e++)
-        dst[e] = (mix64(h + GOLDEN * (uint64_t)e) >> 40) >= cut ? src[e] * keep : 0.0f;
+        dst[e] = (llama_lora_mix64(h + LLAMA_LORA_GOLDEN * (uint64_t)e) >> 40) >= cut ? src[e] * keep : 0.0f;
 }
 
 /* x itself, or with dropout a new buffer dropout(x) in *owned (freed by the caller); NULL: out of memory. */

@@ -27,6 +27,7 @@
 typedef struct gpu_layer_acts {
     uint16_t *norm1, *q, *k, *v, *attn, *resid, *norm2, *gate, *up;
     float *rstd1, *rstd2; /* fp32 */
+    uint16_t *lora[LLAMA_LINEARS]; /* LoRA: scaling * x A^T [N, r] of each adapted linear, else NULL */
 } gpu_layer_acts;
 
 typedef struct gpu_head_acts {
@@ -34,9 +35,10 @@ typedef struct gpu_head_acts {
     float *rstd;
 } gpu_head_acts;
 
-/* qkv: the stacked [tokens, q|k|v] gradient of the three projections (row stride Q + 2 KV). */
+/* qkv: the stacked [tokens, q|k|v] gradient of the three projections (row stride Q + 2 KV); lora: the
+ * gradient at one adapted linear's scaling * x A^T [tokens, r] (NULL without an adapter). */
 typedef struct gpu_layer_grads {
-    uint16_t *act, *norm, *resid, *attn, *q, *k, *v, *qkv;
+    uint16_t *act, *norm, *resid, *attn, *q, *k, *v, *qkv, *lora;
 } gpu_layer_grads;
 
 static const gpu_run *run_of(const llama_call *u)
@@ -69,8 +71,9 @@ static void *carve(byte_carver *cv, int64_t n, uint64_t elem_bytes)
     return p;
 }
 
-static void carve_layer(const llama_config *c, int64_t N, byte_carver *cv, gpu_layer_acts *a)
+static void carve_layer(const llama_state *s, int32_t unit, int64_t N, byte_carver *cv, gpu_layer_acts *a)
 {
+    const llama_config *c = &s->cfg;
     int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, F = c->intermediate;
     a->norm1 = carve(cv, N * H, 2);
     a->rstd1 = carve(cv, N, 4);
@@ -83,6 +86,9 @@ static void carve_layer(const llama_config *c, int64_t N, byte_carver *cv, gpu_l
     a->rstd2 = carve(cv, N, 4);
     a->gate = carve(cv, N * 2 * F, 2);
     a->up = a->gate ? a->gate + F : NULL;
+    for (int k = 0; k < LLAMA_LINEARS; k++)
+        a->lora[k] = s->lora.r > 0 && s->lora.slot[(unit - 1) * LLAMA_LINEARS + k] >= 0 ? carve(cv, N * s->lora.r, 2)
+                                                                                          : NULL;
 }
 
 static void carve_head(const llama_config *c, int64_t N, byte_carver *cv, gpu_head_acts *a)
@@ -91,8 +97,9 @@ static void carve_head(const llama_config *c, int64_t N, byte_carver *cv, gpu_he
     a->rstd = carve(cv, N, 4);
 }
 
-static void carve_layer_grads(const llama_config *c, int64_t N, byte_carver *cv, gpu_layer_grads *d)
+static void carve_layer_grads(const llama_state *s, int64_t N, byte_carver *cv, gpu_layer_grads *d)
 {
+    const llama_config *c = &s->cfg;
     int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
     d->act = carve(cv, N * c->intermediate, 2);
     d->norm = carve(cv, N * H, 2);
@@ -102,6 +109,7 @@ static void carve_layer_grads(const llama_config *c, int64_t N, byte_carver *cv,
     d->k = carve(cv, N * KV, 2);
     d->v = carve(cv, N * KV, 2);
     d->qkv = carve(cv, N * (Q + 2 * KV), 2);
+    d->lora = s->lora.r > 0 ? carve(cv, N * s->lora.r, 2) : NULL;
 }
 
 static void *device_alloc(const gpu_run *r, int32_t pool, uint64_t bytes, const char *what)
@@ -133,7 +141,7 @@ static llama_saved *saved_alloc(const llama_call *u, int32_t pool, int marker, c
     gpu_layer_acts la;
     gpu_head_acts ha;
     if (r->call.c->unit == r->call.s->info.n_units - 1) carve_head(&r->call.s->cfg, r->call.tokens, &cv, &ha);
-    else carve_layer(&r->call.s->cfg, r->call.tokens, &cv, &la);
+    else carve_layer(r->call.s, r->call.c->unit, r->call.tokens, &cv, &la);
     rec->acts = device_alloc(r, pool, cv.used, what);
     if (!rec->acts) {
         gpu_free(r->call.s, rec);
@@ -404,6 +412,8 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     const int32_t *positions = c->batch->positions;
     zt_status st = ZT_OK;
     uint16_t *act = NULL, *qkv = NULL;
+    gpu_lora lora;
+    if ((st = gpu_lora_begin(r, &lora)) != ZT_OK) return st;
 
     CUDA_STEP(zt_cuda_rmsnorm_forward(ctx, stream, N, H, eps, x, param(r, LAYER_INPUT_NORM), a->norm1, a->rstd1),
               "input_layernorm forward");
@@ -421,6 +431,15 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
         CUDA_STEP(proj_forward(r, N, KV, H, a->norm1, param(r, LAYER_K), qkv + Q, QKV), "k_proj forward");
         CUDA_STEP(proj_forward(r, N, KV, H, a->norm1, param(r, LAYER_V), qkv + Q + KV, QKV), "v_proj forward");
     }
+    /* LoRA (lora_cuda.c): each adapter's u B^T accumulates into its column block before rope */
+    if (gpu_lora_slot(r, LAYER_Q) >= 0)
+        CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_Q, H, Q, a->norm1, a->lora[LAYER_Q], qkv, QKV), "q_proj LoRA forward");
+    if (gpu_lora_slot(r, LAYER_K) >= 0)
+        CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_K, H, KV, a->norm1, a->lora[LAYER_K], qkv + Q, QKV),
+                  "k_proj LoRA forward");
+    if (gpu_lora_slot(r, LAYER_V) >= 0)
+        CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_V, H, KV, a->norm1, a->lora[LAYER_V], qkv + Q + KV, QKV),
+                  "v_proj LoRA forward");
     CUDA_STEP(zt_cuda_rope_qkv_forward(ctx, stream, N, cfg->heads, cfg->kv_heads, D, positions, s->gpu->inv_freq, qkv,
                                        a->q, a->k, a->v),
               "rope forward (q, k; v copied)");
@@ -442,6 +461,8 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     /* the residual add is the GEMMs' epilogue (beta = 1 with C = the residual) */
     CUDA_STEP(zt_cuda_linear_forward_residual(ctx, stream, N, H, Q, a->attn, param(r, LAYER_O), x, a->resid),
               "o_proj forward + residual");
+    if (gpu_lora_slot(r, LAYER_O) >= 0)
+        CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_O, Q, H, a->attn, a->lora[LAYER_O], a->resid, H), "o_proj LoRA forward");
     CUDA_STEP(zt_cuda_rmsnorm_forward(ctx, stream, N, H, eps, a->resid, param(r, LAYER_POST_NORM), a->norm2, a->rstd2),
               "post_attention_layernorm forward");
     /* gate|up in one [N, 2 F] array (row stride 2 F), one GEMM where the two weights are adjacent. */
@@ -452,7 +473,13 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
         CUDA_STEP(proj_forward(r, N, F, H, a->norm2, param(r, LAYER_GATE), a->gate, 2 * F), "gate_proj forward");
         CUDA_STEP(proj_forward(r, N, F, H, a->norm2, param(r, LAYER_UP), a->up, 2 * F), "up_proj forward");
     }
-    if (!out) goto done;
+    if (gpu_lora_slot(r, LAYER_GATE) >= 0)
+        CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_GATE, H, F, a->norm2, a->lora[LAYER_GATE], a->gate, 2 * F),
+                  "gate_proj LoRA forward");
+    if (gpu_lora_slot(r, LAYER_UP) >= 0)
+        CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_UP, H, F, a->norm2, a->lora[LAYER_UP], a->up, 2 * F),
+                  "up_proj LoRA forward");
+    if (!out) goto done; /* down_proj's LoRA input is recomputed with the SwiGLU in the backward */
 
     if (!(act = device_alloc(r, ZT_POOL_WORKSPACE, (uint64_t)(N * F) * 2, "SwiGLU output"))) {
         st = ZT_ERR_OUT_OF_MEMORY;
@@ -462,7 +489,11 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     /* out is written last, after every read of x: the host may pass one buffer as both. */
     CUDA_STEP(zt_cuda_linear_forward_residual(ctx, stream, N, H, F, act, param(r, LAYER_DOWN), a->resid, out),
               "down_proj forward + residual");
+    if (gpu_lora_slot(r, LAYER_DOWN) >= 0)
+        CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_DOWN, F, H, act, a->lora[LAYER_DOWN], out, H),
+                  "down_proj LoRA forward");
 done:
+    gpu_lora_end(r, &lora);
     gpu_free(s, act);
     gpu_free(s, qkv);
     return st;
@@ -474,7 +505,7 @@ static zt_status layer_fill(const llama_call *u, llama_saved *rec, int outputs, 
     const gpu_run *r = run_of(u);
     byte_carver cv = {rec->acts, 0};
     gpu_layer_acts a;
-    carve_layer(&r->call.s->cfg, r->call.tokens, &cv, &a);
+    carve_layer(r->call.s, r->call.c->unit, r->call.tokens, &cv, &a);
     return layer_compute(r, r->call.c->x_in.data, &a, outputs ? r->call.c->x_out.data : NULL,
                          keep ? &rec->attention_saved : NULL);
 }
@@ -492,6 +523,7 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     gpu_run run, *r = &run;
     llama_saved *saved = NULL, *fresh = NULL;
     void *work = NULL;
+    gpu_lora lora = {NULL, NULL, NULL};
     zt_status st = gpu_run_init(r, s, c);
     if (st == ZT_OK) st = llama_saved_take(&r->call, &saved);
     if (st != ZT_OK) return st;
@@ -505,16 +537,17 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     llama_saved *rec = fresh ? fresh : saved;
     byte_carver cv = {rec->acts, 0};
     gpu_layer_acts a;
-    carve_layer(cfg, N, &cv, &a);
+    carve_layer(s, c->unit, N, &cv, &a);
     byte_carver wv = {NULL, 0};
     gpu_layer_grads d;
-    carve_layer_grads(cfg, N, &wv, &d);
+    carve_layer_grads(s, N, &wv, &d);
     if (!(work = device_alloc(r, ZT_POOL_WORKSPACE, wv.used, "backward scratch"))) {
         st = ZT_ERR_OUT_OF_MEMORY;
         goto done;
     }
     wv = (byte_carver){work, 0};
-    carve_layer_grads(cfg, N, &wv, &d);
+    carve_layer_grads(s, N, &wv, &d);
+    if ((st = gpu_lora_begin(r, &lora)) != ZT_OK) goto done;
     const uint16_t *dy = c->dx_out.data;
     float *g;
 
@@ -522,8 +555,15 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     CUDA_STEP(zt_cuda_swiglu_forward_rows(ctx, stream, N, F, a.gate, a.up, 2 * F, d.act, F), "SwiGLU recompute");
     if ((g = grad(r, LAYER_DOWN)))
         CUDA_STEP(zt_cuda_linear_backward_weight(ctx, stream, N, H, F, dy, d.act, g), "down_proj weight gradient");
+    if (gpu_lora_slot(r, LAYER_DOWN) >= 0) { /* the adapter reads d.act = the SwiGLU output before dx overwrites it */
+        CUDA_STEP(gpu_lora_project(r, &lora, LAYER_DOWN, F, d.act, a.lora[LAYER_DOWN]), "down_proj LoRA recompute");
+        CUDA_STEP(gpu_lora_backward_weights(r, &lora, LAYER_DOWN, F, H, d.act, a.lora[LAYER_DOWN], dy, H, d.lora),
+                  "down_proj LoRA gradients");
+    }
     CUDA_STEP(zt_cuda_linear_backward_input(ctx, stream, N, H, F, dy, param(r, LAYER_DOWN), d.act),
               "down_proj backward");
+    if (gpu_lora_slot(r, LAYER_DOWN) >= 0)
+        CUDA_STEP(gpu_lora_backward_input(r, &lora, LAYER_DOWN, F, d.lora, d.act), "down_proj LoRA backward");
     /* dgate|dup overwrite gate|up in place: one [N, 2 F] gradient for one dW and one dX GEMM */
     CUDA_STEP(zt_cuda_swiglu_backward_rows(ctx, stream, N, F, a.gate, a.up, 2 * F, d.act, F, a.gate, a.up, 2 * F),
               "SwiGLU backward");
@@ -545,6 +585,13 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
                   "gate_proj backward");
         CUDA_STEP(proj_backward_input(r, N, F, H, a.up, 2 * F, param(r, LAYER_UP), d.norm, 1), "up_proj backward");
     }
+    for (int k = LAYER_GATE; k <= LAYER_UP; k++) {
+        if (gpu_lora_slot(r, k) < 0) continue;
+        CUDA_STEP(gpu_lora_backward_weights(r, &lora, k, H, F, a.norm2, a.lora[k], k == LAYER_GATE ? a.gate : a.up,
+                                            2 * F, d.lora),
+                  "gate/up_proj LoRA gradients");
+        CUDA_STEP(gpu_lora_backward_input(r, &lora, k, H, d.lora, d.norm), "gate/up_proj LoRA backward");
+    }
     /* the residual branch's gradient dy is added inside the norm's backward (one rounding, no add) */
     g = grad(r, LAYER_POST_NORM);
     CUDA_STEP(zt_cuda_rmsnorm_backward_add(ctx, stream, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm,
@@ -556,6 +603,11 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
         CUDA_STEP(zt_cuda_linear_backward_weight(ctx, stream, N, H, Q, d.resid, a.attn, g), "o_proj weight gradient");
     CUDA_STEP(zt_cuda_linear_backward_input(ctx, stream, N, H, Q, d.resid, param(r, LAYER_O), d.attn),
               "o_proj backward");
+    if (gpu_lora_slot(r, LAYER_O) >= 0) {
+        CUDA_STEP(gpu_lora_backward_weights(r, &lora, LAYER_O, Q, H, a.attn, a.lora[LAYER_O], d.resid, H, d.lora),
+                  "o_proj LoRA gradients");
+        CUDA_STEP(gpu_lora_backward_input(r, &lora, LAYER_O, Q, d.lora, d.attn), "o_proj LoRA backward");
+    }
     zt_attn_args args = attention_args(r, &a);
     args.dout = attention_view(r, d.attn, cfg->heads);
     args.dq = attention_view(r, d.q, cfg->heads);
@@ -597,12 +649,20 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
         CUDA_STEP(proj_backward_input(r, N, KV, H, d.qkv + Q + KV, QKV, param(r, LAYER_V), d.norm, 1),
                   "v_proj backward");
     }
+    for (int k = LAYER_Q; k <= LAYER_V; k++) {
+        if (gpu_lora_slot(r, k) < 0) continue;
+        int64_t col = k == LAYER_Q ? 0 : k == LAYER_K ? Q : Q + KV, width = k == LAYER_Q ? Q : KV;
+        CUDA_STEP(gpu_lora_backward_weights(r, &lora, k, H, width, a.norm1, a.lora[k], d.qkv + col, QKV, d.lora),
+                  "q/k/v_proj LoRA gradients");
+        CUDA_STEP(gpu_lora_backward_input(r, &lora, k, H, d.lora, d.norm), "q/k/v_proj LoRA backward");
+    }
     /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
     g = grad(r, LAYER_INPUT_NORM);
     CUDA_STEP(zt_cuda_rmsnorm_backward_add(ctx, stream, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1,
                                            d.norm, d.resid, c->dx_in.data, g),
               "input_layernorm backward + residual");
 done:
+    gpu_lora_end(r, &lora);
     gpu_free(s, work);
     llama_saved_done(&r->call, saved, fresh);
     return st;

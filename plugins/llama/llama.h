@@ -57,6 +57,24 @@ typedef struct llama_lora {
     uint64_t seed;          /* the host key seed, which the dropout masks derive from */
 } llama_lora;
 
+/* lora_dropout's mask (layers.c on the CPU, kernels/cuda/lora_dropout.cu on the GPU, which repeats
+ * these two steps in device code): a chain of splitmix64's finalizer from llama_lora_mask_start over the
+ * micro-batch's tokens and positions, then one hash per element. */
+#define LLAMA_LORA_GOLDEN 0x9e3779b97f4a7c15ull
+
+static inline uint64_t llama_lora_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The chain's start for linear k (LAYER_*) of `unit`. */
+static inline uint64_t llama_lora_mask_start(const llama_lora *l, int32_t unit, int k)
+{
+    return llama_lora_mix64(l->seed + LLAMA_LORA_GOLDEN * (uint64_t)(unit * LLAMA_LINEARS + k + 1));
+}
+
 typedef struct llama_backend llama_backend;
 typedef struct llama_gpu llama_gpu; /* layers_cuda.c */
 

@@ -30,6 +30,35 @@ typedef struct gpu_run {
     gpu_prof *prof; /* set while the profile records; NULL otherwise (the only cost when off) */
 } gpu_run;
 
+/* ---- LoRA (lora_cuda.c) ------------------------------------------------------------------------ */
+
+/* One unit call's LoRA dropout state: with lora_dropout > 0 in training, the mask chains of the layer's
+ * linears and a [tokens, widest input] scratch (one workspace block); all NULL otherwise. */
+typedef struct gpu_lora {
+    void *block;
+    uint64_t *hash; /* device [LLAMA_LINEARS] */
+    uint16_t *drop;
+} gpu_lora;
+
+/* The view index of linear k's A in this layer's parameters (B follows it), or -1. */
+int gpu_lora_slot(const gpu_run *r, int k);
+/* Before / after a layer's LoRA steps of one call; begin reports its own errors. */
+zt_status gpu_lora_begin(const gpu_run *r, gpu_lora *l);
+void gpu_lora_end(const gpu_run *r, gpu_lora *l);
+/* The steps (zt_cuda_* statuses; the caller names the step). Linear k (LAYER_*) reads x [N, in]:
+ *   project:  u[N, r] = scaling * dropout(x) A^T
+ *   forward:  project, then y[N, out] (row stride ldy) += u B^T
+ *   backward_weights: dB += dy^T u, du = scaling * dy B, dA += du^T dropout(x)  (before the base's dx)
+ *   backward_input:   dx[N, in] += dropout'(du A)                              (after the base's dx) */
+zt_status gpu_lora_project(const gpu_run *r, const gpu_lora *l, int k, int64_t in, const uint16_t *x, uint16_t *u);
+zt_status gpu_lora_forward(const gpu_run *r, const gpu_lora *l, int k, int64_t in, int64_t out, const uint16_t *x,
+                           uint16_t *u, uint16_t *y, int64_t ldy);
+zt_status gpu_lora_backward_weights(const gpu_run *r, const gpu_lora *l, int k, int64_t in, int64_t out,
+                                    const uint16_t *x, const uint16_t *u, const uint16_t *dy, int64_t lddy,
+                                    uint16_t *du);
+zt_status gpu_lora_backward_input(const gpu_run *r, const gpu_lora *l, int k, int64_t in, const uint16_t *du,
+                                  uint16_t *dx);
+
 /* ---- the profile (profile_cuda.c) ------------------------------------------------------------ */
 
 enum { PROF_MAX_OPS = 96 };

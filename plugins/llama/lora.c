@@ -1,6 +1,6 @@
 /* LoRA on the llama layers' linears (zt_model_ops.adapt, include/zt/zt_adapter.h): which linears the
  * spec's target_modules select, with peft's matching rule, and the declarations the adapter adds.
- * The math is the device path's (layers.c). */
+ * The math is the device path's (layers.c on the CPU, lora_cuda.c on CUDA). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,9 +80,6 @@ zt_status llama_lora_adapt(llama_state *s, const zt_adapter_spec *spec)
     if (s->lora.r > 0) return lora_refuse(s, "the llama plugin already carries an adapter%s", "");
     if (spec->method != ZT_ADAPTER_LORA)
         return lora_refuse(s, "the llama plugin computes LoRA adapters only (zt_adapter_spec.method %s)", "is another");
-    if (s->on_gpu)
-        return lora_refuse(s, "the llama plugin computes LoRA on the CPU path: train the adapter with device = "
-                              "cpu%s", "");
     if (spec->r < 1 || !spec->target_modules || !*spec->target_modules)
         return lora_refuse(s, "the adapter spec has no rank or no target modules (an adapter plugin bug)%s", "");
     int32_t layers = (int32_t)s->cfg.layers;

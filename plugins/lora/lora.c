@@ -108,7 +108,8 @@ static const zt_plugin k_plugin = {
                    "computed by the model plugin",
     .options = k_options,
     .n_options = sizeof k_options / sizeof k_options[0],
-    .caps = ZT_CAP_CPU,
+    /* no kernels of its own: the model plugin computes the adapter on whichever device it runs */
+    .caps = ZT_CAP_CPU | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16,
     .probe = lora_probe,
     .init = lora_init,
     .fini = lora_fini,

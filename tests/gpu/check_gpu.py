@@ -8,6 +8,7 @@ safetensors through tests/train/check.py's own readers (json + numpy), never thr
   check_gpu.py recompute FULL_METRICS RECOMPUTE_METRICS  same losses, fewer activation bytes
   check_gpu.py shapes VOCAB HIDDEN TIED CKPT_DIR EXPORT_DIR  checkpoint and HF export hold the true shapes
   check_gpu.py resumed CPU_METRICS RESUMED_METRICS STEP  a run resumed at STEP follows the straight one
+  check_gpu.py lora DTYPE BASE_DIR ADAPTER_DIR CPU_RUN GPU_RUN  LoRA steps on the GPU vs the same on the CPU
 
 Tolerances: the GPU computes in bf16 (8 bits of mantissa), the CPU and torch in fp32.
   - loss: relative 2e-2 (one step); the curves drift apart slowly, so later steps get 5e-2;
@@ -16,6 +17,11 @@ Tolerances: the GPU computes in bf16 (8 bits of mantissa), the CPU and torch in 
     +-lr wherever the gradient is not tiny, so a weight agrees with torch exactly unless its bf16
     gradient has the other sign, which happens only where |g| is near zero: at least 97% of all
     elements (and 85% of every tensor) must agree within 1e-4.
+  - LoRA (lora): AdamW with eps 1, so that an update is ~lr * g, linear in the gradient; every adapter
+    tensor's update over the steps (trained - initial) within 0.1 of the CPU's in relative L2 (bf16
+    gradients are ~1e-2 off); the frozen weights the adapter does not touch are the base's values
+    exactly (fp32, or rounded once to the run's 16-bit type); an adapted weight's merged export minus
+    scaling * B A is its base weight (as stored) within 1e-4 of its largest element.
 """
 import json
 import math
@@ -193,6 +199,72 @@ def resumed(cpu_path, resumed_path, step):
           f"{worst:.2e})")
 
 
+def round16(x, dtype):
+    """fp32 -> bf16 (round to nearest even) or fp16 -> fp32: the GPU's copy of a frozen weight."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if dtype == "fp16":
+        return x.astype(np.float16).astype(np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return u.view(np.float32)
+
+
+def lora(dtype, base_dir, adapter_dir, cpu_run, gpu_run):
+    cpu, gpu = train_records(f"{cpu_run}/metrics.jsonl"), train_records(f"{gpu_run}/metrics.jsonl")
+    if len(cpu) != 3 or len(gpu) != 3:
+        fail(f"expected 3 training steps on each device, the CPU run has {len(cpu)}, the GPU run {len(gpu)}")
+    for i, (c, g) in enumerate(zip(cpu, gpu)):
+        for key, tol in (("loss", 2e-2 if i == 0 else 5e-2), ("grad_norm", 5e-2)):
+            if rel(g[key], c[key]) > tol:
+                fail(f"step {i + 1} {key}: GPU {g[key]!r}, CPU {c[key]!r} (relative {rel(g[key], c[key]):.2e} > {tol})")
+    config = json.load(open(f"{adapter_dir}/adapter_config.json"))
+    scaling = config["lora_alpha"] / config["r"]
+    initial = read_safetensors(f"{adapter_dir}/adapter_model.safetensors")
+    on_cpu = read_safetensors(f"{cpu_run}/adapter/adapter_model.safetensors")
+    on_gpu = read_safetensors(f"{gpu_run}/adapter/adapter_model.safetensors")
+    if sorted(on_gpu) != sorted(initial) or sorted(on_cpu) != sorted(initial):
+        fail(f"the exported adapters hold {sorted(on_gpu)} (GPU), {sorted(on_cpu)} (CPU); the initial one {sorted(initial)}")
+    worst, worst_name = 0.0, None
+    for name, start in initial.items():
+        start = start.astype(np.float64)
+        moved = on_cpu[name].astype(np.float64) - start
+        if not np.linalg.norm(moved) > 0:
+            fail(f"{name} did not move on the CPU: the comparison would show nothing")
+        r = float(np.linalg.norm(on_gpu[name].astype(np.float64) - start - moved) / np.linalg.norm(moved))
+        if r >= worst:
+            worst, worst_name = r, name
+    if worst > 0.1:
+        fail(f"{worst_name}: the GPU's update over 3 steps differs from the CPU's by {worst:.3g} in relative L2 (> 0.1)")
+    base = read_safetensors(f"{base_dir}/model.safetensors")
+    merged = read_safetensors(f"{gpu_run}/hf/model.safetensors")
+    adapted = {}
+    for name in initial:
+        module = name.replace("base_model.model.", "", 1).rsplit(".lora_", 1)[0]
+        adapted.setdefault(module + ".weight", module)
+    exact16 = 0
+    for name, want in base.items():
+        if name not in merged:
+            fail(f"the GPU run's export lacks {name}")
+        got = merged[name].astype(np.float32)
+        if name in adapted:
+            m = "base_model.model." + adapted[name]
+            a, b = on_gpu[m + ".lora_A.weight"].astype(np.float64), on_gpu[m + ".lora_B.weight"].astype(np.float64)
+            w = got.astype(np.float64) - scaling * (b @ a)
+            limit = 1e-4 * float(np.abs(want).max())
+            off = min(float(np.abs(w - want).max()), float(np.abs(w - round16(want, dtype)).max()))
+            if off > limit:
+                fail(f"{name}: the GPU export minus scaling * B A is {off:.3g} from the base weight (limit {limit:.3g}): "
+                     f"the frozen weight changed")
+        elif got.tobytes() != want.astype(np.float32).tobytes():
+            if got.tobytes() != round16(want, dtype).tobytes():
+                fail(f"{name} is frozen, but the GPU run's export is neither its base values nor their {dtype} rounding")
+            exact16 += 1
+    losses = ", ".join(f"{c['loss']:.5f}/{g['loss']:.5f}" for c, g in zip(cpu, gpu))
+    print(f"LoRA {dtype}: losses CPU/GPU {losses}; {len(initial)} adapter tensors, the GPU's updates within relative "
+          f"L2 {worst:.3g} of the CPU's (worst {worst_name}); {len(base) - len(adapted)} frozen tensors unchanged "
+          f"({exact16} as their {dtype} rounding), {len(adapted)} adapted weights' base unchanged")
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "fixture":
@@ -207,6 +279,8 @@ def main():
         shapes(*args)
     elif cmd == "resumed":
         resumed(*args)
+    elif cmd == "lora":
+        lora(*args)
     else:
         fail(f"unknown command {cmd}")
 

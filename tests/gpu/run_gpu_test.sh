@@ -18,6 +18,7 @@ python3 -c "import numpy" 2>/dev/null || skip "python3 with numpy is needed to r
 out=$work/$test
 [ "$test" = fixture ] && out=$work/fixture-$(basename "$2")
 [ "$test" = odd_vocab ] && out=$work/odd_vocab-$2
+[ "$test" = lora ] && out=$work/lora-$4
 gpu=(--set device=cuda --plugins flash)
 # Heads of 64 so attention runs on the flash kernels, packed rows so their document masks are used.
 model=(--set model.hidden_size=256 --set model.intermediate_size=512 --set model.num_hidden_layers=2
@@ -180,6 +181,42 @@ errors() {
     expect_fail "model.intermediate_size is 500, but the bf16 kernels need a multiple of 8" -- \
         "$zt_run" "${run[@]}" "${gpu[@]}" --set model.intermediate_size=500
     # (zero1-3 train on GPUs since they declare ZT_CAP_CUDA: tests/zero/gpu2.sh covers them)
+}
+
+# LoRA on the GPU against the same run on the CPU: lora DATA_TOOL BASE_FIXTURE LORA_FIXTURE VARIANT, with
+# VARIANT zero0 (bf16), fp16, zero3 (the frozen base sharded), recompute or dropout (lora_dropout 0.3 on
+# both devices: the same masks, from the same hash; another mask moves the adapter by 0.6 to 1.3 of its
+# update, where the check allows 0.1). Three steps on the torch
+# fixture's batch from peft's adapter (nonzero A and B, all seven linears of both layers adapted, r 4),
+# with AdamW's eps 1 so that an update is ~lr * g, linear in the gradient (with eps 1e-8 it would be
+# lr * sign(g), which a bf16 gradient flips wherever g is near zero): per-step losses and gradient norms,
+# the adapter after the steps, and the frozen weights (check_gpu.py lora has the tolerances).
+lora() {
+    local maker=$1 base=$2 adapter=$3/adapter variant=$4
+    need_gpu
+    expect_ok -- "$maker" "$base" "$out/data"
+    [ "$ZT_RC" -eq 0 ] || return
+    local steps=(--plugins llama,lora --model "$base" --adapter "$adapter" --data "$out/data" --set threads=8
+                 --set train_micro_batch_size_per_gpu=2 --set data.seq_len=16 --set data.shuffle=false --set steps=3
+                 --set scheduler.type=constant --set optimizer.params.lr=0.01 --set optimizer.params.eps=1
+                 --set optimizer.params.weight_decay=0 --set gradient_clipping=0 --set lora.r=4
+                 --set lora.lora_alpha=8 --set lora.target_modules=all-linear --set checkpoint.final=false
+                 --export-dtype fp32)
+    local on_gpu=(--set device=cuda --plugins flash) dtype=bf16
+    case $variant in
+    zero0) ;;
+    dropout) steps+=(--set lora.lora_dropout=0.3) ;;
+    fp16) on_gpu+=(--set fp16.enabled=true --set bf16.enabled=false --set fp16.loss_scale=1024); dtype=fp16 ;;
+    zero3) on_gpu+=(--set zero_optimization.stage=3) ;;
+    recompute) on_gpu+=(--set recompute=true) ;;
+    *) echo "FAIL: unknown lora variant $variant"; zt_failures=$((zt_failures + 1)); return ;;
+    esac
+    expect_ok -- "$zt_run" "${steps[@]}" --set device=cpu --output-dir "$out/cpu" --export "$out/cpu/hf" \
+        --export-adapter "$out/cpu/adapter"
+    expect_ok -- "$zt_run" "${steps[@]}" "${on_gpu[@]}" --output-dir "$out/gpu" --export "$out/gpu/hf" \
+        --export-adapter "$out/gpu/adapter"
+    [ "$ZT_RC" -eq 0 ] || return
+    check lora "$dtype" "$base" "$adapter" "$out/cpu" "$out/gpu"
 }
 
 # Without a GPU: device = cuda says why it cannot run, auto falls back to the CPU.

@@ -9,6 +9,12 @@ peft check loads zt's exported adapter with peft itself.
       weights an adapter does not touch bit for bit; all to 1e-4 relative in fp32.
   check_lora.py peft BASE_DIR ADAPTER_DIR EXPORT_DIR
       PeftModel.from_pretrained(base, zt's adapter) gives the logits of zt's merged export (1e-4).
+  check_lora.py gradients LORA_FIXTURE ADAPTER_DIR LR EPS
+      zt's first-step gradient of every LoRA tensor against peft's (expected.safetensors "grad.*"), to
+      1e-4 relative: read from the adapter after one AdamW step without weight decay, whose update is
+      exactly u = lr * g / (|g| + eps) (bias-corrected m = g and sqrt(v) = |g| at step 1), so
+      g = u * eps / (lr - |u|); with lr = eps = 1 the update is as large as the gradient, far above the
+      fp32 rounding of the weights.
   check_lora.py same-losses A/metrics.jsonl B/metrics.jsonl RTOL
   check_lora.py dropout NO_DROPOUT/metrics.jsonl DROPOUT/metrics.jsonl
       lora_dropout changes every training loss and no evaluation loss (of weights that do not move).
@@ -134,6 +140,27 @@ def peft_logits(base_dir, adapter_dir, export_dir):
     print(f"peft with zt's adapter gives zt's merged model's logits within relative L2 {rel:.2g}")
 
 
+def gradients(lora_dir, adapter_dir, lr, eps):
+    lr, eps = float(lr), float(eps)
+    expected = json.load(open(f"{lora_dir}/expected.json"))
+    ref = read_safetensors(f"{lora_dir}/expected.safetensors")
+    start = read_safetensors(f"{lora_dir}/adapter/adapter_model.safetensors")
+    after = read_safetensors(f"{adapter_dir}/adapter_model.safetensors")
+    names = expected["lora_parameters"]
+    worst, worst_name = 0.0, None
+    for n in names:
+        key = "base_model.model." + n
+        if key not in after or key not in start:
+            fail(f"{n} is missing from zt's exported adapter or from peft's")
+        u = start[key].astype(np.float64) - after[key].astype(np.float64)
+        if np.abs(u).max() >= lr:
+            fail(f"{n}: an update of {np.abs(u).max()!r} is not lr * g / (|g| + eps) with lr {lr}")
+        r = close_tensor(f"gradient of {n}", u * eps / (lr - np.abs(u)), ref["grad." + n])
+        if r >= worst:
+            worst, worst_name = r, n
+    print(f"{len(names)} LoRA gradients as peft's within relative L2 {worst:.2g} (worst {worst_name})")
+
+
 def same_losses(a, b, rtol):
     la, lb = train_losses(a)[0], train_losses(b)[0]
     if len(la) != len(lb) or any(abs(x - y) > float(rtol) * abs(y) for x, y in zip(la, lb)):
@@ -192,6 +219,8 @@ if __name__ == "__main__":
         fixture(*args)
     elif cmd == "peft":
         peft_logits(*args)
+    elif cmd == "gradients":
+        gradients(*args)
     elif cmd == "same-losses":
         same_losses(*args)
     elif cmd == "dropout":

@@ -35,6 +35,14 @@ peft)
     check fixture "$lora" "$base" "$out/run/metrics.jsonl" "$out/run/hf" "$out/run/adapter"
     check peft "$base" "$out/run/adapter" "$out/run/hf"
     ;;
+# Every LoRA tensor's first-step gradient against peft's: one AdamW step with lr = eps = 1 and no weight
+# decay, whose update the check inverts (check_lora.py gradients).
+gradients)
+    expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/run" --set steps=1 \
+        --set optimizer.params.lr=1 --set optimizer.params.eps=1 --set optimizer.params.weight_decay=0 \
+        --export-adapter "$out/run/adapter"
+    check gradients "$lora" "$out/run/adapter" 1 1
+    ;;
 # The same run under every ZeRO stage, with offload, with recompute, on 2 CPU ranks: peft's losses.
 stages)
     expect_ok -- "${run[@]}" --adapter "$lora/adapter" --output-dir "$out/zero0"
