@@ -114,11 +114,13 @@ int main(int argc, char **argv)
     }
     if (iters < 1 || block < 1 || n_new < 1 || kv_heads < 1 || heads % kv_heads) die("options", "bad shape");
     zt_cuda_ctx *ctx;
-    int max_batch = 0, max_ctx = 0;
-    for (int i = 0; i < nb; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
-    for (int i = 0; i < nc; i++) max_ctx = contexts[i] > max_ctx ? contexts[i] : max_ctx;
-    uint64_t scratch = zt_cuda_attention_decode_scratch_bytes(max_batch, n_new, heads, dim,
-                                                              (max_ctx + n_new + block - 1) / block, block);
+    uint64_t scratch = 0; /* the largest any (batch, context) needs */
+    for (int bi = 0; bi < nb; bi++)
+        for (int ci = 0; ci < nc; ci++) {
+            uint64_t need = zt_cuda_attention_decode_scratch_bytes(batches[bi], n_new, heads, dim,
+                                                                   (contexts[ci] + n_new + block - 1) / block, block);
+            if (need > scratch) scratch = need;
+        }
     check("zt_cuda_ctx_create", zt_cuda_ctx_create(0, scratch + (1 << 20), &ctx));
     if (fp16) check("zt_cuda_ctx_set_dtype", zt_cuda_ctx_set_dtype(ctx, ZT_F16));
     double copy = copy_gbps();

@@ -662,7 +662,8 @@ static const zt_plugin k_plugin = {
     .name = "paged",
     .version = "1.0.0",
     .description = "exact causal attention on the CPU (fp32, packed documents, GQA) with a paged KV cache: one pool "
-                   "of fixed-size blocks, per-sequence block tables, shared prompt prefixes (copy-on-write)",
+                   "of fixed-size blocks, per-sequence block tables, shared prompt prefixes (copy-on-write); in a "
+                   "CUDA build also training on the GPU with the flash kernels",
 #ifdef ZT_PLUGIN_CUDA
     .caps = ZT_CAP_CPU | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16 | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE,
 #else
