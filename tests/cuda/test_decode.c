@@ -106,7 +106,7 @@ static void run_decode_case(zt_cuda_ctx *ctx, const decode_case *c)
     zt_kv_pages cpu_pages = {k_ref, v_ref, bs, row, tables, stride, lengths64};
     float *ref = host_f32((int64_t)S * N * H * D);
     zt_cpu_attention_decode(NULL, &shape, &cpu_pages, S, N, q, ref);
-    for (int run = 0; run < 2; run++) { /* twice: the second replays on a poisoned output and scratch */
+    for (int run = 0; run < 2; run++) { /* twice, each into a freshly poisoned output */
         device_poison(dout, (uint64_t)S * N * H * D * 2);
         ZT_CHECK(check_ok("zt_cuda_attention_decode",
                           zt_cuda_attention_decode(ctx, NULL, &pages, S, N, H, scale, dq, dout)));
