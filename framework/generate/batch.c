@@ -199,6 +199,8 @@ static zt_status answer(batch *b, int64_t i, const char *text, size_t text_len, 
     r->line = line;
     b->n_done++;
     b->tokens_out += output_tokens;
+    b->g->stats.new_tokens += output_tokens;
+    b->g->stats.prompt_tokens += prompt_tokens;
     if (fwrite(line, 1, n, b->partial) != n || fflush(b->partial) != 0)
         return zt_error_set(err, ZT_ERR_IO, "cannot write %s: %s", b->partial_path, strerror(errno));
     return ZT_OK;
@@ -426,6 +428,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
     for (int32_t i = 0; slots && i < max_seqs; i++) slots[i].rec = -1;
     zt_log(ZT_LOG_INFO, "%lld records to answer from %s, up to %d at once (generate.max_seqs), %s", (long long)(tail - head),
            o->prompts, (int)max_seqs, g->s->temperature == 0 ? "greedy" : "sampled with a seed per record");
+    gen_stats_begin(&g->stats); /* after reading the records and creating the cache, as the peer's clock */
     while (st == ZT_OK) {
         int32_t running = 0;
         for (int32_t i = 0; i < max_seqs; i++) running += slots[i].rec >= 0;
@@ -467,7 +470,9 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
             if (st == ZT_OK) st = gen_model_run(m, &i, 1, s->ids + cached, n_run, &cached, err);
             if (st == ZT_OK) {
                 sample(g, s, m->logits, masked);
+                gen_stats_first_token(&g->stats, s->started);
                 running++;
+                if (running > g->stats.peak_concurrent) g->stats.peak_concurrent = running;
                 st = after_token(&b, i, s, err);
                 if (s->rec < 0) running--;
             }
@@ -517,6 +522,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
         }
         progress(&b, 0);
     }
+    g->stats.finished = zt_now_s();
     if (st == ZT_OK) {
         progress(&b, 1);
         gen_model_log_kv(m, b.finished, b.finished_slots, b.finished_tokens);

@@ -124,6 +124,22 @@ zt_status gen_model_kv_stats(gen_model *m, int32_t seq_id, zt_kv_stats *out, zt_
  * when they finished, summed. */
 void gen_model_log_kv(gen_model *m, int64_t finished, int64_t finished_slots, int64_t finished_tokens);
 
+/* ---- the run's figures, for --stats (stats.c) -------------------------------------------------- */
+
+typedef struct gen_stats {
+    double started, finished;  /* zt_now_s(): the first prompt's start, the last token */
+    double first_token_s;      /* the first token of the run, since started; -1 before it */
+    double ttft_sum_s;         /* each sequence's time from its admission to its first token, summed */
+    int64_t sequences;         /* sequences that produced a first token */
+    int64_t prompt_tokens, new_tokens;
+    int32_t peak_concurrent;   /* the most sequences decoding at once */
+} gen_stats;
+
+/* Starts the clock. */
+void gen_stats_begin(gen_stats *s);
+/* A sequence admitted at `admitted` (zt_now_s()) has its first token now. */
+void gen_stats_first_token(gen_stats *s, double admitted);
+
 /* ---- the run (generate.c) ---------------------------------------------------------------------- */
 
 #define MAX_STOP_IDS 12
@@ -151,7 +167,11 @@ typedef struct gen_run {
     zt_error manifest_err;     /* why the checkpoint's data set could not be read */
     int32_t stop_ids[MAX_STOP_IDS];
     int n_stop_ids;
+    gen_stats stats;
 } gen_run;
+
+/* --stats FILE (nothing without it): g->stats and the memory pools' peaks as one JSON object. */
+zt_status gen_stats_write(gen_run *g, const gen_stats *s, zt_error *err);
 
 int gen_is_stop_id(const gen_run *g, int32_t id);
 /* BOS (when the tokenizer has one) and the text: rendered as the template's user turn, or as it is

@@ -546,5 +546,38 @@ print("naive", n, "paged", p)
 sys.exit(0 if len(n) == 4 and n == p else "FAIL: the losses differ")' "$out" || zt_failures=$((zt_failures + 1))
 }
 
+# --stats FILE: the figures of a greedy run of a fixture, against what they must be: the tokens the run
+# printed, the prompt's length, tokens/s = new tokens / wall time, and a weights pool of exactly the
+# fixture's safetensors parameters in fp32 (read with Python from the file's header).
+stats() {
+    local model=llama_gqa_untied prompt got
+    prompt=$(fixture_ids "$fixtures/$model/expected.json" prompt)
+    got=$("${gen[@]}" --model "$fixtures/$model" --prompt-ids "$prompt" --max-new-tokens 5 --print-ids \
+          --stats "$out/stats.json" 2>"$out/stats.log")
+    same "exit status with --stats" 0 "$?"
+    python3 - "$out/stats.json" "$fixtures/$model" "$prompt" "$got" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, math, struct, sys
+s = json.load(open(sys.argv[1]))
+numel = 0
+for f in [sys.argv[2] + "/model.safetensors"]:
+    with open(f, "rb") as fh:
+        header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+    numel += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+want = {"device": "cpu", "attention": "naive", "sequences": 1, "peak_concurrent": 1,
+        "prompt_tokens": len(sys.argv[3].split(",")), "new_tokens": len(sys.argv[4].split())}
+bad = [f"{k}: expected {v}, got {s.get(k)}" for k, v in want.items() if s.get(k) != v]
+if abs(s["tokens_per_s"] - s["new_tokens"] / s["wall_s"]) > 1e-3 * s["tokens_per_s"] + 1e-3:
+    bad.append(f"tokens_per_s {s['tokens_per_s']} is not new_tokens / wall_s ({s['new_tokens']} / {s['wall_s']})")
+if not 0 < s["ttft_s"] <= s["wall_s"]:
+    bad.append(f"ttft_s {s['ttft_s']} is not within (0, wall_s {s['wall_s']}]")
+if s["memory"]["host"]["params"] != 4 * numel:
+    bad.append(f"host params pool {s['memory']['host']['params']} != 4 * {numel} stored parameters")
+if s["memory"]["host"]["kv_cache"] <= 0 or s["kv"]["bytes"] <= 0:
+    bad.append("no KV cache memory reported")
+print("\n".join("FAIL: --stats " + b for b in bad) or "stats ok: %s" % s)
+sys.exit(1 if bad else 0)
+PY
+}
+
 "$test"
 finish
