@@ -316,6 +316,54 @@ zt_status zt_cuda_rmsnorm_backward_add(zt_cuda_ctx *ctx, cudaStream_t stream, in
                                        const float *rstd, const uint16_t *dy,
                                        const uint16_t *dres, uint16_t *dx, float *dw);
 
+/* ---- decode attention over a paged KV cache, and sampling (generation; docs/kernels.md) -------- */
+
+/* A paged (or contiguous: one block per sequence) KV cache on the device, in the context's 16-bit type,
+ * the layout of zt_kv_pages: [blocks][block_size][n_kv_heads][head_dim]. Everything that changes per
+ * decode step (block tables, lengths) is in device memory, so a captured CUDA graph replays with new
+ * values. block_size: any value >= 1 (16 is the paged plugin's default); head_dim: 64 or 128. */
+typedef struct zt_cuda_kv_pages {
+    uint16_t *k, *v;
+    int32_t block_size, n_kv_heads, head_dim;
+    const int32_t *block_tables; /* device [n_seqs][table_stride] */
+    int32_t table_stride;        /* max blocks per sequence: the split-K plan is fixed by it */
+    const int32_t *lengths;      /* device [n_seqs]: tokens committed before the new ones */
+} zt_cuda_kv_pages;
+
+/* k_new, v_new [n_seqs, n_new, n_kv_heads, head_dim] -> positions lengths[s] .. lengths[s]+n_new-1 of
+ * each sequence, through its block table (the blocks must already be reserved: a position past
+ * table_stride*block_size is not written). lengths is not advanced: the caller does that. */
+zt_status zt_cuda_kv_write(zt_cuda_ctx *ctx, cudaStream_t stream, const zt_cuda_kv_pages *p,
+                           int32_t n_seqs, int32_t n_new, const uint16_t *k_new, const uint16_t *v_new);
+
+/* q, out [n_seqs, n_new, n_heads, head_dim] (the context's 16-bit type); the new tokens' K/V already
+ * written; new token i of sequence s attends to 0 .. lengths[s]+i (causal), grouped-query heads read
+ * their kv head in place (n_heads % n_kv_heads == 0; one thread block serves the query heads of one kv
+ * head). Exact softmax (running max and sum in fp32), the same function as zt_cpu_attention_decode.
+ * Long contexts are split over the sequence and merged: the split count and the launch shape depend
+ * only on (n_seqs, n_new, n_heads, table_stride, block_size), never on the lengths, so a captured
+ * graph replays for any lengths; the partial results live in the context's scratch area (size it
+ * with zt_cuda_attention_decode_scratch_bytes). */
+zt_status zt_cuda_attention_decode(zt_cuda_ctx *ctx, cudaStream_t stream, const zt_cuda_kv_pages *p,
+                                   int32_t n_seqs, int32_t n_new, int32_t n_heads, float scale,
+                                   const uint16_t *q, uint16_t *out);
+uint64_t zt_cuda_attention_decode_scratch_bytes(int32_t n_seqs, int32_t n_new, int32_t n_heads,
+                                                int32_t head_dim, int32_t table_stride, int32_t block_size);
+
+/* Sampling on the device, one row of logits per sequence: greedy (temperature 0: the first maximum),
+ * temperature, top-k (0: off; keeps the k most likely, ties to the lower id), then top-p (1: off;
+ * the most likely tokens until their mass reaches top_p), with the uniform number u in [0, 1) of each
+ * row drawn by the host's per-record RNG, so the token equals the CPU sampler's
+ * (framework/generate/sampler.c) for the same u: probabilities in fp64, the draw walks the kept tokens
+ * in id order. The fields are doubles because the CPU sampler's are. logits: fp32 (the llama head
+ * writes fp32 logits when asked for ZT_F32); -INFINITY excludes a token. */
+typedef struct zt_cuda_sample_row { double temperature, top_p, u; int32_t top_k; } zt_cuda_sample_row;
+zt_status zt_cuda_sample(zt_cuda_ctx *ctx, cudaStream_t stream, const float *logits /* [n][vocab] */,
+                         int32_t n, int32_t vocab, const zt_cuda_sample_row *rows /* device */,
+                         int32_t *tokens /* device [n] */);
+/* The context scratch zt_cuda_sample uses (its per-row sort buffers). */
+uint64_t zt_cuda_sample_scratch_bytes(int32_t n, int32_t vocab);
+
 #ifdef __cplusplus
 }
 #endif
