@@ -416,7 +416,7 @@ static zt_status open_tokenizer(gen_run *g, zt_error *err)
         }
     }
     if (!path) {
-        if (o->prompt || o->prompts)
+        if (o->prompt) /* --prompts: its {"prompt_ids": [...]} records need none (text records say so) */
             return zt_error_set(err, ZT_ERR_INVALID_ARG,
                                 "--prompt needs a tokenizer to turn the text into tokens, and none is known: give -t "
                                 "FILE (the SentencePiece .model the model was trained with, or a llama2.c tokenizer "

@@ -579,5 +579,45 @@ sys.exit(1 if bad else 0)
 PY
 }
 
+# --prompts with {"prompt_ids": [...]} records and no tokenizer: output_ids equal transformers' greedy tokens
+# for each copy of a fixture's prompt, naive and paged, one and three at a time; bad ids and a text
+# record (no tokenizer) are error lines naming the record; --stats counts the answered tokens.
+batch_ids() {
+    local model=llama_gqa_untied prompt want spec
+    prompt=$(fixture_ids "$fixtures/$model/expected.json" prompt)
+    want=$(fixture_ids "$fixtures/$model/expected.json" output)
+    python3 - "$out/ids.jsonl" "$prompt" <<'PY'
+import json, sys
+ids = [int(x) for x in sys.argv[2].split(",")]
+recs = [{"prompt_ids": ids}, {"prompt_ids": ids}, {"prompt_ids": [ids[0], 99999]}, {"prompt": "text"},
+        {"prompt_ids": "1,2"}, {"prompt_ids": ids}]
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in recs))
+PY
+    for spec in "naive 1" "naive 3" "paged 3"; do
+        set -- $spec
+        "${gen[@]}" --plugins llama,$1 --set generate.max_seqs=$2 --model "$fixtures/$model" --prompts "$out/ids.jsonl" \
+            --output "$out/ids_$1_$2.jsonl" --max-new-tokens 5 --stats "$out/ids_$1_$2.json" 2>"$out/ids_$1_$2.log"
+        same "exit status of prompt_ids records ($spec)" 0 "$?"
+        python3 - "$out/ids_$1_$2.jsonl" "$out/ids_$1_$2.json" "$want" "$2" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+want = [int(x) for x in sys.argv[3].split()]
+bad = []
+for k in (0, 1, 5):
+    if lines[k].get("output_ids") != want:
+        bad.append(f"record {k + 1}: output_ids {lines[k].get('output_ids')}, transformers' {want}")
+for k, text in ((2, "entry 2 is 99999, not a token id"), (3, "no tokenizer is known"),
+                (4, "must be a non-empty array")):
+    if lines[k]["finish_reason"] != "error" or text not in lines[k]["error"] or f"record {k + 1}" not in lines[k]["error"]:
+        bad.append(f"record {k + 1}: expected an error line with '{text}', got {lines[k]}")
+s = json.load(open(sys.argv[2]))
+if s["new_tokens"] != 3 * len(want) or s["sequences"] != 3 or s["peak_concurrent"] != min(3, int(sys.argv[4])):
+    bad.append(f"--stats: new_tokens {s['new_tokens']}, sequences {s['sequences']}, peak {s['peak_concurrent']}")
+print("\n".join("FAIL: " + b for b in bad) or "prompt_ids ok")
+sys.exit(1 if bad else 0)
+PY
+    done
+}
+
 "$test"
 finish
