@@ -20,6 +20,8 @@
 #   ZT_GPU_BENCH_PEER_RUNS=125m:compile,7b:eager  per-model peer modes (instead of the list above)
 #   ZT_GPU_TWO_GPUS=1          single-GPU benchmark: zt on GPU 0 and the peer on GPU 1 at once
 #   ZT_GPU_BENCH_ZERO=...      run bench/zero/run.py (2 GPUs) with these arguments (unset: not run)
+#   ZT_GPU_BENCH_GENERATE=...  run bench/generate/run.py (the seed's generation table, 7B) with these
+#                              arguments, e.g. "--deadline 480" or "--batches 1,32" (unset: not run)
 #   ZT_GPU_SANITIZE=1          run the attention test under compute-sanitizer memcheck and racecheck
 #   ZT_GPU_PROFILE=1           profile the flash kernels with Nsight Compute (profile.log)
 # GPU machines lack libsentencepiece, so the training tests read the example tasks tokenized here
@@ -147,6 +149,15 @@ if [ -n "${ZT_GPU_BENCH_ZERO+set}" ] && [ -f bench/zero/run.py ]; then
     # shellcheck disable=SC2086 # the arguments are meant to split
     PYTHONUNBUFFERED=1 python3 bench/zero/run.py --build "$build" $ZT_GPU_BENCH_ZERO 2>&1 | tee "$out/bench-zero.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if [ -n "${ZT_GPU_BENCH_GENERATE+set}" ]; then
+    # zt-run --generate (naive, flash, paged) next to HF generate() on a random 7B (bench/RESULTS.md).
+    # shellcheck disable=SC2086 # the arguments are meant to split
+    PYTHONUNBUFFERED=1 python3 bench/generate/run.py --build "$build" --work "$build/bench-generate" \
+        --out "$out/bench-generate.md" $ZT_GPU_BENCH_GENERATE 2>&1 | tee "$out/bench-generate.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    cp "$build/bench-generate/bench.log" "$out/bench-generate-runs.log" 2>/dev/null
 fi
 
 if [ "${ZT_GPU_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then

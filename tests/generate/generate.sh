@@ -619,5 +619,28 @@ PY
     done
 }
 
+# bench/generate/run.py end to end on the CPU with the tiny preset (its GPU table in miniature): every
+# zt run answers and reports, the random model's safetensors is one the HF reader takes, and the
+# dry run lists the zt and peer command lines.
+bench() {
+    local build
+    build=$(dirname "$(dirname "$zt_run")")
+    python3 "$src/bench/generate/run.py" --build "$build" --device cpu --model tiny --backends naive,paged \
+        --batches 1,2 --prompt 8 --new 3 --kv-budget 0.02 --peer-modes '' --work "$out/bench" >"$out/bench.txt" 2>&1
+    same "exit status of bench/generate/run.py" 0 "$?"
+    python3 - "$out/bench.txt" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+bad = [r for r in runs if "tok_s" not in r or r["tok_s"] <= 0 or r["concurrent"] != r["batch"]]
+if len(runs) != 4 or bad:
+    sys.exit(f"FAIL: bench runs {runs}")
+print("bench ok")
+PY
+    python3 "$src/bench/generate/run.py" --build "$build" --dry-run --peer /dev/null >"$out/dry.txt" 2>&1
+    same "exit status of the dry run" 0 "$?"
+    same "dry run: zt command lines" 12 "$(grep -c -- '--generate' "$out/dry.txt")"
+    same "dry run: peer command lines" 9 "$(grep -c -- ' gen --model 7b' "$out/dry.txt")"
+}
+
 "$test"
 finish
