@@ -297,16 +297,21 @@ static zt_status configure(gen_run *g, zt_error *err)
 
 static zt_status start_plugins(gen_run *g, zt_error *err)
 {
-    if (g->settings.device == ZT_DEVICE_SETTING_CUDA)
-        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "device is cuda, but zt-run --generate runs on the CPU only; remove --set device=cuda (or set "
-                            "it to cpu)");
     zt_runtime_options ro;
     memset(&ro, 0, sizeof ro);
     ro.n_threads = (int)g->settings.threads;
     ro.device_type = ZT_DEVICE_CPU;
     ro.single_process = 1; /* generation is one process, whatever a launcher's environment says */
-    zt_status st = zt_runtime_create(&ro, g->cfg, &g->rt, err);
+    zt_status st = ZT_OK;
+    /* A GPU only when asked for (device = cuda): with auto, generation stays on the CPU in fp32, whose
+     * tokens are exact, where training would pick the GPU. */
+    if (g->settings.device == ZT_DEVICE_SETTING_CUDA) {
+        st = zt_select_device(&g->settings, &g->set, &ro.device_type, err);
+        ro.device_mem_limit = g->settings.gpu_mem_limit;
+    }
+    g->model.on_gpu = ro.device_type == ZT_DEVICE_CUDA;
+    g->model.dtype = !g->model.on_gpu ? ZT_F32 : g->settings.fp16 ? ZT_F16 : ZT_BF16;
+    if (st == ZT_OK) st = zt_runtime_create(&ro, g->cfg, &g->rt, err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++)
         if (g->set.by_kind[k].plugin) st = zt_plugin_probe(&g->set.by_kind[k], g->rt, err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++)

@@ -84,10 +84,18 @@ typedef struct gen_model {
     int32_t max_seqs;        /* sequences the cache holds */
     int32_t rows;            /* tokens one call may run: max(longest sequence, max_seqs) */
     int32_t n_cached;        /* gen_model_step: tokens of sequence 0 already in the cache */
-    float *hidden[2];        /* [rows, hidden]: unit outputs, ping-pong */
-    float *logits;           /* [max_seqs, vocab]: of the last token of each sequence of a call */
-    int32_t *positions, *targets, *doc_ids; /* [rows] */
-    int32_t *cu_seqlens;     /* [max_seqs + 1] */
+    /* Where the units run: on the CPU in fp32 in host memory; on a GPU (device = cuda) in the
+     * 16-bit compute type (bf16, or fp16 with fp16.enabled) in device memory, the logits in fp32,
+     * copied to `logits` for the sampler. */
+    int on_gpu;
+    int32_t dtype;           /* of weights, unit outputs and the KV cache */
+    void *hidden[2];         /* [rows, hidden]: unit outputs, ping-pong */
+    float *logits;           /* [max_seqs, vocab]: of the last token of each sequence of a call (host) */
+    float *device_logits;    /* on a GPU: where the head writes them */
+    /* The batch's int32 arrays, one block: tokens, targets, positions, doc_ids [rows] each, then
+     * cu_seqlens [max_seqs + 1]; on a GPU copied to device_batch before each call. */
+    int32_t *batch_ints, *device_batch;
+    int32_t *tokens, *positions, *targets, *doc_ids, *cu_seqlens; /* into batch_ints */
 } gen_model;
 
 /* Reads one parameter (its whole logical tensor) from wherever the weights are. */
