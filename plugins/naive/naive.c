@@ -6,7 +6,8 @@
  * Built with CUDA (ZT_PLUGIN_CUDA), a run whose device is cuda trains through the unfused CUDA
  * algorithm of kernels/cuda/naive_attention.cu: bf16 tensors in and out, fp32 scores [H, T, T] per
  * batch element in a workspace from the host's pools, the backward recomputing P from the saved
- * log-sum-exp. The KV cache stays on the CPU (zt-run --generate runs on the CPU only). docs/gpu.md.
+ * log-sum-exp. Generation keeps its contiguous cache in device memory (one block of the whole context
+ * per sequence, ../kv_cuda.h) and attends with the decode kernels. docs/gpu.md.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include "zt/zt_plugin.h"
 #ifdef ZT_PLUGIN_CUDA
 #include "../cuda_plugin.h"
+#include "../kv_cuda.h"
 #endif
 
 typedef struct naive_state {
@@ -51,7 +53,10 @@ struct zt_kv_cache {
     int32_t n_layers, n_kv_heads, head_dim, max_seqs;
     int64_t seq_capacity;
     int64_t *length; /* committed tokens per sequence */
-    float *k, *v;
+    float *k, *v;    /* on the CPU */
+#ifdef ZT_PLUGIN_CUDA
+    zt_kv_device dev; /* on a GPU: blocks = sequences, block_size = seq_capacity */
+#endif
 };
 
 /* ---- argument checks --------------------------------------------------------------------------- */
@@ -308,11 +313,11 @@ static zt_status naive_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
     if (!d || !out || d->struct_size < sizeof(zt_kv_cache_desc))
         return fail(s, ZT_ERR_INVALID_ARG, "kv_create", "the descriptor or the output pointer is NULL");
     *out = NULL;
-    if (s->on_cuda)
+    if (s->on_cuda && d->dtype != ZT_BF16 && d->dtype != ZT_F16)
         return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
-                    "naive attention keeps its KV cache on the CPU only, and this run computes on a GPU; "
-                    "generate on the CPU (device = cpu)");
-    if (d->dtype != ZT_F32)
+                    "cache dtype %d asked for; on a GPU naive attention caches the run's 16-bit type (ZT_BF16 or "
+                    "ZT_F16)", (int)d->dtype);
+    if (!s->on_cuda && d->dtype != ZT_F32)
         return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
                     "cache dtype %d asked for; naive attention caches fp32 (ZT_F32) only", (int)d->dtype);
     if (d->n_layers < 1 || d->n_kv_heads < 1 || d->head_dim < 1 || d->max_seqs < 1 || d->max_tokens < d->max_seqs)
@@ -341,6 +346,20 @@ static zt_status naive_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
     c->max_seqs = d->max_seqs;
     c->seq_capacity = d->max_tokens / d->max_seqs;
     c->length = length;
+#ifdef ZT_PLUGIN_CUDA
+    if (s->on_cuda) {
+        if (c->seq_capacity > INT32_MAX ||
+            zt_kv_device_create(&c->dev, s->host, d->n_layers, d->max_seqs, (int32_t)c->seq_capacity, d->n_kv_heads,
+                                d->head_dim, 1, d->max_seqs) != ZT_OK) {
+            free(length);
+            free(c);
+            return ZT_ERR_OUT_OF_MEMORY; /* host->alloc described it */
+        }
+        for (int32_t i = 0; i < d->max_seqs; i++) zt_kv_device_table(&c->dev, i)[0] = i;
+        *out = c;
+        return ZT_OK;
+    }
+#endif
     uint64_t bytes = (uint64_t)d->n_layers * (uint64_t)d->max_seqs * (uint64_t)c->seq_capacity *
                      (uint64_t)d->n_kv_heads * (uint64_t)d->head_dim * sizeof(float);
     c->k = s->host->alloc(s->host->ctx, ZT_POOL_KV_CACHE, ZT_MEM_HOST, bytes, 0, "KV cache keys");
@@ -360,6 +379,9 @@ static void naive_kv_destroy(void *state, zt_kv_cache *c)
     naive_state *s = state;
     if (!c || c->magic != CACHE_MAGIC) return;
     c->magic = 0;
+#ifdef ZT_PLUGIN_CUDA
+    if (s->on_cuda) zt_kv_device_destroy(s->host, &c->dev);
+#endif
     s->host->free(s->host->ctx, c->k);
     s->host->free(s->host->ctx, c->v);
     free(c->length);
@@ -423,6 +445,18 @@ static zt_status naive_kv_attend(void *state, zt_kv_cache *c, int32_t layer, con
         (st = check_tensor(s, "kv_attend", "out", &a->out, n_seqs, n_new, H, D)) != ZT_OK)
         return st;
 
+#ifdef ZT_PLUGIN_CUDA
+    if (s->on_cuda) { /* one block per sequence: its table is its id; uploaded once a step */
+        if (layer == 0) {
+            for (int32_t i = 0; i < n_seqs; i++) {
+                zt_kv_device_table(&c->dev, i)[0] = seq_ids[i];
+                *zt_kv_device_length(&c->dev, i) = (int32_t)c->length[seq_ids[i]];
+            }
+            if ((st = zt_kv_device_upload(&c->dev, s->host, n_seqs)) != ZT_OK) return st;
+        }
+        return zt_kv_device_attend(&c->dev, s->host, "naive", layer, n_seqs, a);
+    }
+#endif
     /* Append: the new tokens go after each sequence's committed ones (kv_advance commits them). */
     size_t row_bytes = (size_t)(Hkv * D) * sizeof(float);
     for (int32_t i = 0; i < n_seqs; i++) {
@@ -501,7 +535,7 @@ static zt_status naive_kv_stats(void *state, const zt_kv_cache *c, int32_t seq_i
     out->refcount_sum = out->used_blocks;
     out->free_blocks = out->total_blocks - out->used_blocks;
     out->bytes = 2 * (int64_t)c->n_layers * c->max_seqs * c->seq_capacity * c->n_kv_heads * c->head_dim *
-                 (int64_t)sizeof(float);
+                 (int64_t)(s->on_cuda ? 2 : sizeof(float));
     return ZT_OK;
 }
 
@@ -570,7 +604,8 @@ static const zt_plugin k_plugin = {
     .name = "naive",
     .version = "1.0.0",
     .description = "exact causal attention, the reference: fp32 on the CPU (packed documents, GQA, KV cache), "
-                   "unfused bf16-in fp32-scores on CUDA where built with it (training only)",
+                   "unfused bf16-in fp32-scores on CUDA where built with it (generation: a contiguous device cache "
+                   "and the decode kernels)",
     .caps = ZT_CAP_CPU | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE
 #ifdef ZT_PLUGIN_CUDA
             | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16
