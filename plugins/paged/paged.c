@@ -5,6 +5,9 @@
  * plugin runs; decoding runs the kernels' block-table attention, which the naive plugin's
  * contiguous cache runs too, so both give the same bits. docs/generate.md describes the cache.
  *
+ * On a GPU (device = cuda, a build with CUDA) training and evaluation run the flash kernels instead
+ * (train_cuda.c), the calls the flash plugin makes.
+ *
  * Layout, chosen so a GPU decode kernel reads blocks in place: per layer, K and V pools of
  * [n_blocks][block_size][n_kv_heads][head_dim] floats (the layers one after another); one block
  * id addresses the same slots in every layer; block tables are int32 [max_seqs][max_blocks_per_seq].
@@ -19,6 +22,9 @@
 #include "block_pool.h"
 #include "cpu/kernels.h"
 #include "zt/zt_plugin.h"
+#ifdef ZT_PLUGIN_CUDA
+#include "train_cuda.h"
+#endif
 
 typedef struct paged_options {
     int64_t block_size;
@@ -32,6 +38,9 @@ typedef struct paged_state {
     const zt_host *host;
     zt_cpu_ctx cpu;
     paged_options opt;
+#ifdef ZT_PLUGIN_CUDA
+    paged_cuda *cuda; /* a GPU run's training path; NULL on the CPU */
+#endif
 } paged_state;
 
 #define SAVED_MAGIC 0x56534150u /* "PASV" */
@@ -136,6 +145,9 @@ static zt_attention_shape kernel_shape(const zt_attn_args *a)
 static zt_status paged_forward(void *state, const zt_attn_args *a, void **saved)
 {
     paged_state *s = state;
+#ifdef ZT_PLUGIN_CUDA
+    if (s->cuda) return paged_cuda_forward(s->cuda, a, saved);
+#endif
     zt_status st = check_training_args(s, "forward", a);
     if (st != ZT_OK) return st;
     zt_attention_shape shape = kernel_shape(a);
@@ -161,6 +173,9 @@ static void free_saved(paged_state *s, paged_saved *rec)
 static zt_status paged_backward(void *state, const zt_attn_args *a, void *saved)
 {
     paged_state *s = state;
+#ifdef ZT_PLUGIN_CUDA
+    if (s->cuda) return paged_cuda_backward(s->cuda, a, saved);
+#endif
     paged_saved *rec = saved;
     zt_status st = check_training_args(s, "backward", a);
     if (st == ZT_OK) {
@@ -186,6 +201,12 @@ static zt_status paged_backward(void *state, const zt_attn_args *a, void *saved)
 
 static void paged_release(void *state, void *saved)
 {
+#ifdef ZT_PLUGIN_CUDA
+    if (((paged_state *)state)->cuda) {
+        paged_cuda_release(((paged_state *)state)->cuda, saved);
+        return;
+    }
+#endif
     paged_saved *rec = saved;
     if (rec && rec->magic == SAVED_MAGIC) free_saved(state, rec);
 }
@@ -578,11 +599,14 @@ static zt_status read_options(const zt_host *host, paged_options *o)
 static zt_status paged_init(const zt_host *host, void **state)
 {
     *state = NULL;
-    if (host->device && host->device->device_type != ZT_DEVICE_CPU) {
-        host->error(host->ctx, ZT_ERR_UNSUPPORTED, "paged attention runs on the CPU (fp32); on a GPU train with flash "
-                    "or naive attention, and generate on the CPU (device = cpu)");
+    int on_gpu = host->device && host->device->device_type != ZT_DEVICE_CPU;
+#ifndef ZT_PLUGIN_CUDA
+    if (on_gpu) {
+        host->error(host->ctx, ZT_ERR_UNSUPPORTED, "this build of paged attention runs on the CPU only (built without "
+                    "CUDA): set device = cpu, or build zt with -DZT_CUDA=ON");
         return ZT_ERR_UNSUPPORTED;
     }
+#endif
     paged_state *s = calloc(1, sizeof *s);
     if (!s) {
         host->error(host->ctx, ZT_ERR_OUT_OF_MEMORY, "cannot allocate the paged attention state");
@@ -596,12 +620,21 @@ static zt_status paged_init(const zt_host *host, void **state)
     s->host = host;
     s->cpu.parallel_for = host->parallel_for;
     s->cpu.pool = host->ctx;
+#ifdef ZT_PLUGIN_CUDA
+    if (on_gpu && (st = paged_cuda_init(host, &s->cuda)) != ZT_OK) {
+        free(s);
+        return st;
+    }
+#endif
     *state = s;
     return ZT_OK;
 }
 
 static void paged_fini(void *state)
 {
+#ifdef ZT_PLUGIN_CUDA
+    if (state) paged_cuda_fini(((paged_state *)state)->cuda);
+#endif
     free(state);
 }
 
@@ -629,8 +662,13 @@ static const zt_plugin k_plugin = {
     .name = "paged",
     .version = "1.0.0",
     .description = "exact causal attention on the CPU (fp32, packed documents, GQA) with a paged KV cache: one pool "
-                   "of fixed-size blocks, per-sequence block tables, shared prompt prefixes (copy-on-write)",
+                   "of fixed-size blocks, per-sequence block tables, shared prompt prefixes (copy-on-write); in a "
+                   "CUDA build also training on the GPU with the flash kernels",
+#ifdef ZT_PLUGIN_CUDA
+    .caps = ZT_CAP_CPU | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16 | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE,
+#else
     .caps = ZT_CAP_CPU | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE,
+#endif
     .options = k_options,
     .n_options = sizeof k_options / sizeof k_options[0],
     .probe = paged_probe,
