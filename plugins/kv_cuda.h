@@ -98,6 +98,28 @@ static inline zt_status zt_kv_device_upload(zt_kv_device *d, const zt_host *host
     return ZT_OK;
 }
 
+/* Copy-on-write: block `from`'s K and V, in every layer, into block `to` (ordered on the compute stream
+ * before the step's writes). */
+static inline zt_status zt_kv_device_copy_block(zt_kv_device *d, const zt_host *host, int32_t to, int32_t from)
+{
+    int64_t block = (int64_t)d->block_size * d->n_kv_heads * d->head_dim;
+    cudaStream_t stream = zt_plugin_stream(host);
+    cudaError_t e = cudaSuccess;
+    for (int32_t l = 0; l < d->n_layers && e == cudaSuccess; l++) {
+        int64_t base = (int64_t)l * d->layer_elems;
+        e = cudaMemcpyAsync(d->k + base + to * block, d->k + base + from * block, (size_t)block * 2,
+                            cudaMemcpyDeviceToDevice, stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(d->v + base + to * block, d->v + base + from * block, (size_t)block * 2,
+                                cudaMemcpyDeviceToDevice, stream);
+    }
+    if (e != cudaSuccess) {
+        host->error(host->ctx, ZT_ERR_DEVICE, "copying a shared KV block on the GPU failed: %s", cudaGetErrorString(e));
+        return ZT_ERR_DEVICE;
+    }
+    return ZT_OK;
+}
+
 /* One layer of a step over the uploaded rows: a->k, a->v ([n_rows, n_new, n_kv_heads, head_dim]) are
  * written after each row's length, then a->q attends causally over each row's blocks into a->out. */
 static inline zt_status zt_kv_device_attend(zt_kv_device *d, const zt_host *host, const char *plugin, int32_t layer,
