@@ -44,13 +44,13 @@ print(",".join(map(str, r["prompt"])) if sys.argv[3] == "prompt" else " ".join(m
         "$model/expected.json" "$@"
 }
 
-# Greedy tokens of naive and paged (block sizes 16 and 1, shuffled) equal transformers' where the
-# choice is clear.
+# Greedy tokens of naive, flash and paged (block sizes 16 and 1, shuffled) equal transformers' where
+# the choice is clear (so they equal each other there).
 fixture() {
     local k prompt want gaps spec got
     for k in 0 1 2; do
         prompt=$(reference $k prompt) want=$(reference $k output) gaps=$(reference $k gaps)
-        for spec in "naive" "paged" "paged --set paged.block_size=1 --set paged.shuffle_blocks=true"; do
+        for spec in "naive" "flash" "paged" "paged --set paged.block_size=1 --set paged.shuffle_blocks=true"; do
             set -- $spec
             got=$("${gen[@]}" --plugins "llama,$1" "${@:2}" --prompt-ids "$prompt" 2>"$out/log") ||
                 { echo "FAIL: $spec prompt $k: $(tail -n 3 "$out/log")"; zt_failures=$((zt_failures + 1)); continue; }
@@ -71,7 +71,7 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": i, "prompt_ids": runs[i % 3]["prompt"]}) + "\n")
 PY
     local spec
-    for spec in "naive 1" "naive 8" "paged 1" "paged 8"; do
+    for spec in "naive 1" "naive 8" "flash 8" "paged 1" "paged 8"; do
         set -- $spec
         "$zt_run" --generate --model "$model" --set device=cuda --plugins "llama,$1" --set generate.max_seqs=$2 \
             --prompts "$out/ids.jsonl" --output "$out/$1_$2.jsonl" --max-new-tokens 24 >"$out/$1_$2.log" 2>&1
@@ -82,7 +82,7 @@ import json, sys
 out, tol = sys.argv[1], float(sys.argv[3])
 runs = json.load(open(sys.argv[2]))["generate"]
 bad = []
-for name in ("naive_1", "naive_8", "paged_1", "paged_8"):
+for name in ("naive_1", "naive_8", "flash_8", "paged_1", "paged_8"):
     for i, line in enumerate(open(f"{out}/{name}.jsonl")):
         r, ref = json.loads(line), runs[i % 3]
         n = next((k for k, g in enumerate(ref["gaps"]) if g <= tol), len(ref["gaps"]))
