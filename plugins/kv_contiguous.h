@@ -22,6 +22,8 @@
 #endif
 #ifdef ZT_PLUGIN_CUDA
 #include "kv_cuda.h"
+#else
+typedef zt_status (*zt_kv_prefill_fn)(void *state, const zt_attn_args *a); /* kv_cuda.h */
 #endif
 
 #define KV_CONTIGUOUS_MAGIC 0x4556414Eu /* "NAVE" */
@@ -199,10 +201,14 @@ static zt_status kvc_check_attend(const kv_contiguous_owner *o, const zt_kv_cach
 
 /* kv_attend after kvc_check_attend and the plugin's checks of q, k, v, out ([n_seqs, n_new, heads,
  * head_dim], dtype, device): appends k, v after each sequence's committed tokens and attends q over
- * each whole cache. cpu: the plugin's CPU kernel context (NULL on a GPU). */
+ * each whole cache. cpu: the plugin's CPU kernel context (NULL on a GPU); prefill (may be NULL): the
+ * plugin's forward for a fresh sequence's prompt on a GPU (kv_cuda.h), called with `state`. */
 static zt_status kvc_attend(const kv_contiguous_owner *o, void *cpu, zt_kv_cache *c, int32_t layer,
-                            const int32_t *seq_ids, int32_t n_seqs, const zt_attn_args *a)
+                            const int32_t *seq_ids, int32_t n_seqs, const zt_attn_args *a, zt_kv_prefill_fn prefill,
+                            void *state)
 {
+    (void)prefill; /* used on a GPU only */
+    (void)state;
 #ifdef ZT_PLUGIN_CUDA
     if (c->on_gpu) {
         zt_status st; /* one block per sequence: its table is its id; uploaded once a step */
@@ -213,7 +219,8 @@ static zt_status kvc_attend(const kv_contiguous_owner *o, void *cpu, zt_kv_cache
             }
             if ((st = zt_kv_device_upload(&c->dev, o->host, n_seqs)) != ZT_OK) return st;
         }
-        return zt_kv_device_attend(&c->dev, o->host, o->name, layer, n_seqs, a);
+        return zt_kv_device_attend(&c->dev, o->host, o->name, layer, n_seqs, a, c->length[seq_ids[0]] == 0, prefill,
+                                   state);
     }
 #endif
 #ifdef ZT_KV_CONTIGUOUS_CPU

@@ -120,10 +120,17 @@ static inline zt_status zt_kv_device_copy_block(zt_kv_device *d, const zt_host *
     return ZT_OK;
 }
 
+/* Training-style causal attention of q over k, v of the call alone (the plugin's forward: the flash
+ * kernels), for a prompt of a fresh sequence; NULL: the decode kernel attends the prompt too. */
+typedef zt_status (*zt_kv_prefill_fn)(void *state, const zt_attn_args *a);
+
 /* One layer of a step over the uploaded rows: a->k, a->v ([n_rows, n_new, n_kv_heads, head_dim]) are
- * written after each row's length, then a->q attends causally over each row's blocks into a->out. */
+ * written after each row's length, then a->q attends causally over each row's blocks into a->out.
+ * fresh: one row with nothing cached before the new tokens (a prompt), which `prefill` (when set)
+ * attends from a->k, a->v directly. */
 static inline zt_status zt_kv_device_attend(zt_kv_device *d, const zt_host *host, const char *plugin, int32_t layer,
-                                            int32_t n_rows, const zt_attn_args *a)
+                                            int32_t n_rows, const zt_attn_args *a, int fresh,
+                                            zt_kv_prefill_fn prefill, void *state)
 {
     int32_t n_new = (int32_t)a->q.shape[1];
     uint64_t scratch = zt_cuda_attention_decode_scratch_bytes(n_rows, n_new, a->n_heads, d->head_dim, d->table_stride,
@@ -141,6 +148,7 @@ static inline zt_status zt_kv_device_attend(zt_kv_device *d, const zt_host *host
     cudaStream_t stream = zt_plugin_stream(host);
     st = zt_cuda_kv_write(d->ctx, stream, &p, n_rows, n_new, a->k.data, a->v.data);
     if (st != ZT_OK) return zt_plugin_cuda_failed(host, st, "kv_attend: writing the new keys and values");
+    if (fresh && n_rows == 1 && n_new > 1 && prefill) return prefill(state, a);
     st = zt_cuda_attention_decode(d->ctx, stream, &p, n_rows, n_new, a->n_heads, a->scale, a->q.data, a->out.data);
     if (st != ZT_OK) return zt_plugin_cuda_failed(host, st, "kv_attend: decode attention");
     return ZT_OK;

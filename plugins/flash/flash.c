@@ -443,6 +443,12 @@ static void flash_kv_destroy(void *state, zt_kv_cache *c)
     kvc_destroy(&o, c);
 }
 
+/* A fresh sequence's prompt: the flash kernels over its own k, v (written to the cache as well). */
+static zt_status flash_prefill(void *state, const zt_attn_args *a)
+{
+    return flash_forward(state, a, NULL);
+}
+
 static zt_status flash_kv_attend(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
                                  const zt_attn_args *a)
 {
@@ -458,7 +464,7 @@ static zt_status flash_kv_attend(void *state, zt_kv_cache *c, int32_t layer, con
     if (shape.batch != n_seqs)
         return fail(s, ZT_ERR_INVALID_ARG, "kv_attend", "the batch has %d rows but %d sequences are given",
                     (int)shape.batch, (int)n_seqs);
-    return kvc_attend(&o, NULL, c, layer, seq_ids, n_seqs, a);
+    return kvc_attend(&o, NULL, c, layer, seq_ids, n_seqs, a, flash_prefill, s);
 }
 
 static zt_status flash_kv_advance(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_new)

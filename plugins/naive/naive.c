@@ -328,7 +328,7 @@ static zt_status naive_kv_attend(void *state, zt_kv_cache *c, int32_t layer, con
         (st = check_tensor(s, "kv_attend", "v", &a->v, n_seqs, n_new, Hkv, D)) != ZT_OK ||
         (st = check_tensor(s, "kv_attend", "out", &a->out, n_seqs, n_new, H, D)) != ZT_OK)
         return st;
-    return kvc_attend(&o, &s->cpu, c, layer, seq_ids, n_seqs, a);
+    return kvc_attend(&o, &s->cpu, c, layer, seq_ids, n_seqs, a, NULL, NULL); /* the reference: decode kernel only */
 }
 
 static zt_status naive_kv_advance(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,

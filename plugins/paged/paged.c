@@ -470,6 +470,14 @@ static zt_status paged_kv_prefix(void *state, zt_kv_cache *c, int32_t seq_id, co
     return ZT_OK;
 }
 
+#ifdef ZT_PLUGIN_CUDA
+/* A fresh sequence's prompt (nothing cached): the flash kernels over its own k, v, as in training. */
+static zt_status paged_prefill(void *state, const zt_attn_args *a)
+{
+    return paged_cuda_forward(state, a, NULL);
+}
+#endif
+
 static zt_status paged_kv_attend(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
                                  const zt_attn_args *a)
 {
@@ -505,7 +513,8 @@ static zt_status paged_kv_attend(void *state, zt_kv_cache *c, int32_t layer, con
             }
             if ((st = zt_kv_device_upload(&c->dev, s->host, n_seqs)) != ZT_OK) return st;
         }
-        return zt_kv_device_attend(&c->dev, s->host, "paged", layer, n_seqs, a);
+        return zt_kv_device_attend(&c->dev, s->host, "paged", layer, n_seqs, a, c->seqs[seq_ids[0]].length == 0,
+                                   paged_prefill, s->cuda);
     }
 #endif
     int32_t stride = c->max_blocks_per_seq;
