@@ -3,8 +3,8 @@
 # plugins, their tests and the benchmarks for this machine's GPU, runs the GPU tests (ctest -L gpu:
 # the kernels against the CPU kernels, training against torch fixtures and the CPU run), trains
 # against the PyTorch peer (bench/gpu/run.py), compares flash attention with PyTorch's SDPA
-# (bench/attention/run.py) and times the other kernels (zt-bench-kernels). Logs and tables go to
-# $OUT (set by the device tool) or out/gpu.
+# (bench/attention/run.py) and times the other kernels (zt-bench-kernels, zt-bench-decode). Logs and
+# tables go to $OUT (set by the device tool) or out/gpu.
 #   ZT_CUDA_ARCHITECTURES=90   architectures of the main build (H100/H200)
 #   ZT_GPU_PTX_ARCH=80         also build for sm_80 and run the tests again: on a newer GPU the
 #                              driver compiles that build's PTX, which runs the sm_80 code paths
@@ -141,6 +141,9 @@ if [ "${ZT_GPU_BENCH:-1}" != 0 ] && [ "${ZT_GPU_BENCH_KERNELS:-1}" != 0 ]; then
         --out "$out/bench.md" 2>&1 | tee "$out/bench.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     "$build/bin/zt-bench-kernels" 2>&1 | tee "$out/kernels.md"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    # decode attention's GB/s on 7B shapes (batch 1/8/32, contexts 256/1024/2048) against the copy bound
+    "$build/bin/zt-bench-decode" 2>&1 | tee "$out/decode.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 

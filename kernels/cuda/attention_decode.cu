@@ -60,6 +60,7 @@ struct decode_args {
     const bf16 *k, *v; /* typed bf16 for address arithmetic only; read as T */
     const int32_t *tables, *lengths;
     int32_t block_size, n_kv_heads, table_stride, n_new, n_heads, group, rows, split_tokens, splits;
+    int32_t block_shift; /* log2(block_size) when it is a power of two (shifts instead of divisions), else -1 */
     float scale_log2;
     const bf16 *q;
     bf16 *out;       /* splits == 1 */
@@ -119,7 +120,8 @@ __global__ void __launch_bounds__(DECODE_THREADS) decode_kernel(decode_args a)
         for (int u = 0; u < UNROLL; u++) {
             pos[u] = t0 + u * GROUPS + grp;
             if (pos[u] < end) {
-                int64_t slot = (int64_t)__ldg(table + pos[u] / a.block_size) * a.block_size + pos[u] % a.block_size;
+                int32_t blk = a.block_shift >= 0 ? pos[u] >> a.block_shift : pos[u] / a.block_size;
+                int64_t slot = (int64_t)__ldg(table + blk) * a.block_size + (pos[u] - blk * a.block_size);
                 int64_t off = slot * row_stride + (int64_t)kvh * D + lane * 8;
                 zt_load8((const T *)a.k + off, kf[u]);
                 zt_load8((const T *)a.v + off, vf[u]);
@@ -325,6 +327,9 @@ extern "C" zt_status zt_cuda_attention_decode(zt_cuda_ctx *ctx, cudaStream_t str
     a.tables = p->block_tables;
     a.lengths = p->lengths;
     a.block_size = p->block_size;
+    a.block_shift = -1;
+    for (int b = 0; b < 31; b++)
+        if (p->block_size == (1 << b)) a.block_shift = b;
     a.n_kv_heads = p->n_kv_heads;
     a.table_stride = p->table_stride;
     a.n_new = n_new;

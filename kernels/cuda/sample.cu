@@ -54,19 +54,21 @@ __device__ double block_exclusive_scan(double x, double *shared, double *total)
     if (lane == 31) shared[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-        double w = lane < SAMPLE_THREADS / 32 ? shared[lane] : 0.0, wi = w;
+        double wi = lane < SAMPLE_THREADS / 32 ? shared[lane] : 0.0;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
             double y = __shfl_up_sync(0xffffffffu, wi, o);
             if (lane >= o) wi += y;
         }
-        shared[32 + lane] = wi - w; /* exclusive prefix of warp totals */
+        double before = __shfl_up_sync(0xffffffffu, wi, 1); /* exclusive prefix of the warp totals */
+        shared[32 + lane] = lane ? before : 0.0;
         if (lane == 31) shared[64] = wi;
     }
     __syncthreads();
-    double result = shared[32 + warp] + incl - x;
+    double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) excl = 0.0;
     *total = shared[64];
-    return result;
+    return shared[32 + warp] + excl;
 }
 
 /* The first maximum: the lower id wins ties (the CPU's strict > scan). */

@@ -4,7 +4,8 @@
  *    kernel must not read set to NaN in the cache (so an over-read shows as NaN), the output poisoned
  *    before each run; GQA ratios 1, 4 and 8, n_new 1 and > 1, block sizes 1, 16 and 32, head_dim 64
  *    and 128, contexts up to 4096 (the split-and-merge path) and tables much longer than the
- *    sequences (empty splits). Tolerance: one rounding of the output (TOL_BF16_OUT: 8e-3 relative L2
+ *    sequences (empty splits); each case also captured in a CUDA graph and replayed after new lengths
+ *    were written to the device. Tolerance: one rounding of the output (TOL_BF16_OUT: 8e-3 relative L2
  *    in bf16, 1e-3 in fp16). The cache is read back after kv_write: bit for bit what was written.
  *  - zt_cuda_sample against the CPU sampler (framework/generate/sampler.c) for the same u on many rows:
  *    greedy, temperature, top-p, and top-k (the CPU sampler has no top-k: its reference is the CPU
@@ -35,6 +36,44 @@ static void shuffle(int32_t *x, int32_t n)
         x[i] = x[j];
         x[j] = t;
     }
+}
+
+/* The decode captured in a CUDA graph replays with other lengths written to the device (each halved):
+ * the launch shape depends on the shape only, so the replay must match the CPU kernel at the new
+ * lengths (the cache holds data for every position up to the old ones). */
+static void check_graph_replay(zt_cuda_ctx *ctx, const zt_cuda_kv_pages *pages, const zt_kv_pages *cpu_pages,
+                               const zt_attention_shape *shape, int32_t *lengths, int64_t *lengths64,
+                               int32_t *dlengths, int32_t N, const float *q, const uint16_t *dq, uint16_t *dout,
+                               const char *what)
+{
+    int32_t S = (int32_t)shape->batch, H = (int32_t)shape->heads, D = (int32_t)shape->head_dim;
+    int64_t n = (int64_t)S * N * H * D;
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ZT_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+    ZT_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    zt_status st = zt_cuda_attention_decode(ctx, stream, pages, S, N, H, shape->scale, dq, dout);
+    ZT_CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    ZT_CHECK(check_ok("zt_cuda_attention_decode under graph capture", st));
+    ZT_CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int32_t s = 0; s < S; s++) lengths64[s] = lengths[s] = lengths[s] / 2;
+    ZT_CHECK(cudaMemcpy(dlengths, lengths, sizeof(int32_t) * (size_t)S, cudaMemcpyHostToDevice) == cudaSuccess);
+    float *ref = host_f32(n);
+    zt_cpu_attention_decode(NULL, shape, cpu_pages, S, N, q, ref);
+    device_poison(dout, (uint64_t)n * 2);
+    ZT_CHECK(cudaDeviceSynchronize() == cudaSuccess); /* the poison (legacy stream) lands before the replay */
+    ZT_CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess);
+    ZT_CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+    float *got = download_bf16(dout, n);
+    char label[300];
+    snprintf(label, sizeof label, "%s, graph replay at halved lengths", what);
+    ZT_CHECK(check_rel_l2(label, got, ref, n, TOL_BF16_OUT));
+    free(got);
+    free(ref);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
 }
 
 static void run_decode_case(zt_cuda_ctx *ctx, const decode_case *c)
@@ -106,7 +145,7 @@ static void run_decode_case(zt_cuda_ctx *ctx, const decode_case *c)
     zt_kv_pages cpu_pages = {k_ref, v_ref, bs, row, tables, stride, lengths64};
     float *ref = host_f32((int64_t)S * N * H * D);
     zt_cpu_attention_decode(NULL, &shape, &cpu_pages, S, N, q, ref);
-    for (int run = 0; run < 2; run++) { /* twice: the second replays on a poisoned output and scratch */
+    for (int run = 0; run < 2; run++) { /* twice, each into a freshly poisoned output */
         device_poison(dout, (uint64_t)S * N * H * D * 2);
         ZT_CHECK(check_ok("zt_cuda_attention_decode",
                           zt_cuda_attention_decode(ctx, NULL, &pages, S, N, H, scale, dq, dout)));
@@ -114,6 +153,7 @@ static void run_decode_case(zt_cuda_ctx *ctx, const decode_case *c)
         ZT_CHECK(check_rel_l2(what, got, ref, (int64_t)S * N * H * D, TOL_BF16_OUT));
         free(got);
     }
+    check_graph_replay(ctx, &pages, &cpu_pages, &shape, lengths, lengths64, dlengths, N, q, dq, dout, what);
     free(ref);
     free(k_back);
     free(v_back);
