@@ -25,6 +25,8 @@
 #                              ZT_GPU_BENCH_FINETUNE_ARGS: more arguments for both (e.g. --recompute off);
 #                              ZT_GPU_BENCH_FINETUNE_LIMIT=24G: the 24 GB card's --gpu-mem-limit (zt's pools;
 #                              e.g. 23G leaves the CUDA context room), the process checked below 24G
+#   ZT_GPU_BENCH_GENERATE=...  run bench/generate/run.py (the seed's generation table, 7B) with these
+#                              arguments, e.g. "--deadline 480" or "--batches 1,32" (unset: not run)
 #   ZT_GPU_SANITIZE=1          run the attention test under compute-sanitizer memcheck and racecheck
 #   ZT_GPU_PROFILE=1           profile the flash kernels with Nsight Compute (profile.log)
 # GPU machines lack libsentencepiece, so the training tests read the example tasks tokenized here
@@ -170,6 +172,15 @@ if [ -n "${ZT_GPU_BENCH_ZERO+set}" ] && [ -f bench/zero/run.py ]; then
     # shellcheck disable=SC2086 # the arguments are meant to split
     PYTHONUNBUFFERED=1 python3 bench/zero/run.py --build "$build" $ZT_GPU_BENCH_ZERO 2>&1 | tee "$out/bench-zero.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+
+if [ -n "${ZT_GPU_BENCH_GENERATE+set}" ]; then
+    # zt-run --generate (naive, flash, paged) next to HF generate() on a random 7B (bench/RESULTS.md).
+    # shellcheck disable=SC2086 # the arguments are meant to split
+    PYTHONUNBUFFERED=1 python3 bench/generate/run.py --build "$build" --work "$build/bench-generate" \
+        --out "$out/bench-generate.md" $ZT_GPU_BENCH_GENERATE 2>&1 | tee "$out/bench-generate.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    cp "$build/bench-generate/bench.log" "$out/bench-generate-runs.log" 2>/dev/null
 fi
 
 if [ "${ZT_GPU_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then

@@ -102,6 +102,8 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_SEED] = {"--seed", NULL, "S", "generation: sampling seed (default: the config key seed)"},
     [OPT_PROMPTS] = {"--prompts", NULL, "FILE", "generation: answer every record of FILE.json|.jsonl (Alpaca or {\"prompt\": ...})"},
     [OPT_OUTPUT] = {"--output", NULL, "FILE", "generation with --prompts: one JSON line per record, in input order"},
+    [OPT_STATS] = {"--stats", NULL, "FILE",
+                   "generation: write its figures (tokens/s, time to first token, memory by pool) as JSON"},
     [OPT_PRINT_IDS] = {"--print-ids", NULL, NULL, "generation: write the generated token ids instead of text"},
     /* MindFormers compatibility (run_mindformer.py's flags; cli/mindformers.c, docs/cli.md) */
     [OPT_MF_USE_PARALLEL] = {"--use_parallel", NULL, "True|False", "MindFormers: with --device_num N, train on N ranks (zt: --nproc N)"},
@@ -326,6 +328,7 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_PRINT_IDS: a->gen.print_ids = 1; break;
         case OPT_PROMPTS: a->gen.prompts = v; break;
         case OPT_OUTPUT: a->gen.output = v; break;
+        case OPT_STATS: a->gen.stats = v; break;
         case OPT_MF_USE_PARALLEL: a->mf.use_parallel = v; break;
         case OPT_MF_DEVICE_NUM: a->mf.device_num = v; break;
         case OPT_MF_RUN_MODE: a->mf.run_mode = v; break;

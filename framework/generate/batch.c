@@ -30,6 +30,8 @@ typedef struct record {
     char *id_json;      /* the record's "id" as JSON text, or its number */
     char *prompt, *input;
     int raw;            /* {"prompt": ...}: no template */
+    int32_t *ids;       /* {"prompt_ids": [...]}: the prompt as token ids, used as they are */
+    int32_t n_ids;
     char *error;        /* why it cannot be answered (malformed, empty, too long, ...) */
     char *line;         /* its output line, once answered (with the newline) */
 } record;
@@ -68,8 +70,29 @@ static char *printf_alloc(const char *fmt, ...)
     return s;
 }
 
+/* {"prompt_ids": [id, ...]}: ids of a vocabulary of `vocab` tokens, into r->ids. */
+static void read_prompt_ids(const zt_json *j, int arr, int64_t number, int32_t vocab, record *r)
+{
+    if (j->tok[arr].type != ZT_JSON_ARRAY || j->tok[arr].size == 0) {
+        r->error = printf_alloc("record %lld: \"prompt_ids\" must be a non-empty array of token ids", (long long)number);
+        return;
+    }
+    if (!(r->ids = malloc((size_t)j->tok[arr].size * sizeof *r->ids))) return;
+    for (int k = 0, tok = arr + 1; k < j->tok[arr].size; k++, tok = zt_json_skip(j, tok)) {
+        double v = zt_json_is_number(j, tok) ? zt_json_get_number(j, tok) : -1;
+        if (v < 0 || v >= vocab || v != (double)(int32_t)v) {
+            r->error = printf_alloc("record %lld: \"prompt_ids\" entry %d is %.*s, not a token id in [0, %d) (the "
+                                    "model's vocabulary)", (long long)number, k + 1, j->tok[tok].end - j->tok[tok].start,
+                                    j->text + j->tok[tok].start, (int)vocab);
+            return;
+        }
+        r->ids[r->n_ids++] = (int32_t)v;
+    }
+    r->raw = 1;
+}
+
 /* A record from object token `obj` of j; problems go to r->error. */
-static void read_record(const zt_json *j, int obj, int64_t number, record *r)
+static void read_record(const zt_json *j, int obj, int64_t number, int32_t vocab, record *r)
 {
     zt_error err = {0};
     if (!(r->id_json = printf_alloc("%lld", (long long)number))) return;
@@ -87,11 +110,16 @@ static void read_record(const zt_json *j, int obj, int64_t number, record *r)
                                   quoted ? "\"" : "");
     }
     int instruction = zt_json_object_get(j, obj, "instruction"), prompt = zt_json_object_get(j, obj, "prompt");
-    int input = zt_json_object_get(j, obj, "input");
+    int input = zt_json_object_get(j, obj, "input"), ids = zt_json_object_get(j, obj, "prompt_ids");
+    if (ids >= 0 && instruction < 0 && prompt < 0) {
+        read_prompt_ids(j, ids, number, vocab, r);
+        return;
+    }
     int field = instruction >= 0 ? instruction : prompt;
     const char *name = instruction >= 0 ? "instruction" : "prompt";
     if (field < 0) {
-        r->error = printf_alloc("record %lld has neither \"instruction\" (Alpaca) nor \"prompt\" (raw text)",
+        r->error = printf_alloc("record %lld has neither \"instruction\" (Alpaca) nor \"prompt\" (raw text) nor "
+                                "\"prompt_ids\" (token ids)",
                                 (long long)number);
         return;
     }
@@ -136,7 +164,7 @@ static zt_status read_records(batch *b, const char *path, zt_error *err)
         b->n_recs = j.tok[0].size;
         b->recs = calloc((size_t)b->n_recs + 1, sizeof *b->recs);
         for (int64_t i = 0, tok = 1; b->recs && i < b->n_recs; i++, tok = zt_json_skip(&j, (int)tok))
-            read_record(&j, (int)tok, i + 1, &b->recs[i]);
+            read_record(&j, (int)tok, i + 1, b->g->model.info->vocab_size, &b->recs[i]);
         zt_json_free(&j);
     } else {
         int64_t lines = 0;
@@ -152,7 +180,7 @@ static zt_status read_records(batch *b, const char *path, zt_error *err)
                 char origin[64];
                 snprintf(origin, sizeof origin, "record %lld", (long long)b->n_recs);
                 if (zt_json_parse(text + at, end - at, origin, &j, &line_err) == ZT_OK) {
-                    read_record(&j, 0, b->n_recs, r);
+                    read_record(&j, 0, b->n_recs, b->g->model.info->vocab_size, r);
                     zt_json_free(&j);
                 } else {
                     int64_t line = 1; /* blank lines make it differ from the record number */
@@ -173,8 +201,9 @@ static zt_status read_records(batch *b, const char *path, zt_error *err)
 /* ---- the output ------------------------------------------------------------------------------ */
 
 /* The record's line; text NULL for an error line. */
-static zt_status answer(batch *b, int64_t i, const char *text, size_t text_len, int32_t prompt_tokens,
-                        int32_t output_tokens, const char *reason, double latency, zt_error *err)
+static zt_status answer(batch *b, int64_t i, const char *text, size_t text_len, const int32_t *output_ids,
+                        int32_t prompt_tokens, int32_t output_tokens, const char *reason, double latency,
+                        zt_error *err)
 {
     record *r = &b->recs[i];
     char *line = NULL;
@@ -186,6 +215,11 @@ static zt_status answer(batch *b, int64_t i, const char *text, size_t text_len, 
     if (text) {
         fputs(",\"output\":", f);
         zt_json_write_string(f, text, text_len);
+        if (r->ids) { /* ids in, ids out (the text too when a tokenizer is known) */
+            fputs(",\"output_ids\":[", f);
+            for (int32_t k = 0; k < output_tokens; k++) fprintf(f, "%s%d", k ? "," : "", (int)output_ids[k]);
+            fputc(']', f);
+        }
         fprintf(f, ",\"prompt_tokens\":%d,\"output_tokens\":%d,\"finish_reason\":\"%s\",\"latency_s\":%.4f}\n",
                 (int)prompt_tokens, (int)output_tokens, reason, latency);
     } else {
@@ -199,6 +233,8 @@ static zt_status answer(batch *b, int64_t i, const char *text, size_t text_len, 
     r->line = line;
     b->n_done++;
     b->tokens_out += output_tokens;
+    b->g->stats.new_tokens += output_tokens;
+    b->g->stats.prompt_tokens += prompt_tokens;
     if (fwrite(line, 1, n, b->partial) != n || fflush(b->partial) != 0)
         return zt_error_set(err, ZT_ERR_IO, "cannot write %s: %s", b->partial_path, strerror(errno));
     return ZT_OK;
@@ -282,6 +318,11 @@ static zt_status answer_text(gen_run *g, const slot *s, char **text, size_t *len
 {
     int32_t end = s->length;
     if (end > s->n_prompt && gen_is_stop_id(g, s->ids[end - 1])) end--;
+    *stopped = 0;
+    if (!g->have_tok) { /* prompt_ids records without a tokenizer: their answer is output_ids */
+        *len = 0;
+        return (*text = strdup("")) ? ZT_OK : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+    }
     zt_status st = gen_tokenizer_decode(&g->tok, s->ids[s->n_prompt - 1], s->ids + s->n_prompt,
                                         (size_t)(end - s->n_prompt), text, len, err);
     if (st != ZT_OK) return st;
@@ -340,8 +381,8 @@ static zt_status after_token(batch *b, int32_t seq, slot *s, zt_error *err)
     if (!reason && !suffix) return ZT_OK;
     zt_status st = answer_text(g, s, &text, &len, &stopped, err);
     if (st == ZT_OK && (reason || stopped)) {
-        st = answer(b, s->rec, text, len, s->n_prompt, generated, reason ? reason : "stop", zt_now_s() - s->started,
-                    err);
+        st = answer(b, s->rec, text, len, s->ids + s->n_prompt, s->n_prompt, generated, reason ? reason : "stop",
+                    zt_now_s() - s->started, err);
         if (st == ZT_OK) st = release(b, seq, 1, err);
         slot_clear(s);
     }
@@ -356,12 +397,21 @@ static int start_record(batch *b, int64_t i, slot *s, zt_error *err, zt_status *
     record *r = &b->recs[i];
     int32_t n_bos = 0, context = g->model.info->max_seq_len;
     *st = ZT_OK;
+    if (!r->error && !r->ids && !g->have_tok)
+        r->error = printf_alloc("record %lld is text, but no tokenizer is known to turn it into tokens: give -t FILE or "
+                                "--data DIR, or give the prompt as {\"prompt_ids\": [...]}", (long long)i + 1);
     if (!r->error && !r->raw && !g->have_tpl)
         r->error = printf_alloc("record %lld is an Alpaca record (\"instruction\"), but --raw turns the template "
                                 "off: remove --raw, or give {\"prompt\": TEXT}", (long long)i + 1);
     if (!r->error) {
         zt_error enc = {0};
-        if (gen_encode_prompt(g, r->prompt, r->input, r->raw, &s->ids, &s->n_prompt, &n_bos, &enc) != ZT_OK)
+        if (r->ids && (s->ids = malloc((size_t)r->n_ids * sizeof *s->ids))) {
+            memcpy(s->ids, r->ids, (size_t)r->n_ids * sizeof *s->ids);
+            s->n_prompt = r->n_ids;
+        }
+        if (r->ids && !s->ids)
+            r->error = printf_alloc("record %lld: out of memory for its %d prompt ids", (long long)i + 1, (int)r->n_ids);
+        else if (!r->ids && gen_encode_prompt(g, r->prompt, r->input, r->raw, &s->ids, &s->n_prompt, &n_bos, &enc) != ZT_OK)
             r->error = printf_alloc("record %lld: %s", (long long)i + 1, enc.msg);
         else if (s->n_prompt >= context)
             r->error = printf_alloc("record %lld: the prompt is %d tokens, but the model reads at most %d "
@@ -371,7 +421,7 @@ static int start_record(batch *b, int64_t i, slot *s, zt_error *err, zt_status *
     if (r->error) {
         free(s->ids);
         s->ids = NULL;
-        *st = answer(b, i, NULL, 0, 0, 0, NULL, 0, err);
+        *st = answer(b, i, NULL, 0, NULL, 0, 0, NULL, 0, err);
         return 1;
     }
     int32_t *grown = realloc(s->ids, (size_t)context * sizeof *grown);
@@ -392,7 +442,7 @@ static int start_record(batch *b, int64_t i, slot *s, zt_error *err, zt_status *
 /* Samples the next token of slot s from logits row `row`. */
 static void sample(gen_run *g, slot *s, const float *logits, float *masked)
 {
-    int32_t V = g->model.info->vocab_size, tokenizer_vocab = g->tok.info.vocab_size;
+    int32_t V = g->model.info->vocab_size, tokenizer_vocab = g->have_tok ? g->tok.info.vocab_size : V;
     memcpy(masked, logits, (size_t)V * sizeof *masked);
     for (int32_t v = tokenizer_vocab; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
     s->ids[s->length++] = zt_sampler_next(&s->sampler, masked);
@@ -426,6 +476,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
     for (int32_t i = 0; slots && i < max_seqs; i++) slots[i].rec = -1;
     zt_log(ZT_LOG_INFO, "%lld records to answer from %s, up to %d at once (generate.max_seqs), %s", (long long)(tail - head),
            o->prompts, (int)max_seqs, g->s->temperature == 0 ? "greedy" : "sampled with a seed per record");
+    gen_stats_begin(&g->stats); /* after reading the records and creating the cache, as the peer's clock */
     while (st == ZT_OK) {
         int32_t running = 0;
         for (int32_t i = 0; i < max_seqs; i++) running += slots[i].rec >= 0;
@@ -452,7 +503,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
                     b.recs[r].error = printf_alloc("record %lld: the KV cache cannot hold its prompt of %d tokens even "
                                                    "alone (raise paged.kv_budget): %s", (long long)r + 1,
                                                    (int)s->n_prompt, room.msg);
-                    st = answer(&b, r, NULL, 0, 0, 0, NULL, 0, err);
+                    st = answer(&b, r, NULL, 0, NULL, 0, 0, NULL, 0, err);
                     head++;
                     i--;
                 }
@@ -467,7 +518,9 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
             if (st == ZT_OK) st = gen_model_run(m, &i, 1, s->ids + cached, n_run, &cached, err);
             if (st == ZT_OK) {
                 sample(g, s, m->logits, masked);
+                gen_stats_first_token(&g->stats, s->started);
                 running++;
+                if (running > g->stats.peak_concurrent) g->stats.peak_concurrent = running;
                 st = after_token(&b, i, s, err);
                 if (s->rec < 0) running--;
             }
@@ -491,7 +544,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
                 b.recs[s->rec].error = printf_alloc("record %lld: the KV cache cannot hold it even alone at %d "
                                                     "tokens (raise paged.kv_budget): %s", (long long)s->rec + 1,
                                                     (int)s->length, room.msg);
-                st = answer(&b, s->rec, NULL, 0, 0, 0, NULL, 0, err);
+                st = answer(&b, s->rec, NULL, 0, NULL, 0, 0, NULL, 0, err);
             } else {
                 zt_log(ZT_LOG_WARN, "KV cache full: record %lld is preempted (its blocks are freed) and starts again "
                        "later", (long long)s->rec + 1);
@@ -517,6 +570,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
         }
         progress(&b, 0);
     }
+    g->stats.finished = zt_now_s();
     if (st == ZT_OK) {
         progress(&b, 1);
         gen_model_log_kv(m, b.finished, b.finished_slots, b.finished_tokens);
@@ -534,6 +588,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
         free(b.recs[i].id_json);
         free(b.recs[i].prompt);
         free(b.recs[i].input);
+        free(b.recs[i].ids);
         free(b.recs[i].error);
         free(b.recs[i].line);
     }

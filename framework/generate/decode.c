@@ -4,6 +4,7 @@
 #include "generate/generate_internal.h"
 
 #include "base/log.h"
+#include "state/safetensors.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,13 +19,14 @@ static int64_t numel(const zt_param_decl *p)
     return n;
 }
 
-static zt_tensor view_of(float *data, int ndim, const int64_t *shape)
+/* A contiguous view in the memory the units run in (host fp32, or the GPU's 16-bit type). */
+static zt_tensor view_in(const gen_model *m, void *data, int32_t dtype, int ndim, const int64_t *shape)
 {
     zt_tensor t;
     memset(&t, 0, sizeof t);
     t.data = data;
-    t.dtype = ZT_F32;
-    t.device_type = ZT_DEVICE_CPU;
+    t.dtype = dtype;
+    t.device_type = m->on_gpu ? ZT_DEVICE_CUDA : ZT_DEVICE_CPU;
     t.ndim = ndim;
     int64_t stride = 1;
     for (int d = ndim - 1; d >= 0; d--) {
@@ -35,9 +37,39 @@ static zt_tensor view_of(float *data, int ndim, const int64_t *shape)
     return t;
 }
 
+static zt_tensor view_of(const gen_model *m, void *data, int ndim, const int64_t *shape)
+{
+    return view_in(m, data, m->dtype, ndim, shape);
+}
+
 static void *model_alloc(gen_model *m, int pool, uint64_t bytes, const char *tag, zt_error *err)
 {
     return zt_runtime_alloc(m->rt, pool, ZT_MEM_HOST, bytes ? bytes : 1, 0, tag, err);
+}
+
+/* Memory the units read: the device's on a GPU, else the host's. */
+static void *unit_alloc(gen_model *m, int pool, uint64_t bytes, const char *tag, zt_error *err)
+{
+    return zt_runtime_alloc(m->rt, pool, m->on_gpu ? ZT_MEM_DEVICE : ZT_MEM_HOST, bytes ? bytes : 1, 0, tag, err);
+}
+
+static uint64_t elem_bytes(const gen_model *m)
+{
+    return m->on_gpu ? 2 : sizeof(float);
+}
+
+/* Reads parameter p into the units' storage at dst: directly on the CPU; on a GPU into host fp32
+ * staging, rounded to the 16-bit type and copied. */
+static zt_status read_param(gen_model *m, weight_reader read, void *source, const zt_param_decl *p, void *dst,
+                            float *staging, uint16_t *narrow, zt_error *err)
+{
+    if (!m->on_gpu) return read(source, p, dst, err);
+    zt_status st = read(source, p, staging, err);
+    int64_t n = numel(p);
+    for (int64_t i = 0; i < n && st == ZT_OK; i++)
+        narrow[i] = m->dtype == ZT_F16 ? zt_f16_from_f32(staging[i]) : zt_bf16_from_f32(staging[i]);
+    if (st == ZT_OK) st = zt_runtime_memcpy(m->rt, dst, narrow, (uint64_t)n * 2, err);
+    return st;
 }
 
 zt_status gen_read_hf(void *source, const zt_param_decl *p, float *dst, zt_error *err)
@@ -74,15 +106,25 @@ zt_status gen_model_load_weights(gen_model *m, weight_reader read, void *source,
         free(offset);
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the model's parameter table");
     }
-    int64_t total = 0;
+    int64_t total = 0, largest = 0;
     for (int32_t i = 0; i < np; i++) {
         offset[i] = -1;
         if (info->params[i].flags & ZT_PARAM_TIED) continue;
         offset[i] = total;
         total += numel(&info->params[i]);
+        if (numel(&info->params[i]) > largest) largest = numel(&info->params[i]);
     }
-    m->weights = model_alloc(m, ZT_POOL_PARAMS, (uint64_t)total * sizeof(float), "model weights", err);
+    m->weights = unit_alloc(m, ZT_POOL_PARAMS, (uint64_t)total * elem_bytes(m), "model weights", err);
     zt_status st = m->weights ? ZT_OK : ZT_ERR_OUT_OF_MEMORY;
+    float *staging = NULL;
+    uint16_t *narrow = NULL;
+    if (st == ZT_OK && m->on_gpu) { /* one parameter at a time through the host */
+        staging = malloc((size_t)largest * sizeof *staging);
+        narrow = malloc((size_t)largest * sizeof *narrow);
+        if (!staging || !narrow)
+            st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of host memory staging a parameter of %lld values",
+                              (long long)largest);
+    }
     for (int32_t u = 0, i = 0; u <= info->n_units; u++) {
         m->unit_first[u] = i; /* parameters are grouped by unit, in unit order (zt_model.h) */
         while (u < info->n_units && i < np && info->params[i].unit == u) i++;
@@ -104,10 +146,13 @@ zt_status gen_model_load_weights(gen_model *m, weight_reader read, void *source,
                 break;
             }
         }
-        m->views[i] = view_of(m->weights + offset[owner], p->ndim, p->shape);
-        if (owner == i) st = read(source, p, m->weights + offset[i], err);
+        void *at = (char *)m->weights + (uint64_t)offset[owner] * elem_bytes(m);
+        m->views[i] = view_of(m, at, p->ndim, p->shape);
+        if (owner == i) st = read_param(m, read, source, p, at, staging, narrow, err);
     }
     free(offset);
+    free(staging);
+    free(narrow);
     return st;
 }
 
@@ -116,17 +161,25 @@ zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, 
     const zt_model_info *info = m->info;
     m->max_seqs = max_seqs;
     m->rows = seq_tokens > max_seqs ? seq_tokens : max_seqs;
-    uint64_t rows = (uint64_t)m->rows, hidden_bytes = rows * (uint64_t)info->hidden_size * sizeof(float);
+    uint64_t rows = (uint64_t)m->rows, hidden_bytes = rows * (uint64_t)info->hidden_size * elem_bytes(m);
     for (int i = 0; i < 2; i++)
-        if (!(m->hidden[i] = model_alloc(m, ZT_POOL_ACTIVATIONS, hidden_bytes, "unit outputs", err)))
+        if (!(m->hidden[i] = unit_alloc(m, ZT_POOL_ACTIVATIONS, hidden_bytes, "unit outputs", err)))
             return ZT_ERR_OUT_OF_MEMORY;
-    m->logits = model_alloc(m, ZT_POOL_ACTIVATIONS, (uint64_t)max_seqs * (uint64_t)info->vocab_size * sizeof(float),
-                            "logits", err);
-    m->positions = model_alloc(m, ZT_POOL_OTHER, rows * sizeof(int32_t), "positions", err);
-    m->targets = model_alloc(m, ZT_POOL_OTHER, rows * sizeof(int32_t), "targets", err);
-    m->doc_ids = model_alloc(m, ZT_POOL_OTHER, rows * sizeof(int32_t), "document ids", err);
-    m->cu_seqlens = model_alloc(m, ZT_POOL_OTHER, (uint64_t)(max_seqs + 1) * sizeof(int32_t), "sequence starts", err);
-    if (!m->logits || !m->positions || !m->targets || !m->doc_ids || !m->cu_seqlens) return ZT_ERR_OUT_OF_MEMORY;
+    uint64_t logits_bytes = (uint64_t)max_seqs * (uint64_t)info->vocab_size * sizeof(float);
+    m->logits = model_alloc(m, ZT_POOL_ACTIVATIONS, logits_bytes, "logits", err);
+    if (m->on_gpu && m->logits && !(m->device_logits = unit_alloc(m, ZT_POOL_ACTIVATIONS, logits_bytes, "logits", err)))
+        return ZT_ERR_OUT_OF_MEMORY;
+    uint64_t ints = 4 * rows + (uint64_t)max_seqs + 3; /* + 2: the head's {0, 1} after a prompt's */
+    m->batch_ints = model_alloc(m, ZT_POOL_OTHER, ints * sizeof(int32_t), "tokens, positions, sequence starts", err);
+    if (!m->logits || !m->batch_ints) return ZT_ERR_OUT_OF_MEMORY;
+    if (m->on_gpu && !(m->device_batch = unit_alloc(m, ZT_POOL_OTHER, ints * sizeof(int32_t),
+                                                    "tokens, positions, sequence starts", err)))
+        return ZT_ERR_OUT_OF_MEMORY;
+    m->tokens = m->batch_ints;
+    m->targets = m->tokens + rows;
+    m->positions = m->targets + rows;
+    m->doc_ids = m->positions + rows;
+    m->cu_seqlens = m->doc_ids + rows;
     int64_t max_tokens = (int64_t)max_seqs * seq_tokens;
     if (max_tokens > INT32_MAX)
         return zt_error_set(err, ZT_ERR_INVALID_ARG, "%d sequences of %d tokens are more than a KV cache addresses "
@@ -141,8 +194,8 @@ zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, 
                           .head_dim = info->head_dim,
                           .max_seqs = max_seqs,
                           .max_tokens = (int32_t)max_tokens,
-                          .dtype = ZT_F32,
-                          .free_bytes = free_bytes,
+                          .dtype = m->on_gpu ? m->dtype : ZT_F32,
+                          .free_bytes = m->on_gpu ? 0 : free_bytes, /* 0: the plugin asks its device */
                           .max_seq_tokens = seq_tokens};
     zt_status st = m->attention.ops->kv_create(m->attention.state, &d, &m->kv);
     return st == ZT_OK ? ZT_OK
@@ -155,7 +208,7 @@ void gen_model_free(gen_model *m)
     if (!m->rt) return;
     if (m->kv) m->attention.ops->kv_destroy(m->attention.state, m->kv);
     void *buffers[] = {m->weights, m->views, m->unit_first, m->hidden[0], m->hidden[1], m->logits,
-                       m->positions, m->targets, m->doc_ids, m->cu_seqlens};
+                       m->device_logits, m->batch_ints, m->device_batch};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) zt_runtime_free(m->rt, buffers[i]);
     memset(m, 0, sizeof *m);
 }
@@ -168,6 +221,7 @@ zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, co
     if (n_seqs < 1 || n_new < 1 || n_seqs > m->max_seqs || n > m->rows || (n_seqs > 1 && n_new > 1))
         return zt_error_set(err, ZT_ERR_INTERNAL, "gen_model_run: %d sequences of %d tokens do not fit the %d rows "
                             "of %d sequences (a host bug)", (int)n_seqs, (int)n_new, (int)m->rows, (int)m->max_seqs);
+    memcpy(m->tokens, tokens, (size_t)n * sizeof *tokens);
     for (int32_t i = 0; i < n_seqs; i++) {
         for (int32_t t = 0; t < n_new; t++) {
             m->positions[i * n_new + t] = start[i] + t;
@@ -177,19 +231,36 @@ zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, co
         m->cu_seqlens[i] = i * n_new;
     }
     m->cu_seqlens[n_seqs] = n;
+    int32_t used = n_seqs + 1;
+    if (n_new > 1) { /* the head's cu_seqlens, see below */
+        m->cu_seqlens[2] = 0;
+        m->cu_seqlens[3] = 1;
+        used = 4;
+    }
+    /* The units read the batch where they run: on a GPU its copy, at the same offsets. */
+    int32_t *ints = m->batch_ints;
+#define IN_UNITS(p) (ints + ((p) - m->batch_ints))
+    if (m->on_gpu) {
+        zt_status st = zt_runtime_memcpy(m->rt, m->device_batch, m->batch_ints,
+                                         (uint64_t)(m->cu_seqlens + used - m->batch_ints) * sizeof(int32_t), err);
+        if (st != ZT_OK) return st;
+        ints = m->device_batch;
+    }
     zt_batch whole = {.struct_size = sizeof whole,
                       .batch = n_seqs,
                       .seq_len = n_new,
                       .n_docs = n_seqs,
-                      .tokens = tokens,
-                      .targets = m->targets,
-                      .positions = m->positions,
-                      .doc_ids = m->doc_ids,
-                      .cu_seqlens = m->cu_seqlens,
+                      .tokens = IN_UNITS(m->tokens),
+                      .targets = IN_UNITS(m->targets),
+                      .positions = IN_UNITS(m->positions),
+                      .doc_ids = IN_UNITS(m->doc_ids),
+                      .cu_seqlens = IN_UNITS(m->cu_seqlens),
                       .max_doc_len = n_new,
                       .n_loss_tokens_global = 1};
-    /* The head's batch: the last token of each sequence (all of them when each runs one). */
-    static const int32_t one[2] = {0, 1};
+#undef IN_UNITS
+    /* The head's batch: the last token of each sequence (all of them when each runs one). After a
+     * prompt (n_seqs 1) its cu_seqlens {0, 1} are entries 2 and 3 of the block's (room for them
+     * is allocated). */
     zt_batch last = whole;
     if (n_new > 1) {
         last.seq_len = 1;
@@ -198,7 +269,7 @@ zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, co
         last.targets += n_new - 1;
         last.positions += n_new - 1;
         last.doc_ids += n_new - 1;
-        last.cu_seqlens = one;
+        last.cu_seqlens = whole.cu_seqlens + 2;
         last.max_doc_len = 1;
     }
     int64_t H = info->hidden_size, hidden_shape[3] = {n_seqs, n_new, H}, last_shape[3] = {n_seqs, 1, H},
@@ -215,11 +286,12 @@ zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, co
                           .kv = m->kv,
                           .kv_seq_ids = seq_ids};
         if (u == head) {
-            c.x_in = view_of(m->hidden[cur] + (int64_t)(n_new - 1) * H, 3, last_shape);
-            c.x_out = view_of(m->logits, 3, logits_shape);
+            c.x_in = view_of(m, (char *)m->hidden[cur] + (uint64_t)(n_new - 1) * (uint64_t)H * elem_bytes(m), 3,
+                             last_shape);
+            c.x_out = view_in(m, m->on_gpu ? m->device_logits : m->logits, ZT_F32, 3, logits_shape);
         } else {
-            if (u > 0) c.x_in = view_of(m->hidden[cur], 3, hidden_shape);
-            c.x_out = view_of(m->hidden[1 - cur], 3, hidden_shape);
+            if (u > 0) c.x_in = view_of(m, m->hidden[cur], 3, hidden_shape);
+            c.x_out = view_of(m, m->hidden[1 - cur], 3, hidden_shape);
         }
         zt_status st = m->ops->forward(m->model_lp->state, &c);
         if (st != ZT_OK) return zt_plugin_failed(m->model_lp, st, err, "forward of unit %d (generation)", (int)u);
@@ -227,6 +299,9 @@ zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, co
     }
     zt_status st = m->attention.ops->kv_advance(m->attention.state, m->kv, seq_ids, n_seqs, n_new);
     if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n_new);
+    if (m->on_gpu && (st = zt_runtime_memcpy(m->rt, m->logits, m->device_logits,
+                                             (uint64_t)n_seqs * (uint64_t)info->vocab_size * sizeof(float), err)) != ZT_OK)
+        return st;
     for (int64_t v = 0; v < (int64_t)n_seqs * info->vocab_size; v++)
         if (isnan(m->logits[v]) || m->logits[v] == INFINITY)
             return zt_error_set(err, ZT_ERR_INTERNAL,

@@ -297,16 +297,21 @@ static zt_status configure(gen_run *g, zt_error *err)
 
 static zt_status start_plugins(gen_run *g, zt_error *err)
 {
-    if (g->settings.device == ZT_DEVICE_SETTING_CUDA)
-        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "device is cuda, but zt-run --generate runs on the CPU only; remove --set device=cuda (or set "
-                            "it to cpu)");
     zt_runtime_options ro;
     memset(&ro, 0, sizeof ro);
     ro.n_threads = (int)g->settings.threads;
     ro.device_type = ZT_DEVICE_CPU;
     ro.single_process = 1; /* generation is one process, whatever a launcher's environment says */
-    zt_status st = zt_runtime_create(&ro, g->cfg, &g->rt, err);
+    zt_status st = ZT_OK;
+    /* A GPU only when asked for (device = cuda): with auto, generation stays on the CPU in fp32, whose
+     * tokens are exact, where training would pick the GPU. */
+    if (g->settings.device == ZT_DEVICE_SETTING_CUDA) {
+        st = zt_select_device(&g->settings, &g->set, &ro.device_type, err);
+        ro.device_mem_limit = g->settings.gpu_mem_limit;
+    }
+    g->model.on_gpu = ro.device_type == ZT_DEVICE_CUDA;
+    g->model.dtype = !g->model.on_gpu ? ZT_F32 : g->settings.fp16 ? ZT_F16 : ZT_BF16;
+    if (st == ZT_OK) st = zt_runtime_create(&ro, g->cfg, &g->rt, err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++)
         if (g->set.by_kind[k].plugin) st = zt_plugin_probe(&g->set.by_kind[k], g->rt, err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++)
@@ -416,7 +421,7 @@ static zt_status open_tokenizer(gen_run *g, zt_error *err)
         }
     }
     if (!path) {
-        if (o->prompt || o->prompts)
+        if (o->prompt) /* --prompts: its {"prompt_ids": [...]} records need none (text records say so) */
             return zt_error_set(err, ZT_ERR_INVALID_ARG,
                                 "--prompt needs a tokenizer to turn the text into tokens, and none is known: give -t "
                                 "FILE (the SentencePiece .model the model was trained with, or a llama2.c tokenizer "
@@ -593,13 +598,19 @@ static zt_status generate(gen_run *g, zt_error *err)
                          (size_t)(n_prompt - text_from), 0, err);
 
     const char *why = "the model's context is full";
-    double started = zt_now_s(), prefill_s = 0;
+    gen_stats_begin(&g->stats);
+    g->stats.prompt_tokens = n_prompt;
+    g->stats.peak_concurrent = 1;
+    double started = g->stats.started, prefill_s = 0;
     int32_t length = n_prompt;
     while (st == ZT_OK) {
         st = length == n_prompt ? gen_model_step(m, ids, n_prompt, err)
                                 : gen_model_step(m, ids + length - 1, 1, err);
         if (st != ZT_OK) break;
-        if (length == n_prompt) prefill_s = zt_now_s() - started;
+        if (length == n_prompt) {
+            prefill_s = zt_now_s() - started;
+            gen_stats_first_token(&g->stats, started);
+        }
         memcpy(masked, m->logits, (size_t)V * sizeof *masked);
         for (int32_t v = tokenizer_vocab; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
         int32_t next = zt_sampler_next(&sampler, masked);
@@ -634,8 +645,10 @@ static zt_status generate(gen_run *g, zt_error *err)
     if (st == ZT_OK) {
         fputc('\n', stdout);
         fflush(stdout);
-        double took = zt_now_s() - started;
+        g->stats.finished = zt_now_s();
+        double took = g->stats.finished - started;
         int32_t generated = length - n_prompt;
+        g->stats.new_tokens = generated;
         zt_log(ZT_LOG_INFO, "generated %d token%s in %.2f s (prompt %.2f s, %.1f tokens/s after it); stopped by %s",
                (int)generated, generated == 1 ? "" : "s", took, prefill_s,
                generated > 1 && took > prefill_s ? (generated - 1) / (took - prefill_s) : 0.0, why);
@@ -668,6 +681,7 @@ zt_status zt_generate_run(const zt_generate_options *o, const zt_generate_settin
         const zt_hf_config *hc = g.hf ? zt_hf_model_config(g.hf) : g.l2c ? zt_l2c_model_config(g.l2c) : NULL;
         for (int i = 0; hc && i < hc->n_eos; i++) add_stop_id(&g, hc->eos_token_ids[i]);
         st = o->prompts ? gen_batch_run(&g, err) : generate(&g, err);
+        if (st == ZT_OK) st = gen_stats_write(&g, &g.stats, err);
     }
 
     if (g.have_tpl) zt_template_free(&g.tpl);

@@ -36,6 +36,7 @@ typedef struct zt_generate_options {
     int print_ids;          /* --print-ids: write the generated ids instead of text */
     const char *prompts;    /* --prompts: a .json array or .jsonl of records to answer */
     const char *output;     /* --output: the answers, one JSON line per record */
+    const char *stats;      /* --stats: the run's figures as one JSON object (docs/generate.md) */
 
     const char *max_new_tokens, *temperature, *top_p, *seed; /* NULL: the defaults */
 } zt_generate_options;

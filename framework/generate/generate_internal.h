@@ -84,10 +84,18 @@ typedef struct gen_model {
     int32_t max_seqs;        /* sequences the cache holds */
     int32_t rows;            /* tokens one call may run: max(longest sequence, max_seqs) */
     int32_t n_cached;        /* gen_model_step: tokens of sequence 0 already in the cache */
-    float *hidden[2];        /* [rows, hidden]: unit outputs, ping-pong */
-    float *logits;           /* [max_seqs, vocab]: of the last token of each sequence of a call */
-    int32_t *positions, *targets, *doc_ids; /* [rows] */
-    int32_t *cu_seqlens;     /* [max_seqs + 1] */
+    /* Where the units run: on the CPU in fp32 in host memory; on a GPU (device = cuda) in the
+     * 16-bit compute type (bf16, or fp16 with fp16.enabled) in device memory, the logits in fp32,
+     * copied to `logits` for the sampler. */
+    int on_gpu;
+    int32_t dtype;           /* of weights, unit outputs and the KV cache */
+    void *hidden[2];         /* [rows, hidden]: unit outputs, ping-pong */
+    float *logits;           /* [max_seqs, vocab]: of the last token of each sequence of a call (host) */
+    float *device_logits;    /* on a GPU: where the head writes them */
+    /* The batch's int32 arrays, one block: tokens, targets, positions, doc_ids [rows] each, then
+     * cu_seqlens [max_seqs + 1]; on a GPU copied to device_batch before each call. */
+    int32_t *batch_ints, *device_batch;
+    int32_t *tokens, *positions, *targets, *doc_ids, *cu_seqlens; /* into batch_ints */
 } gen_model;
 
 /* Reads one parameter (its whole logical tensor) from wherever the weights are. */
@@ -124,6 +132,22 @@ zt_status gen_model_kv_stats(gen_model *m, int32_t seq_id, zt_kv_stats *out, zt_
  * when they finished, summed. */
 void gen_model_log_kv(gen_model *m, int64_t finished, int64_t finished_slots, int64_t finished_tokens);
 
+/* ---- the run's figures, for --stats (stats.c) -------------------------------------------------- */
+
+typedef struct gen_stats {
+    double started, finished;  /* zt_now_s(): the first prompt's start, the last token */
+    double first_token_s;      /* the first token of the run, since started; -1 before it */
+    double ttft_sum_s;         /* each sequence's time from its admission to its first token, summed */
+    int64_t sequences;         /* sequences that produced a first token */
+    int64_t prompt_tokens, new_tokens;
+    int32_t peak_concurrent;   /* the most sequences decoding at once */
+} gen_stats;
+
+/* Starts the clock. */
+void gen_stats_begin(gen_stats *s);
+/* A sequence admitted at `admitted` (zt_now_s()) has its first token now. */
+void gen_stats_first_token(gen_stats *s, double admitted);
+
 /* ---- the run (generate.c) ---------------------------------------------------------------------- */
 
 #define MAX_STOP_IDS 12
@@ -151,7 +175,11 @@ typedef struct gen_run {
     zt_error manifest_err;     /* why the checkpoint's data set could not be read */
     int32_t stop_ids[MAX_STOP_IDS];
     int n_stop_ids;
+    gen_stats stats;
 } gen_run;
+
+/* --stats FILE (nothing without it): g->stats and the memory pools' peaks as one JSON object. */
+zt_status gen_stats_write(gen_run *g, const gen_stats *s, zt_error *err);
 
 int gen_is_stop_id(const gen_run *g, int32_t id);
 /* BOS (when the tokenizer has one) and the text: rendered as the template's user turn, or as it is

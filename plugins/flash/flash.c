@@ -12,6 +12,9 @@
  *
  * forward keeps the log-sum-exp of every query row ([B, H, T] fp32, device memory, pool activations)
  * for the backward, which recomputes the probabilities from it.
+ *
+ * Generation: a contiguous KV cache in device memory (../kv_contiguous.h, naive's on a GPU: one block
+ * of the whole context per sequence), written and read by the decode kernels.
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -20,6 +23,7 @@
 #include <string.h>
 
 #include "../cuda_plugin.h"
+#include "../kv_contiguous.h"
 #include "cuda/flash_kernel.h"
 #include "exact.h"
 #include "../attention_args.h"
@@ -420,11 +424,85 @@ static void flash_fini(void *state)
     s->host->free(s->host->ctx, s);
 }
 
+/* ---- KV cache (../kv_contiguous.h) ------------------------------------------------------------ */
+
+static kv_contiguous_owner owner_of(const flash_state *s)
+{
+    return (kv_contiguous_owner){s->host, "flash attention"};
+}
+
+static zt_status flash_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_cache **out)
+{
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_create(&o, 1, d, out);
+}
+
+static void flash_kv_destroy(void *state, zt_kv_cache *c)
+{
+    kv_contiguous_owner o = owner_of(state);
+    kvc_destroy(&o, c);
+}
+
+/* A fresh sequence's prompt: the flash kernels over its own k, v (written to the cache as well). */
+static zt_status flash_prefill(void *state, const zt_attn_args *a)
+{
+    return flash_forward(state, a, NULL);
+}
+
+static zt_status flash_kv_attend(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
+                                 const zt_attn_args *a)
+{
+    flash_state *s = state;
+    kv_contiguous_owner o = owner_of(s);
+    if (!a || a->struct_size < sizeof(zt_attn_args) || a->q.ndim != 4)
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_attend", "the arguments are NULL, older than ABI 1.0, or q is not "
+                    "[n_seqs, n_new, heads, head_dim]");
+    zt_status st = kvc_check_attend(&o, c, layer, seq_ids, n_seqs, a);
+    zt_cuda_attention_shape shape;
+    if (st == ZT_OK) st = check_args(s, "kv_attend", a, &shape); /* q, k, v, out as [n_seqs, n_new, heads, D] */
+    if (st != ZT_OK) return st;
+    if (shape.batch != n_seqs)
+        return fail(s, ZT_ERR_INVALID_ARG, "kv_attend", "the batch has %d rows but %d sequences are given",
+                    (int)shape.batch, (int)n_seqs);
+    return kvc_attend(&o, NULL, c, layer, seq_ids, n_seqs, a, flash_prefill, s);
+}
+
+static zt_status flash_kv_advance(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_new)
+{
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_advance(&o, c, seq_ids, n_seqs, n_new);
+}
+
+static zt_status flash_kv_reset(void *state, zt_kv_cache *c, int32_t seq_id)
+{
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_reset(&o, c, seq_id);
+}
+
+static zt_status flash_kv_reserve(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_new)
+{
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_reserve(&o, c, seq_ids, n_seqs, n_new);
+}
+
+static zt_status flash_kv_stats(void *state, const zt_kv_cache *c, int32_t seq_id, zt_kv_stats *out)
+{
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_stats(&o, c, seq_id, out);
+}
+
 static const zt_attention_ops k_ops = {
     .struct_size = sizeof(zt_attention_ops),
     .forward = flash_forward,
     .backward = flash_backward,
+    .kv_create = flash_kv_create,
+    .kv_destroy = flash_kv_destroy,
+    .kv_attend = flash_kv_attend,
+    .kv_advance = flash_kv_advance,
+    .kv_reset = flash_kv_reset,
     .release = flash_release,
+    .kv_reserve = flash_kv_reserve,
+    .kv_stats = flash_kv_stats,
 };
 
 static const zt_plugin k_plugin = {
@@ -437,10 +515,10 @@ static const zt_plugin k_plugin = {
     .version = "1.0.0",
     .description = "causal attention in bf16 or fp16 on NVIDIA GPUs (FlashAttention-2 kernels for head_dim 64/128, "
                    "wgmma on Hopper), "
-                   "packed documents, grouped-query",
+                   "packed documents, grouped-query; generation from a contiguous device KV cache",
     .options = k_options,
     .n_options = sizeof k_options / sizeof k_options[0],
-    .caps = ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16 | ZT_CAP_PACKED | ZT_CAP_GQA,
+    .caps = ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16 | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE,
     .probe = flash_probe,
     .init = flash_init,
     .fini = flash_fini,

@@ -450,9 +450,11 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     zt_attn_args args = attention_args(r, a);
     if (r->prof && (st = prof_begin(r, "attention forward (plugin)")) != ZT_OK) goto done;
     double host_t0 = r->prof ? prof_now_ms() : 0;
-    st = att->ops->forward(att->state, &args, attention_saved);
+    /* Generation: the attention plugin appends k, v to its cache and attends q against it. */
+    st = c->kv ? att->ops->kv_attend(att->state, c->kv, c->unit - 1, c->kv_seq_ids, c->batch->batch, &args)
+               : att->ops->forward(att->state, &args, attention_saved);
     if (st != ZT_OK) {
-        st = attention_failed(r, st, "forward");
+        st = attention_failed(r, st, c->kv ? "kv_attend" : "forward");
         goto done;
     }
     if (r->prof) prof_host_time(r, host_t0);

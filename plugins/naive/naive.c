@@ -6,7 +6,8 @@
  * Built with CUDA (ZT_PLUGIN_CUDA), a run whose device is cuda trains through the unfused CUDA
  * algorithm of kernels/cuda/naive_attention.cu: bf16 tensors in and out, fp32 scores [H, T, T] per
  * batch element in a workspace from the host's pools, the backward recomputing P from the saved
- * log-sum-exp. The KV cache stays on the CPU (zt-run --generate runs on the CPU only). docs/gpu.md.
+ * log-sum-exp. Generation keeps its contiguous cache in device memory (one block of the whole context
+ * per sequence, ../kv_cuda.h) and attends with the decode kernels. docs/gpu.md.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -20,6 +21,8 @@
 #ifdef ZT_PLUGIN_CUDA
 #include "../cuda_plugin.h"
 #endif
+#define ZT_KV_CONTIGUOUS_CPU 1 /* naive also keeps its cache on the CPU */
+#include "../kv_contiguous.h"
 
 typedef struct naive_state {
     const zt_host *host;
@@ -41,18 +44,6 @@ typedef struct naive_saved {
     float *device_lse;
     float lse[];
 } naive_saved;
-
-#define CACHE_MAGIC 0x4556414Eu /* "NAVE" */
-
-/* K and V of every layer for max_seqs sequences, each sequence owning a contiguous slice of
- * seq_capacity tokens: layout [layer][seq][token][kv_head][head_dim]. */
-struct zt_kv_cache {
-    uint32_t magic;
-    int32_t n_layers, n_kv_heads, head_dim, max_seqs;
-    int64_t seq_capacity;
-    int64_t *length; /* committed tokens per sequence */
-    float *k, *v;
-};
 
 /* ---- argument checks --------------------------------------------------------------------------- */
 
@@ -300,103 +291,24 @@ static void naive_release(void *state, void *saved)
     free_saved(s, rec);
 }
 
-/* ---- KV cache ---------------------------------------------------------------------------------- */
+/* ---- KV cache (../kv_contiguous.h: contiguous per-sequence slots, on the CPU or the GPU) ------------ */
+
+static kv_contiguous_owner owner_of(const naive_state *s)
+{
+    return (kv_contiguous_owner){s->host, "naive attention"};
+}
 
 static zt_status naive_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_cache **out)
 {
     naive_state *s = state;
-    if (!d || !out || d->struct_size < sizeof(zt_kv_cache_desc))
-        return fail(s, ZT_ERR_INVALID_ARG, "kv_create", "the descriptor or the output pointer is NULL");
-    *out = NULL;
-    if (s->on_cuda)
-        return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
-                    "naive attention keeps its KV cache on the CPU only, and this run computes on a GPU; "
-                    "generate on the CPU (device = cpu)");
-    if (d->dtype != ZT_F32)
-        return fail(s, ZT_ERR_UNSUPPORTED, "kv_create",
-                    "cache dtype %d asked for; naive attention caches fp32 (ZT_F32) only", (int)d->dtype);
-    if (d->n_layers < 1 || d->n_kv_heads < 1 || d->head_dim < 1 || d->max_seqs < 1 || d->max_tokens < d->max_seqs)
-        return fail(s, ZT_ERR_INVALID_ARG, "kv_create",
-                    "n_layers %d, n_kv_heads %d, head_dim %d, max_seqs %d, max_tokens %d: all must be positive "
-                    "and max_tokens at least max_seqs (every sequence gets max_tokens / max_seqs tokens)",
-                    (int)d->n_layers, (int)d->n_kv_heads, (int)d->head_dim, (int)d->max_seqs, (int)d->max_tokens);
-    double elements = (double)d->n_layers * d->max_seqs * (double)(d->max_tokens / d->max_seqs) * d->n_kv_heads *
-                      d->head_dim;
-    if (elements * sizeof(float) > 0x1p62)
-        return fail(s, ZT_ERR_OUT_OF_MEMORY, "kv_create",
-                    "a cache of %d layers x %d tokens x %d heads x %d would take %.3g bytes per K and V: more than "
-                    "any machine has; lower max_tokens", (int)d->n_layers, (int)d->max_tokens, (int)d->n_kv_heads,
-                    (int)d->head_dim, elements * sizeof(float));
-    zt_kv_cache *c = calloc(1, sizeof *c);
-    int64_t *length = calloc((size_t)d->max_seqs, sizeof *length);
-    if (!c || !length) {
-        free(c);
-        free(length);
-        return fail(s, ZT_ERR_OUT_OF_MEMORY, "kv_create", "cannot allocate the cache bookkeeping");
-    }
-    c->magic = CACHE_MAGIC;
-    c->n_layers = d->n_layers;
-    c->n_kv_heads = d->n_kv_heads;
-    c->head_dim = d->head_dim;
-    c->max_seqs = d->max_seqs;
-    c->seq_capacity = d->max_tokens / d->max_seqs;
-    c->length = length;
-    uint64_t bytes = (uint64_t)d->n_layers * (uint64_t)d->max_seqs * (uint64_t)c->seq_capacity *
-                     (uint64_t)d->n_kv_heads * (uint64_t)d->head_dim * sizeof(float);
-    c->k = s->host->alloc(s->host->ctx, ZT_POOL_KV_CACHE, ZT_MEM_HOST, bytes, 0, "KV cache keys");
-    c->v = c->k ? s->host->alloc(s->host->ctx, ZT_POOL_KV_CACHE, ZT_MEM_HOST, bytes, 0, "KV cache values") : NULL;
-    if (!c->v) {
-        s->host->free(s->host->ctx, c->k);
-        free(length);
-        free(c);
-        return ZT_ERR_OUT_OF_MEMORY; /* host->alloc described it */
-    }
-    *out = c;
-    return ZT_OK;
+    kv_contiguous_owner o = owner_of(s);
+    return kvc_create(&o, s->on_cuda, d, out);
 }
 
 static void naive_kv_destroy(void *state, zt_kv_cache *c)
 {
-    naive_state *s = state;
-    if (!c || c->magic != CACHE_MAGIC) return;
-    c->magic = 0;
-    s->host->free(s->host->ctx, c->k);
-    s->host->free(s->host->ctx, c->v);
-    free(c->length);
-    free(c);
-}
-
-/* K (or V) of token `pos` of sequence `seq` in `layer`. */
-static float *cache_row(const zt_kv_cache *c, float *base, int32_t layer, int32_t seq, int64_t pos)
-{
-    int64_t row = ((int64_t)layer * c->max_seqs + seq) * c->seq_capacity + pos;
-    return base + row * c->n_kv_heads * c->head_dim;
-}
-
-/* Checks a cache handle and a list of sequences; `n_new` more tokens must fit each one. */
-static zt_status check_sequences(const naive_state *s, const char *op, const zt_kv_cache *c,
-                                 const int32_t *seq_ids, int32_t n_seqs, int64_t n_new)
-{
-    if (!c || c->magic != CACHE_MAGIC)
-        return fail(s, ZT_ERR_INVALID_ARG, op, "the cache handle is not a live naive-attention KV cache");
-    if (n_seqs < 1 || !seq_ids) return fail(s, ZT_ERR_INVALID_ARG, op, "no sequences given (n_seqs %d)", (int)n_seqs);
-    for (int32_t i = 0; i < n_seqs; i++) {
-        int32_t id = seq_ids[i];
-        if (id < 0 || id >= c->max_seqs)
-            return fail(s, ZT_ERR_INVALID_ARG, op, "sequence id %d (entry %d) is outside [0, %d), the max_seqs the "
-                        "cache was created with", (int)id, (int)i, (int)c->max_seqs);
-        for (int32_t j = 0; j < i; j++)
-            if (seq_ids[j] == id)
-                return fail(s, ZT_ERR_INVALID_ARG, op, "sequence id %d appears twice (entries %d and %d)", (int)id,
-                            (int)j, (int)i);
-        if (c->length[id] + n_new > c->seq_capacity)
-            return fail(s, ZT_ERR_BUFFER_TOO_SMALL, op,
-                        "sequence %d holds %lld tokens and %lld more do not fit its %lld-token share of the "
-                        "cache (max_tokens / max_seqs); create the cache with max_tokens of at least %lld, or "
-                        "reset finished sequences", (int)id, (long long)c->length[id], (long long)n_new,
-                        (long long)c->seq_capacity, (long long)((c->length[id] + n_new) * c->max_seqs));
-    }
-    return ZT_OK;
+    kv_contiguous_owner o = owner_of(state);
+    kvc_destroy(&o, c);
 }
 
 static zt_status naive_kv_attend(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids,
@@ -408,101 +320,41 @@ static zt_status naive_kv_attend(void *state, zt_kv_cache *c, int32_t layer, con
     int64_t n_new = a->q.shape[1];
     if (a->q.ndim != 4 || n_new < 1)
         return fail(s, ZT_ERR_INVALID_ARG, "kv_attend", "q must be [n_seqs, n_new, heads, head_dim] with n_new >= 1");
-    if ((st = check_sequences(s, "kv_attend", c, seq_ids, n_seqs, n_new)) != ZT_OK) return st;
-    if (layer < 0 || layer >= c->n_layers)
-        return fail(s, ZT_ERR_INVALID_ARG, "kv_attend", "layer %d is outside [0, %d), the cache's n_layers",
-                    (int)layer, (int)c->n_layers);
-    if (a->n_kv_heads != c->n_kv_heads || a->head_dim != c->head_dim)
-        return fail(s, ZT_ERR_INVALID_ARG, "kv_attend",
-                    "the call has %d key/value heads of %d but the cache was created for %d of %d",
-                    (int)a->n_kv_heads, (int)a->head_dim, (int)c->n_kv_heads, (int)c->head_dim);
+    kv_contiguous_owner o = owner_of(s);
+    if ((st = kvc_check_attend(&o, c, layer, seq_ids, n_seqs, a)) != ZT_OK) return st;
     int64_t H = a->n_heads, Hkv = a->n_kv_heads, D = a->head_dim;
     if ((st = check_tensor(s, "kv_attend", "q", &a->q, n_seqs, n_new, H, D)) != ZT_OK ||
         (st = check_tensor(s, "kv_attend", "k", &a->k, n_seqs, n_new, Hkv, D)) != ZT_OK ||
         (st = check_tensor(s, "kv_attend", "v", &a->v, n_seqs, n_new, Hkv, D)) != ZT_OK ||
         (st = check_tensor(s, "kv_attend", "out", &a->out, n_seqs, n_new, H, D)) != ZT_OK)
         return st;
-
-    /* Append: the new tokens go after each sequence's committed ones (kv_advance commits them). */
-    size_t row_bytes = (size_t)(Hkv * D) * sizeof(float);
-    for (int32_t i = 0; i < n_seqs; i++) {
-        for (int64_t t = 0; t < n_new; t++) {
-            int64_t pos = c->length[seq_ids[i]] + t;
-            memcpy(cache_row(c, c->k, layer, seq_ids[i], pos), (const float *)a->k.data + (i * n_new + t) * Hkv * D,
-                   row_bytes);
-            memcpy(cache_row(c, c->v, layer, seq_ids[i], pos), (const float *)a->v.data + (i * n_new + t) * Hkv * D,
-                   row_bytes);
-        }
-    }
-    /* Each sequence's slice is one block of seq_capacity tokens: the shared decode kernel's
-     * block tables are then just the sequence ids. */
-    int64_t *lengths = malloc((size_t)n_seqs * sizeof *lengths);
-    if (!lengths) return fail(s, ZT_ERR_OUT_OF_MEMORY, "kv_attend", "cannot allocate %d sequence lengths", (int)n_seqs);
-    for (int32_t i = 0; i < n_seqs; i++) lengths[i] = c->length[seq_ids[i]];
-    int64_t layer_offset = (int64_t)layer * c->max_seqs * c->seq_capacity * Hkv * D;
-    zt_kv_pages pages = {.k = c->k + layer_offset, .v = c->v + layer_offset, .block_size = c->seq_capacity,
-                         .row_stride = Hkv * D, .block_tables = seq_ids, .table_stride = 1, .lengths = lengths};
-    zt_attention_shape shape = {.heads = H, .kv_heads = Hkv, .head_dim = D, .scale = a->scale};
-    zt_cpu_attention_decode(&s->cpu, &shape, &pages, n_seqs, n_new, a->q.data, a->out.data);
-    free(lengths);
-    return ZT_OK;
+    return kvc_attend(&o, &s->cpu, c, layer, seq_ids, n_seqs, a, NULL, NULL); /* the reference: decode kernel only */
 }
 
 static zt_status naive_kv_advance(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
                                   int32_t n_new)
 {
-    naive_state *s = state;
-    if (n_new < 0) return fail(s, ZT_ERR_INVALID_ARG, "kv_advance", "n_new is %d, less than 0", (int)n_new);
-    zt_status st = check_sequences(s, "kv_advance", c, seq_ids, n_seqs, n_new);
-    if (st != ZT_OK) return st;
-    for (int32_t i = 0; i < n_seqs; i++) c->length[seq_ids[i]] += n_new;
-    return ZT_OK;
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_advance(&o, c, seq_ids, n_seqs, n_new);
 }
 
 static zt_status naive_kv_reset(void *state, zt_kv_cache *c, int32_t seq_id)
 {
-    naive_state *s = state;
-    zt_status st = check_sequences(s, "kv_reset", c, &seq_id, 1, 0);
-    if (st != ZT_OK) return st;
-    c->length[seq_id] = 0;
-    return ZT_OK;
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_reset(&o, c, seq_id);
 }
 
-/* Room is reserved when the cache is made: a sequence fits, or never will. */
 static zt_status naive_kv_reserve(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
                                   int32_t n_new)
 {
-    naive_state *s = state;
-    if (n_new < 0) return fail(s, ZT_ERR_INVALID_ARG, "kv_reserve", "n_new is %d, less than 0", (int)n_new);
-    return check_sequences(s, "kv_reserve", c, seq_ids, n_seqs, n_new);
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_reserve(&o, c, seq_ids, n_seqs, n_new);
 }
 
-/* One block per sequence slot, of its whole share: a live sequence holds one, a finished one none. */
 static zt_status naive_kv_stats(void *state, const zt_kv_cache *c, int32_t seq_id, zt_kv_stats *out)
 {
-    naive_state *s = state;
-    if (!c || c->magic != CACHE_MAGIC || !out || out->struct_size < sizeof *out)
-        return fail(s, ZT_ERR_INVALID_ARG, "kv_stats", "the cache handle or the output struct is not valid");
-    if (seq_id < -1 || seq_id >= c->max_seqs)
-        return fail(s, ZT_ERR_INVALID_ARG, "kv_stats", "sequence id %d is outside [-1, %d)", (int)seq_id,
-                    (int)c->max_seqs);
-    memset(out, 0, sizeof *out);
-    out->struct_size = sizeof *out;
-    out->block_size = (int32_t)c->seq_capacity;
-    out->total_blocks = c->max_seqs;
-    for (int32_t i = 0; i < c->max_seqs; i++) {
-        int live = c->length[i] > 0;
-        out->used_blocks += live;
-        if (seq_id == -1 || seq_id == i) {
-            out->tokens += c->length[i];
-            out->slots += live ? c->seq_capacity : 0;
-        }
-    }
-    out->refcount_sum = out->used_blocks;
-    out->free_blocks = out->total_blocks - out->used_blocks;
-    out->bytes = 2 * (int64_t)c->n_layers * c->max_seqs * c->seq_capacity * c->n_kv_heads * c->head_dim *
-                 (int64_t)sizeof(float);
-    return ZT_OK;
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_stats(&o, c, seq_id, out);
 }
 
 /* ---- plugin ------------------------------------------------------------------------------------ */
@@ -570,7 +422,8 @@ static const zt_plugin k_plugin = {
     .name = "naive",
     .version = "1.0.0",
     .description = "exact causal attention, the reference: fp32 on the CPU (packed documents, GQA, KV cache), "
-                   "unfused bf16-in fp32-scores on CUDA where built with it (training only)",
+                   "unfused bf16-in fp32-scores on CUDA where built with it (generation: a contiguous device cache "
+                   "and the decode kernels)",
     .caps = ZT_CAP_CPU | ZT_CAP_PACKED | ZT_CAP_GQA | ZT_CAP_KV_CACHE
 #ifdef ZT_PLUGIN_CUDA
             | ZT_CAP_CUDA | ZT_CAP_BF16 | ZT_CAP_FP16

@@ -23,6 +23,7 @@
 #include "cpu/kernels.h"
 #include "zt/zt_plugin.h"
 #ifdef ZT_PLUGIN_CUDA
+#include "../kv_cuda.h"
 #include "train_cuda.h"
 #endif
 
@@ -71,7 +72,11 @@ struct zt_kv_cache {
     int64_t row; /* floats per token row: n_kv_heads * head_dim */
     int prefix_sharing;
     block_pool pool;
-    float *k, *v;        /* [n_layers][n_blocks][block_size][n_kv_heads][head_dim] */
+    float *k, *v;        /* [n_layers][n_blocks][block_size][n_kv_heads][head_dim], on the CPU */
+#ifdef ZT_PLUGIN_CUDA
+    int on_gpu;          /* the pool is dev's, in the run's 16-bit type, with the tables mirrored there */
+    zt_kv_device dev;
+#endif
     int32_t *tables;     /* [max_seqs][max_blocks_per_seq] */
     paged_seq *seqs;     /* [max_seqs] */
     int64_t prefix_hit_tokens, cow_copies;
@@ -96,7 +101,14 @@ static zt_status check_tensor(const paged_state *s, const char *op, const char *
 {
     const int64_t want[4] = {d0, d1, d2, d3};
     if (!t->data) return fail(s, ZT_ERR_INVALID_ARG, op, "%s has no data (NULL)", name);
-    if (t->dtype != ZT_F32 || t->device_type != ZT_DEVICE_CPU)
+    int on_gpu = 0;
+#ifdef ZT_PLUGIN_CUDA
+    on_gpu = s->cuda != NULL;
+    if (on_gpu && ((t->dtype != ZT_BF16 && t->dtype != ZT_F16) || t->device_type != ZT_DEVICE_CUDA))
+        return fail(s, ZT_ERR_UNSUPPORTED, op, "%s must be a bf16 or fp16 tensor in device memory (dtype %d, device "
+                    "%d given): this run computes on a GPU", name, (int)t->dtype, (int)t->device_type);
+#endif
+    if (!on_gpu && (t->dtype != ZT_F32 || t->device_type != ZT_DEVICE_CPU))
         return fail(s, ZT_ERR_UNSUPPORTED, op, "%s must be an fp32 tensor in host memory (dtype %d, device %d given): "
                     "paged attention computes on the CPU in fp32", name, (int)t->dtype, (int)t->device_type);
     char why[512];
@@ -230,7 +242,15 @@ static zt_status paged_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
     if (!d || !out || d->struct_size < ZT_KV_CACHE_DESC_SIZE_1_0)
         return fail(s, ZT_ERR_INVALID_ARG, "kv_create", "the descriptor or the output pointer is NULL");
     *out = NULL;
-    if (d->dtype != ZT_F32)
+    int on_gpu = 0, elem = sizeof(float);
+#ifdef ZT_PLUGIN_CUDA
+    on_gpu = s->cuda != NULL;
+    if (on_gpu) elem = 2;
+    if (on_gpu && d->dtype != ZT_BF16 && d->dtype != ZT_F16)
+        return fail(s, ZT_ERR_UNSUPPORTED, "kv_create", "cache dtype %d asked for; on a GPU paged attention caches "
+                    "the run's 16-bit type (ZT_BF16 or ZT_F16)", (int)d->dtype);
+#endif
+    if (!on_gpu && d->dtype != ZT_F32)
         return fail(s, ZT_ERR_UNSUPPORTED, "kv_create", "cache dtype %d asked for; paged attention caches fp32 "
                     "(ZT_F32) on the CPU", (int)d->dtype);
     if (d->n_layers < 1 || d->n_kv_heads < 1 || d->head_dim < 1 || d->max_seqs < 1 || d->max_tokens < d->max_seqs)
@@ -241,7 +261,7 @@ static zt_status paged_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
     int64_t bs = d->block_size > 0 ? d->block_size : s->opt.block_size;
     int64_t seq_tokens = is_1_3 && d->max_seq_tokens > 0 ? d->max_seq_tokens : d->max_tokens / d->max_seqs;
     int64_t per_seq = (seq_tokens + bs - 1) / bs;
-    double block_bytes = 2.0 * d->n_layers * (double)bs * d->n_kv_heads * d->head_dim * sizeof(float);
+    double block_bytes = 2.0 * d->n_layers * (double)bs * d->n_kv_heads * d->head_dim * elem;
     double budget;
     char origin[128];
     if (s->opt.kv_budget_gib >= 0) {
@@ -249,6 +269,11 @@ static zt_status paged_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
         snprintf(origin, sizeof origin, "paged.kv_budget %g GiB", s->opt.kv_budget_gib);
     } else {
         uint64_t free_bytes = is_1_3 ? d->free_bytes : 0;
+#ifdef ZT_PLUGIN_CUDA
+        size_t device_free = 0, device_total = 0;
+        if (on_gpu && !free_bytes && cudaMemGetInfo(&device_free, &device_total) == cudaSuccess)
+            free_bytes = device_free; /* the host does not know the device's */
+#endif
         if (!free_bytes)
             return fail(s, ZT_ERR_CONFIG, "kv_create", "the host does not say how much memory is free, so "
                         "paged.kv_fraction has nothing to take a share of: set paged.kv_budget (GiB)");
@@ -287,6 +312,18 @@ static zt_status paged_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
     }
     for (int32_t i = 0; i < d->max_seqs; i++) c->seqs[i].table = c->tables + (int64_t)i * per_seq;
     uint64_t bytes = (uint64_t)(block_bytes / 2) * (uint64_t)n_blocks;
+#ifdef ZT_PLUGIN_CUDA
+    c->on_gpu = on_gpu;
+    if (on_gpu && zt_kv_device_create(&c->dev, h, d->n_layers, (int32_t)n_blocks, (int32_t)bs, d->n_kv_heads,
+                                      d->head_dim, (int32_t)per_seq, d->max_seqs) != ZT_OK) {
+        block_pool_free(&c->pool);
+        free(c->tables);
+        free(c->seqs);
+        free(c);
+        return ZT_ERR_OUT_OF_MEMORY; /* host->alloc described it */
+    }
+    if (on_gpu) goto created;
+#endif
     c->k = h->alloc(h->ctx, ZT_POOL_KV_CACHE, ZT_MEM_HOST, bytes, 0, "paged KV cache keys");
     c->v = c->k ? h->alloc(h->ctx, ZT_POOL_KV_CACHE, ZT_MEM_HOST, bytes, 0, "paged KV cache values") : NULL;
     if (!c->v) {
@@ -297,6 +334,9 @@ static zt_status paged_kv_create(void *state, const zt_kv_cache_desc *d, zt_kv_c
         free(c);
         return ZT_ERR_OUT_OF_MEMORY; /* host->alloc described it */
     }
+#ifdef ZT_PLUGIN_CUDA
+created:
+#endif
     h->log(h->ctx, ZT_LOG_INFO, "KV cache: %lld blocks of %lld tokens (%.2f MiB; %s%s), prefix sharing %s%s",
            (long long)n_blocks, (long long)bs, 2.0 * (double)bytes / 1048576.0, origin,
            fit < want ? "" : ", capped at what max_seqs sequences of the longest length can use",
@@ -311,6 +351,9 @@ static void paged_kv_destroy(void *state, zt_kv_cache *c)
     if (!c || c->magic != CACHE_MAGIC) return;
     c->magic = 0;
     for (int32_t i = 0; i < c->max_seqs; i++) free(c->seqs[i].prompt);
+#ifdef ZT_PLUGIN_CUDA
+    if (c->on_gpu) zt_kv_device_destroy(s->host, &c->dev);
+#endif
     s->host->free(s->host->ctx, c->k);
     s->host->free(s->host->ctx, c->v);
     block_pool_free(&c->pool);
@@ -371,11 +414,15 @@ static zt_status paged_kv_reserve(void *state, zt_kv_cache *c, const int32_t *se
         paged_seq *q = &c->seqs[seq_ids[i]];
         if (needs_copy(c, q)) { /* copy-on-write: the tokens before the write, in every layer */
             int32_t at = (int32_t)(q->length / bs), old = q->table[at], fresh = block_pool_take(&c->pool);
-            for (int32_t l = 0; l < c->n_layers; l++) {
+            for (int32_t l = 0; l < c->n_layers && c->k; l++) {
                 size_t n = (size_t)block_floats(c) * sizeof(float);
                 memcpy(layer_pool(c, c->k, l) + fresh * block_floats(c), layer_pool(c, c->k, l) + old * block_floats(c), n);
                 memcpy(layer_pool(c, c->v, l) + fresh * block_floats(c), layer_pool(c, c->v, l) + old * block_floats(c), n);
             }
+#ifdef ZT_PLUGIN_CUDA
+            zt_status copied = c->on_gpu ? zt_kv_device_copy_block(&c->dev, s->host, fresh, old) : ZT_OK;
+            if (copied != ZT_OK) return copied;
+#endif
             block_pool_unref(&c->pool, old);
             q->table[at] = fresh;
             c->cow_copies++;
@@ -423,6 +470,14 @@ static zt_status paged_kv_prefix(void *state, zt_kv_cache *c, int32_t seq_id, co
     return ZT_OK;
 }
 
+#ifdef ZT_PLUGIN_CUDA
+/* A fresh sequence's prompt (nothing cached): the flash kernels over its own k, v, as in training. */
+static zt_status paged_prefill(void *state, const zt_attn_args *a)
+{
+    return paged_cuda_forward(state, a, NULL);
+}
+#endif
+
 static zt_status paged_kv_attend(void *state, zt_kv_cache *c, int32_t layer, const int32_t *seq_ids, int32_t n_seqs,
                                  const zt_attn_args *a)
 {
@@ -448,6 +503,20 @@ static zt_status paged_kv_attend(void *state, zt_kv_cache *c, int32_t layer, con
     /* A no-op when the host reserved the room (every layer after the first finds it there). */
     if ((st = paged_kv_reserve(s, c, seq_ids, n_seqs, (int32_t)n_new)) != ZT_OK) return st;
 
+#ifdef ZT_PLUGIN_CUDA
+    if (c->on_gpu) { /* the call's tables and lengths, once a step; the kernels write and read in place */
+        if (layer == 0) {
+            for (int32_t i = 0; i < n_seqs; i++) {
+                const paged_seq *q = &c->seqs[seq_ids[i]];
+                memcpy(zt_kv_device_table(&c->dev, i), q->table, (size_t)q->n_table * sizeof *q->table);
+                *zt_kv_device_length(&c->dev, i) = (int32_t)q->length;
+            }
+            if ((st = zt_kv_device_upload(&c->dev, s->host, n_seqs)) != ZT_OK) return st;
+        }
+        return zt_kv_device_attend(&c->dev, s->host, "paged", layer, n_seqs, a, c->seqs[seq_ids[0]].length == 0,
+                                   paged_prefill, s->cuda);
+    }
+#endif
     int32_t stride = c->max_blocks_per_seq;
     int32_t *tables = malloc((size_t)n_seqs * (size_t)stride * sizeof *tables);
     int64_t *lengths = malloc((size_t)n_seqs * sizeof *lengths);
@@ -545,7 +614,11 @@ static zt_status paged_kv_stats(void *state, const zt_kv_cache *c, int32_t seq_i
         }
     out->prefix_hit_tokens = c->prefix_hit_tokens;
     out->cow_copies = c->cow_copies;
-    out->bytes = 2 * (int64_t)p->n_blocks * block_floats(c) * (int64_t)sizeof(float);
+    int64_t elem = sizeof(float);
+#ifdef ZT_PLUGIN_CUDA
+    if (c->on_gpu) elem = 2;
+#endif
+    out->bytes = 2 * (int64_t)p->n_blocks * block_floats(c) * elem;
     return ZT_OK;
 }
 

@@ -243,7 +243,7 @@ static void check_errors(fixture *f)
                           .max_tokens = 16, .dtype = ZT_F32};
     zt_kv_cache *cache = NULL;
     ZT_CHECK_INT(f->ops->kv_create(lp->state, &d, &cache), ZT_ERR_UNSUPPORTED);
-    ZT_CHECK_CONTAINS(take_error(lp, &st), "naive attention keeps its KV cache on the CPU only");
+    ZT_CHECK_CONTAINS(take_error(lp, &st), "on a GPU the cache holds the run's 16-bit type");
     ZT_CHECK(cache == NULL);
     device_free(buf);
 }

@@ -30,6 +30,12 @@ Layout (under tests/reference/fixtures/):
                                         three AdamW steps ("trained.<lora param>", the losses) and the
                                         merged model after them ("merged.<param>", merge_and_unload)
                                         (`make_fixtures.py lora` writes this one alone; needs peft).
+  llama_gen_hd64/                       a model of the decode kernels' head size (64; GQA 4:2, 2 layers,
+                                        hidden 256, vocab 512) for GPU generation: expected.json holds
+                                        greedy generate() of 24 tokens after 3 prompts and, per step,
+                                        the gap between the top two logits ("gaps"), so a bf16 run is
+                                        checked where the choice is clear (`make_fixtures.py gen`
+                                        writes this one alone).
 Integer tensors are int64, floating ones float32. A "<name>_init" tensor is the value a gradient
 buffer holds before the kernel runs (kernels accumulate parameter gradients); the expected value
 is then init + gradient.
@@ -521,6 +527,47 @@ def make_lora():
     save(out, "expected", tensors, scalars)
 
 
+# ---- a model for GPU generation ----------------------------------------------------------------
+
+GEN = "llama_gen_hd64"
+GEN_PROMPTS = ([1, 17, 305, 42, 7, 99, 260, 3], [1, 444] + list(range(40, 70)), [5])
+GEN_NEW = 24
+
+
+def make_gen():
+    """Greedy generation, with the top-2 logit gap of every step, on a model whose head size the GPU
+    decode kernels take (64): the GPU tests compare zt's bf16 tokens with these up to the first step
+    whose gap is under their tolerance (after it the two may rightly part)."""
+    torch.manual_seed(77)
+    config = LlamaConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=64, intermediate_size=512, vocab_size=512, max_position_embeddings=256,
+                         initializer_range=0.05, attention_bias=False, mlp_bias=False, bos_token_id=None,
+                         eos_token_id=None, pad_token_id=None, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                         torch_dtype="float32", attn_implementation="eager")
+    model = LlamaForCausalLM(config).float().eval()
+    out = os.path.join(OUT, GEN)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    path = os.path.join(out, "generation_config.json")
+    if os.path.exists(path):
+        os.remove(path)
+    for name in ("config.json", "model.safetensors"):
+        os.replace(os.path.join(out, name), os.path.join(out, "hf-" + name))
+    runs = []
+    for prompt in GEN_PROMPTS:
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            r = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=GEN_NEW,
+                               min_new_tokens=GEN_NEW, do_sample=False, pad_token_id=0, output_scores=True,
+                               return_dict_in_generate=True)
+        gaps = [float(torch.topk(step[0], 2).values[0] - torch.topk(step[0], 2).values[1]) for step in r.scores]
+        runs.append({"prompt": prompt, "output": r.sequences[0, len(prompt):].tolist(), "gaps": gaps})
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump({"generate": runs, "versions": VERSIONS}, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 def main():
     torch.set_num_threads(1)  # reductions in a fixed order
     import sys
@@ -530,6 +577,9 @@ def main():
     if sys.argv[1:] == ["lora"]:  # only the LoRA fixture, from the committed base
         make_lora()
         return
+    if sys.argv[1:] == ["gen"]:  # only the GPU generation fixture
+        make_gen()
+        return
     ops = os.path.join(OUT, "ops")
     for make in (op_rmsnorm, op_rope, op_swiglu, op_embedding, op_attention, op_cross_entropy,
                  op_matmul, op_adamw, op_global_norm):
@@ -538,6 +588,7 @@ def main():
         make_model(name, overrides, 1000 + i)
     make_frozen()
     make_lora()
+    make_gen()
     total = 0
     for root, _, files in os.walk(OUT):
         for f in files:

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# zt-run --generate on a GPU (device = cuda, bf16): the decode kernels through the attention plugins'
+# device caches. References: transformers' greedy tokens for llama_gen_hd64 (tests/reference,
+# `make_fixtures.py gen`, with the top-2 logit gap of every step), compared up to the first step whose
+# gap is under TOL (a bf16 run may rightly part from fp32 there); naive and paged against each other
+# by the same rule; batch generation at generate.max_seqs 8 against max_seqs 1; the CPU path's errors.
+#   usage: generate.sh ZT_RUN CUDA_DEVICES SRC FIXTURES WORK TEST
+set -u
+zt_run=$1 cuda_devices=$2 src=$3 fixtures=$4 work=$5 test=$6
+. "$src/tests/lib.sh"
+out=$work/generate-$test
+rm -rf "$out" && mkdir -p "$out"
+devices=$("$cuda_devices")
+[ $? -eq 77 ] && skip "${devices#SKIP: }"
+model=$fixtures/llama_gen_hd64
+[ -f "$model/model.safetensors" ] || skip "the fixture $model is not in the build tree"
+# bf16 logits of this model (std about 0.8) differ from fp32 by about 0.01: 0.02 leaves a margin.
+TOL=0.02
+gen=("$zt_run" --generate --model "$model" --set device=cuda --set threads=2 --print-ids --max-new-tokens 24)
+
+same() {
+    if [ "$2" != "$3" ]; then
+        echo "FAIL: $1: expected '$2', got '$3'"
+        zt_failures=$((zt_failures + 1))
+    fi
+}
+
+# check_prefix NAME WANT GOT GAPS: the tokens agree up to the first step whose reference gap <= TOL.
+check_prefix() {
+    python3 - "$@" "$TOL" <<'PY' || zt_failures=$((zt_failures + 1))
+import sys
+name, want, got, gaps, tol = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split(), float(sys.argv[5])
+n = next((i for i, g in enumerate(gaps) if float(g) <= tol), len(gaps))
+if want[:n] != got[:n]:
+    sys.exit(f"FAIL: {name}: the first {n} tokens (top-2 gap > {tol}) differ: expected {want[:n]}, got {got[:n]}")
+print(f"{name}: {n} of {len(want)} tokens compared, equal")
+PY
+}
+
+reference() { # reference K FIELD: prompt K's prompt (comma-separated), output or gaps (space-separated)
+    python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))["generate"][int(sys.argv[2])]
+print(",".join(map(str, r["prompt"])) if sys.argv[3] == "prompt" else " ".join(map(str, r[sys.argv[3]])))' \
+        "$model/expected.json" "$@"
+}
+
+# Greedy tokens of naive, flash and paged (block sizes 16 and 1, shuffled) equal transformers' where
+# the choice is clear (so they equal each other there).
+fixture() {
+    local k prompt want gaps spec got
+    for k in 0 1 2; do
+        prompt=$(reference $k prompt) want=$(reference $k output) gaps=$(reference $k gaps)
+        for spec in "naive" "flash" "paged" "paged --set paged.block_size=1 --set paged.shuffle_blocks=true"; do
+            set -- $spec
+            got=$("${gen[@]}" --plugins "llama,$1" "${@:2}" --prompt-ids "$prompt" 2>"$out/log") ||
+                { echo "FAIL: $spec prompt $k: $(tail -n 3 "$out/log")"; zt_failures=$((zt_failures + 1)); continue; }
+            check_prefix "$spec, prompt $k" "$want" "$got" "$gaps"
+        done
+    done
+}
+
+# Batch generation: every record's answer at max_seqs 8 equals its answer at max_seqs 1 (up to the
+# reference gap rule where a reference exists; exactly otherwise is not required: the batch's GEMMs
+# differ), and naive and paged agree the same way.
+batch() {
+    python3 - "$out/ids.jsonl" "$model/expected.json" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[2]))["generate"]
+with open(sys.argv[1], "w") as f:
+    for i in range(12):
+        f.write(json.dumps({"id": i, "prompt_ids": runs[i % 3]["prompt"]}) + "\n")
+PY
+    local spec
+    for spec in "naive 1" "naive 8" "flash 8" "paged 1" "paged 8"; do
+        set -- $spec
+        "$zt_run" --generate --model "$model" --set device=cuda --plugins "llama,$1" --set generate.max_seqs=$2 \
+            --prompts "$out/ids.jsonl" --output "$out/$1_$2.jsonl" --max-new-tokens 24 >"$out/$1_$2.log" 2>&1
+        same "exit status ($spec)" 0 "$?"
+    done
+    python3 - "$out" "$model/expected.json" "$TOL" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, sys
+out, tol = sys.argv[1], float(sys.argv[3])
+runs = json.load(open(sys.argv[2]))["generate"]
+bad = []
+for name in ("naive_1", "naive_8", "flash_8", "paged_1", "paged_8"):
+    for i, line in enumerate(open(f"{out}/{name}.jsonl")):
+        r, ref = json.loads(line), runs[i % 3]
+        n = next((k for k, g in enumerate(ref["gaps"]) if g <= tol), len(ref["gaps"]))
+        if r.get("output_ids", [])[:n] != ref["output"][:n]:
+            bad.append(f"{name} record {i + 1}: {r.get('output_ids')} vs transformers' {ref['output']} (first {n})")
+print("\n".join("FAIL: " + b for b in bad) or "batch: every record as transformers' where the gap is clear")
+sys.exit(1 if bad else 0)
+PY
+}
+
+# The CPU path's errors: a prompt longer than the context, a KV budget too small for one sequence.
+errors() {
+    local long
+    long=$(python3 -c 'print(",".join(["5"] * 300))')
+    expect_fail "the prompt is 300 tokens, but the model reads at most 256" -- "${gen[@]}" --prompt-ids "$long"
+    expect_fail "holds no block" -- "${gen[@]}" --plugins llama,paged --set paged.kv_budget=0.0000001 --prompt-ids 1,2,3
+}
+
+"$test"
+finish
