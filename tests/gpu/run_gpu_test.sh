@@ -76,7 +76,7 @@ loss_curve() {
     example_data
     local steps=(--data "$DATA" "${common[@]}" --set steps=30 --set eval.every=30 --set eval.batches=4
                  --set checkpoint.final=false)
-    expect_ok -- "$zt_run" "${steps[@]}" --set device=cpu --output-dir "$out/cpu"
+    expect_ok -- "$zt_run" --plugins llama,lora "${steps[@]}" --set device=cpu --output-dir "$out/cpu"
     expect_ok "training" -- "$zt_run" "${steps[@]}" "${gpu[@]}" --output-dir "$out/gpu"
     check curves "$out/cpu/metrics.jsonl" "$out/gpu/metrics.jsonl"
     check memory "$out/gpu/metrics.jsonl"
@@ -196,13 +196,14 @@ lora() {
     need_gpu
     expect_ok -- "$maker" "$base" "$out/data"
     [ "$ZT_RC" -eq 0 ] || return
-    local steps=(--plugins llama,lora --model "$base" --adapter "$adapter" --data "$out/data" --set threads=8
+    local steps=(--model "$base" --adapter "$adapter" --data "$out/data" --set threads=8
                  --set train_micro_batch_size_per_gpu=2 --set data.seq_len=16 --set data.shuffle=false --set steps=3
                  --set scheduler.type=constant --set optimizer.params.lr=0.01 --set optimizer.params.eps=1
                  --set optimizer.params.weight_decay=0 --set gradient_clipping=0 --set lora.r=4
                  --set lora.lora_alpha=8 --set lora.target_modules=all-linear --set checkpoint.final=false
                  --export-dtype fp32)
-    local on_gpu=(--set device=cuda --plugins flash) dtype=bf16
+    # --plugins once per run: the GPU run adds flash attention to the CPU run's plugins.
+    local on_gpu=(--plugins llama,lora,flash --set device=cuda) dtype=bf16
     case $variant in
     zero0) ;;
     dropout) steps+=(--set lora.lora_dropout=0.3) ;;
@@ -211,7 +212,7 @@ lora() {
     recompute) on_gpu+=(--set recompute=true) ;;
     *) echo "FAIL: unknown lora variant $variant"; zt_failures=$((zt_failures + 1)); return ;;
     esac
-    expect_ok -- "$zt_run" "${steps[@]}" --set device=cpu --output-dir "$out/cpu" --export "$out/cpu/hf" \
+    expect_ok -- "$zt_run" --plugins llama,lora "${steps[@]}" --set device=cpu --output-dir "$out/cpu" --export "$out/cpu/hf" \
         --export-adapter "$out/cpu/adapter"
     expect_ok -- "$zt_run" "${steps[@]}" "${on_gpu[@]}" --output-dir "$out/gpu" --export "$out/gpu/hf" \
         --export-adapter "$out/gpu/adapter"
