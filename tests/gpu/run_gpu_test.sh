@@ -76,7 +76,7 @@ loss_curve() {
     example_data
     local steps=(--data "$DATA" "${common[@]}" --set steps=30 --set eval.every=30 --set eval.batches=4
                  --set checkpoint.final=false)
-    expect_ok -- "$zt_run" --plugins llama,lora "${steps[@]}" --set device=cpu --output-dir "$out/cpu"
+    expect_ok -- "$zt_run" "${steps[@]}" --set device=cpu --output-dir "$out/cpu"
     expect_ok "training" -- "$zt_run" "${steps[@]}" "${gpu[@]}" --output-dir "$out/gpu"
     check curves "$out/cpu/metrics.jsonl" "$out/gpu/metrics.jsonl"
     check memory "$out/gpu/metrics.jsonl"
