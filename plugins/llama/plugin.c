@@ -289,9 +289,6 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
             return call_error(s, name, "no attention plugin is bound (zt_unit_call.attention is NULL); the host "
                                        "binds one, by default naive");
     }
-    if (c->kv && s->on_gpu)
-        return call_error(s, name, "generation (a KV cache) runs on the CPU in this zt: generate with "
-                                   "device = cpu");
     if (c->kv) {
         if (train || backward)
             return call_error(s, name, "a KV cache is for generation: a call with a KV cache cannot train");
