@@ -146,3 +146,53 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
     t->saved = own_saved;
     return st;
 }
+
+/* ---- sharing the trained weights ---------------------------------------------------------------- */
+
+typedef struct share_ctx {
+    float *full;              /* one whole unit */
+    int32_t unit;             /* whose weights are in full; -1 none */
+    int32_t *first, *last;    /* [pp]: each stage's units */
+} share_ctx;
+
+/* tr_load_master's source: unit u gathered over "dp" on every stage and broadcast over "pp" from the
+ * stage that trained it (every rank asks for the units in the same order). */
+static zt_status share_source(trainer *t, void *opaque, int32_t unit, int64_t offset, int64_t count, float *dst,
+                              zt_error *err)
+{
+    share_ctx *c = opaque;
+    if (c->unit != unit) {
+        int32_t owner = 0;
+        while (owner + 1 < t->grid.pp_size && unit > c->last[owner]) owner++;
+        zt_status st = tr_gather_master(t, unit, c->full, err);
+        if (st != ZT_OK) return st;
+        st = t->host->broadcast(t->host->ctx, &t->pp, c->full, (uint64_t)t->layout->units[unit].padded_numel, ZT_F32,
+                                owner, NULL);
+        if (st != ZT_OK) return tr_host_failed(t, st, err, "sharing a unit's trained weights (broadcast over 'pp')");
+        c->unit = unit;
+    }
+    memcpy(dst, c->full + offset, (size_t)count * sizeof(float));
+    return ZT_OK;
+}
+
+zt_status tr_pipeline_share_weights(trainer *t, zt_error *err)
+{
+    int32_t p = t->grid.pp_size, mine[2] = {t->grid.first_unit, t->grid.last_unit};
+    share_ctx c = {.unit = -1};
+    int32_t *units = malloc((size_t)p * 2 * sizeof *units);
+    c.full = malloc((size_t)t->layout->largest_unit_numel * sizeof(float));
+    if (!units || !c.full) {
+        free(units), free(c.full);
+        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory sharing the pipeline's weights");
+    }
+    zt_status st = t->host->all_gather(t->host->ctx, &t->pp, mine, units, 2, ZT_I32, NULL);
+    if (st != ZT_OK) st = tr_host_failed(t, st, err, "sharing the stages' units (all-gather over 'pp')");
+    c.first = malloc((size_t)p * sizeof *c.first);
+    c.last = malloc((size_t)p * sizeof *c.last);
+    for (int32_t s = 0; st == ZT_OK && c.first && c.last && s < p; s++) c.first[s] = units[2 * s], c.last[s] = units[2 * s + 1];
+    if (st == ZT_OK && (!c.first || !c.last)) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == ZT_OK) st = tr_load_master(t, share_source, &c, err);
+    tr_drop_shard_buffer(t);
+    free(units), free(c.full), free(c.first), free(c.last);
+    return st;
+}

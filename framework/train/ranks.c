@@ -43,9 +43,8 @@ static zt_status check_pipeline(trainer *t, zt_error *err)
               "set model.tie_word_embeddings to false";
     else if (s->eval_every > 0)
         why = "evaluation runs the whole model on one rank; set eval.every to 0";
-    else if (t->req->export_dir || t->req->export_adapter_dir)
-        why = "the export gathers every unit on rank 0, but each stage holds its own units' trained weights; leave "
-              "--export out";
+    else if (t->req->export_adapter_dir)
+        why = "the adapter export reads every unit on rank 0 of 'dp'; leave --export-adapter out";
     else if (s->checkpoint_every > 0 || s->checkpoint_final)
         why = "checkpoints are written per data-parallel rank, and each stage holds its own units' trained weights; "
               "set checkpoint.every to 0 and checkpoint.final to false";

@@ -1121,7 +1121,8 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     else st = tr_load_master(t, tr_random_source, NULL, err);
     tr_drop_shard_buffer(t);
     if (st == ZT_OK) st = tr_agree_on_status(t, prepare_output(t, err), err, "preparing the output directory");
-    if (st == ZT_OK && t->req->export_dir) st = tr_export_prepare(t, err);
+    /* a pipeline's export is its first stage's, once every stage has shared its units' weights */
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_rank == 0) st = tr_export_prepare(t, err);
     if (st != ZT_OK) return st;
 
     zt_log(ZT_LOG_INFO, "training %lld parameters (%lld trainable) for %lld steps of %lld x %lld x %d sequences of "
@@ -1133,7 +1134,8 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
         zt_log(ZT_LOG_INFO, "the checkpoint is at step %lld and steps is %lld: nothing left to train",
                (long long)t->step, (long long)t->set->steps);
     st = train_loop(t, err);
-    if (st == ZT_OK && t->req->export_dir) st = tr_export_hf(t, err);
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_size > 1) st = tr_pipeline_share_weights(t, err);
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_rank == 0) st = tr_export_hf(t, err);
     if (st == ZT_OK && t->req->export_adapter_dir) st = tr_export_adapter(t, t->req->export_adapter_dir, err);
     return st;
 }

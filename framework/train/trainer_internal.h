@@ -138,6 +138,9 @@ zt_status tr_pipeline_setup(trainer *t, zt_error *err);
 zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flags, double *loss, double *forward_s,
                            double *backward_s, zt_error *err);
 void tr_pipeline_free(trainer *t);
+/* Every unit's trained weights from the stage that owns it into every rank's zero plugin (the
+ * others' copies of a unit are never trained), so the first stage can export the whole model. */
+zt_status tr_pipeline_share_weights(trainer *t, zt_error *err);
 
 /* ---- ranks.c: the data-parallel group, or the parallel plugin's grid and groups (t->dp, t->grid) ---- */
 
