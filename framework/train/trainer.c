@@ -1097,7 +1097,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (st == ZT_OK && t->dp.rank > 0) zt_log_set_level(ZT_LOG_WARN);
     if (st == ZT_OK) st = zt_schedule_for_run(&t->set->schedule, t->set->steps, t->req->cfg, &t->schedule, err);
     zt_layout_options lo = {t->dp.size, t->set->trainable_params, t->set->no_decay_flags, t->set->freeze_include,
-                            t->set->freeze_exclude};
+                            t->set->freeze_exclude, t->tp_shards};
     if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
     if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = t->compute16;
     if (st == ZT_OK) {
@@ -1162,5 +1162,6 @@ zt_status zt_train_run(const zt_train_request *req, zt_error *err)
     /* The zero plugin holds the layout (and the layout the model's info) until its fini. */
     zt_plugin_set_unload(req->plugins);
     zt_layout_free(t.layout);
+    tr_tensor_parallel_free(&t);
     return st;
 }
