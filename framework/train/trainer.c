@@ -187,11 +187,6 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
         if (!needed[i]->plugin || !needed[i]->initialized)
             return zt_error_set(err, ZT_ERR_INTERNAL, "the trainer needs initialized model, attention, optimizer "
                                 "and zero plugins");
-    if (set->by_kind[ZT_KIND_PARALLEL].plugin)
-        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "parallel plugin '%s' is loaded, but this trainer runs one process with plain data "
-                            "parallelism only; set parallel_config.* to 1",
-                            set->by_kind[ZT_KIND_PARALLEL].desc.name);
     t->model = t->model_lp->plugin->ops;
     t->zero = t->zero_lp->plugin->ops;
     t->opt = t->opt_lp->plugin->ops;
@@ -208,24 +203,10 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
                             "ZT_CAP_RECOMPUTE); set recompute to false",
                             t->model_lp->desc.name);
 
-    /* Data parallelism over the whole job: "dp" is "world" until a parallel plugin arranges ranks. */
     t->host = zt_runtime_host(t->rt, "trainer", NULL, 0);
     if (!t->host) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating the trainer's services");
-    int32_t world = t->host->world_size;
-    int32_t *ranks = malloc((size_t)world * sizeof *ranks);
-    if (!ranks) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating group 'dp'");
-    for (int32_t r = 0; r < world; r++) ranks[r] = r;
-    zt_status st = t->host->group_create(t->host->ctx, "dp", ranks, world, &t->dp);
-    free(ranks);
-    if (st != ZT_OK) return tr_host_failed(t, st, err, "creating the data-parallel group 'dp'");
-    /* Unset, parallel_config.data_parallel is whatever the launch gave; set, it must agree. */
-    int64_t dp_config = t->set->data_parallel;
-    if (t->set->has_data_parallel && dp_config != t->dp.size)
-        return zt_error_set(err, ZT_ERR_CONFIG,
-                            "parallel_config.data_parallel is %lld but the job has %d process%s; launch that many "
-                            "ranks (zt-run --nproc %lld, or mpirun -np %lld) or remove the key",
-                            (long long)dp_config, (int)t->dp.size, t->dp.size == 1 ? "" : "es", (long long)dp_config,
-                            (long long)dp_config);
+    zt_status st = tr_setup_ranks(t, err);
+    if (st != ZT_OK) return st;
     zt_status batch = check_global_batch(t->set, t->dp.size, err);
     if (batch != ZT_OK) return batch;
     t->on_gpu = t->host->device->device_type == ZT_DEVICE_CUDA;

@@ -33,7 +33,8 @@ typedef struct trainer {
     const zt_host_settings *set; /* the request's */
     double weight_decay;          /* optimizer.params.weight_decay, 0 when the optimizer has none */
     const zt_host *host; /* the trainer's own services table: collectives */
-    zt_group dp;
+    zt_group dp;         /* the data-parallel group: every rank, or the parallel plugin's "dp" */
+    zt_rank_grid grid;   /* this rank in the data x tensor x pipeline grid (1 x 1 without a parallel plugin) */
     /* Tensor parallelism (tensor_parallel.c): the "tp" group and this rank's shard of every
      * parameter, which the layout allocates; tp_shards NULL: one tensor-parallel rank. */
     zt_group tp;
@@ -122,6 +123,10 @@ zt_status tr_agree_on_status(trainer *t, zt_status mine, zt_error *err, const ch
  * shard is the whole unit) is read locally; a sharded one is read into the start of `full` and
  * all-gathered in place, which needs every rank. */
 zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err);
+
+/* ---- ranks.c: the data-parallel group, or the parallel plugin's grid and groups (t->dp, t->grid) ---- */
+
+zt_status tr_setup_ranks(trainer *t, zt_error *err);
 
 /* ---- weights.c ----------------------------------------------------------------------------------- */
 

@@ -143,7 +143,7 @@ ZT_ABI_OFFSET(zt_zero_ops, begin_step, 88);
 ZT_STATIC_ASSERT(ZT_ZERO_OPS_SIZE_1_0 == 88 && ZT_ZERO_OPS_SIZE_1_1 == 96 && ZT_ZERO_OPS_SIZE_1_3 == 104,
                  zt_zero_ops_sizes);
 ZT_ABI_SIZE(zt_rank_grid, 36);
-ZT_ABI_SIZE(zt_pp_action, 8);
+ZT_ABI_SIZE(zt_pp_action, 16);
 ZT_ABI_SIZE(zt_parallel_ops, 24);
 ZT_ABI_OFFSET(zt_parallel_ops, schedule, 16);
 ZT_ABI_SIZE(zt_plugin, 96);
