@@ -262,7 +262,7 @@ zt_status zt_layout_shard_runs(const zt_host_layout *l, int32_t param, int64_t b
                                zt_layout_run_fn fn, void *ctx)
 {
     const zt_param_shard *sh = &l->shard[param];
-    const zt_param_decl *p = &l->layout.model->params[param];
+    const zt_param_decl *p = &l->logical->params[param];
     if (n <= 0) return ZT_OK;
     if (sh->split_dim < 0) return fn(ctx, begin, begin, n);
     int64_t row = decl_numel(p) / p->shape[0]; /* elements per row of the logical tensor */
@@ -295,6 +295,7 @@ void zt_layout_free(zt_host_layout *l)
     free(l->owner);
     free(l->numel);
     free(l->shard);
+    free(l->local_decls);
     free(l->trainable_numel);
     free(l);
 }
@@ -381,6 +382,23 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
     l->layout.struct_size = sizeof l->layout;
     l->layout.n_units = model->n_units;
     l->layout.model = model;
+    l->logical = model;
+    if (opt->shards) {
+        l->local_decls = malloc(np * sizeof *l->local_decls);
+        if (!l->local_decls) {
+            zt_layout_free(l);
+            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory building the parameter layout");
+        }
+        memcpy(l->local_decls, model->params, np * sizeof *l->local_decls);
+        l->local_info = *model;
+        l->local_info.params = l->local_decls;
+        l->local_info.n_parameters = 0;
+        for (size_t i = 0; i < np; i++) {
+            if (l->shard[i].split_dim >= 0) l->local_decls[i].shape[l->shard[i].split_dim] = l->shard[i].extent;
+            if (l->owner[i] == (int32_t)i) l->local_info.n_parameters += l->numel[i];
+        }
+        l->layout.model = &l->local_info;
+    }
     l->layout.units = l->units;
     l->layout.param_offset = l->param_offset;
     l->layout.trainable = l->trainable;

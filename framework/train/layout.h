@@ -75,6 +75,11 @@ typedef struct zt_host_layout {
     int64_t *numel;               /* [n_params_decl] elements of this rank's tensor: the logical
                                      tensor, or its tensor-parallel shard */
     zt_param_shard *shard;        /* [n_params_decl] the shard (split_dim -1: the whole tensor) */
+    /* With shards, layout.model is local_info: the model's declarations with this rank's shapes (what
+     * the zero plugin builds the model's views from); logical is always the model's own. */
+    const zt_model_info *logical;
+    zt_model_info local_info;
+    zt_param_decl *local_decls;
     int64_t n_trainable;          /* trainable scalar parameters (tied counted once) */
     int64_t largest_unit_numel;   /* the largest padded unit buffer */
     int64_t *trainable_numel;     /* [n_units] the padded trainable region of each unit */

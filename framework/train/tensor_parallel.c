@@ -6,9 +6,29 @@
 
 #include "train/trainer_internal.h"
 
+/* What a tensor-parallel run does not do: the global gradient norm over tensor shards (the zero
+ * plugins reduce it over "dp"), and checkpoints and exports of a split layout (they would write each
+ * rank's shards under the logical tensors' names). Refused before anything runs. */
+static zt_status refuse_unsupported(const trainer *t, int32_t tp_size, zt_error *err)
+{
+    const zt_train_request *q = t->req;
+    const char *what = t->set->clip > 0 ? "gradient_clipping" : q->export_dir || q->export_adapter_dir ? "--export"
+                       : q->resume ? "--resume" : t->set->checkpoint_every > 0 ? "checkpoint.every"
+                       : t->set->checkpoint_final ? "checkpoint.final" : NULL;
+    if (!what) return ZT_OK;
+    return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                        "model_parallel %d: tensor-parallel training in this zt computes the steps only; %s needs "
+                        "the whole tensors (a global gradient norm, or checkpoints and exports gathered over the "
+                        "tensor-parallel ranks), which it does not assemble. Set gradient_clipping to 0, "
+                        "checkpoint.every to 0 and checkpoint.final to false and leave out --export and --resume, "
+                        "or train with model_parallel 1", (int)tp_size, what);
+}
+
 zt_status tr_tensor_parallel(trainer *t, int32_t tp_size, int32_t tp_rank, int32_t seq_parallel, zt_error *err)
 {
     if (tp_size <= 1) return ZT_OK;
+    zt_status refused = refuse_unsupported(t, tp_size, err);
+    if (refused != ZT_OK) return refused;
     const zt_model_ops *m = t->model;
     const char *name = t->model_lp->plugin->name;
     if (m->struct_size < ZT_MODEL_OPS_SIZE_1_4 || !m->parallelize || !m->param_shard)

@@ -1047,10 +1047,11 @@ static zt_status prepare_output(trainer *t, zt_error *err)
     zt_status st = zt_mkdir_p(t->set->output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];
-    if (t->dp.rank != 0) {
+    /* World ranks: with tensor or pipeline parallelism several ranks are data-parallel rank 0 */
+    if (t->host->world_rank != 0) {
         /* One run, one output directory, which rank 0 writes; each other rank keeps its own records
          * (its memory and communication) beside rank 0's metrics.jsonl. */
-        snprintf(path, sizeof path, "%s/metrics.rank%d.jsonl", t->set->output_dir, (int)t->dp.rank);
+        snprintf(path, sizeof path, "%s/metrics.rank%d.jsonl", t->set->output_dir, (int)t->host->world_rank);
         return zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
     }
     snprintf(path, sizeof path, "%s/config.resolved.json", t->set->output_dir);
@@ -1075,7 +1076,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (zt_config_get_float(t->req->cfg, "optimizer.params.weight_decay", &t->weight_decay) != ZT_OK) t->weight_decay = 0;
     if (!t->set->data_path) return no_data_error(err);
     zt_status st = bind_plugins(t, err);
-    if (st == ZT_OK && t->dp.rank > 0) zt_log_set_level(ZT_LOG_WARN);
+    if (st == ZT_OK && t->host->world_rank > 0) zt_log_set_level(ZT_LOG_WARN);
     if (st == ZT_OK) st = zt_schedule_for_run(&t->set->schedule, t->set->steps, t->req->cfg, &t->schedule, err);
     zt_layout_options lo = {t->dp.size, t->set->trainable_params, t->set->no_decay_flags, t->set->freeze_include,
                             t->set->freeze_exclude, t->tp_shards};
