@@ -1060,6 +1060,7 @@ static zt_status prepare_output(trainer *t, zt_error *err)
     zt_status st = zt_mkdir_p(t->set->output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];
+    /* World ranks: with tensor or pipeline parallelism several ranks are data-parallel rank 0 */
     if (t->host->world_rank != 0) {
         /* One run, one output directory, which rank 0 writes; each other rank keeps its own records
          * (its memory and communication) beside rank 0's metrics.jsonl. */
@@ -1088,10 +1089,10 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (zt_config_get_float(t->req->cfg, "optimizer.params.weight_decay", &t->weight_decay) != ZT_OK) t->weight_decay = 0;
     if (!t->set->data_path) return no_data_error(err);
     zt_status st = bind_plugins(t, err);
-    if (st == ZT_OK && t->dp.rank > 0) zt_log_set_level(ZT_LOG_WARN);
+    if (st == ZT_OK && t->host->world_rank > 0) zt_log_set_level(ZT_LOG_WARN);
     if (st == ZT_OK) st = zt_schedule_for_run(&t->set->schedule, t->set->steps, t->req->cfg, &t->schedule, err);
     zt_layout_options lo = {t->dp.size, t->set->trainable_params, t->set->no_decay_flags, t->set->freeze_include,
-                            t->set->freeze_exclude};
+                            t->set->freeze_exclude, t->tp_shards};
     if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
     if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = t->compute16;
     if (st == ZT_OK) {
@@ -1159,5 +1160,6 @@ zt_status zt_train_run(const zt_train_request *req, zt_error *err)
     /* The zero plugin holds the layout (and the layout the model's info) until its fini. */
     zt_plugin_set_unload(req->plugins);
     zt_layout_free(t.layout);
+    tr_tensor_parallel_free(&t);
     return st;
 }

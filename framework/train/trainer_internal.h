@@ -35,6 +35,10 @@ typedef struct trainer {
     const zt_host *host; /* the trainer's own services table: collectives */
     zt_group dp;         /* the data-parallel group: every rank, or the parallel plugin's "dp" */
     zt_rank_grid grid;   /* this rank in the data x tensor x pipeline grid (1 x 1 without a parallel plugin) */
+    /* Tensor parallelism (tensor_parallel.c): the "tp" group and this rank's shard of every
+     * parameter, which the layout allocates; tp_shards NULL: one tensor-parallel rank. */
+    zt_group tp;
+    zt_param_shard *tp_shards;
 
     const zt_loaded_plugin *model_lp, *zero_lp, *opt_lp, *attention_lp;
     const zt_model_ops *model;
@@ -156,6 +160,14 @@ zt_status tr_for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count
 /* The base model from the HF directory `dir`, the adapter's parameters from the peft directory
  * adapter_dir (NULL: their declared initialisation). */
 zt_status tr_load_hf(trainer *t, const char *dir, const char *adapter_dir, zt_error *err);
+
+/* ---- tensor_parallel.c --------------------------------------------------------------------------- */
+
+/* After the parallel plugin's setup and before the layout: puts the model on tensor-parallel rank
+ * tp_rank of tp_size over the "tp" group (zt_model_ops.parallelize) and keeps its shards in
+ * t->tp_shards. tp_size 1 does nothing. A model without the ABI 1.4 ops is a message naming it. */
+zt_status tr_tensor_parallel(trainer *t, int32_t tp_size, int32_t tp_rank, int32_t seq_parallel, zt_error *err);
+void tr_tensor_parallel_free(trainer *t);
 
 /* ---- export.c ------------------------------------------------------------------------------------ */
 
