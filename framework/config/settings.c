@@ -181,6 +181,23 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_int, "parallel_config.model_parallel", &s->model_parallel);
     READ(zt_config_get_int, "parallel_config.pipeline_stage", &s->pipeline_stage);
     READ(zt_config_get_int, "parallel_config.micro_batch_num", &s->micro_batch_num);
+    /* micro_batch_num (MindFormers) is the pipeline's micro-batches per step; without a pipeline it means
+     * what gradient_accumulation_steps means: both count the micro-batches of one optimizer step. Set
+     * alone, it gives the other; set both, they must agree; except that without a pipeline
+     * micro_batch_num = 1, the value MindFormers' configs carry when they do not pipeline (the seed's
+     * among them), leaves gradient_accumulation_steps as it is (docs/parallel.md). */
+    int given_mbn = zt_config_is_set(cfg, "parallel_config.micro_batch_num");
+    int given_accum = zt_config_is_set(cfg, "gradient_accumulation_steps");
+    int mbn_counts = s->pipeline_stage > 1 || s->micro_batch_num > 1 || !given_accum;
+    if (given_mbn && mbn_counts) {
+        if (given_accum && s->accum != s->micro_batch_num)
+            return zt_error_set(err, ZT_ERR_CONFIG,
+                                "parallel_config.micro_batch_num is %lld but gradient_accumulation_steps is %lld: "
+                                "both count the micro-batches of one optimizer step (with a pipeline, its "
+                                "micro-batches); set them to the same value, or remove one",
+                                (long long)s->micro_batch_num, (long long)s->accum);
+        s->accum = s->micro_batch_num;
+    }
     READ(read_bool, "auto_trans_ckpt", &s->auto_trans_ckpt);
     READ(zt_config_get_float, "comm.timeout_s", &s->comm_timeout_s);
     READ(read_bool, "comms_logger.enabled", &s->comms_logger.enabled);
@@ -190,6 +207,15 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_string, "comms_logger.prof_ops", &s->comms_logger.prof_ops);
     READ(zt_config_get_int, "comm.flight_recorder.entries", &s->flight_recorder_entries);
     return ZT_OK;
+}
+
+zt_status zt_micro_batch_num_apply(zt_config *cfg, const zt_host_settings *s, zt_error *err)
+{
+    if (!zt_config_is_set(cfg, "parallel_config.micro_batch_num") || zt_config_is_set(cfg, "gradient_accumulation_steps"))
+        return ZT_OK;
+    return zt_config_put_int(cfg, "gradient_accumulation_steps", s->micro_batch_num,
+                             "parallel_config.micro_batch_num (MindFormers: the micro-batches of one step)",
+                             ZT_CONFIG_RANK_FILE, err);
 }
 
 int64_t zt_data_parallel_size(const zt_host_settings *s, int64_t world_size)

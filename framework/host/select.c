@@ -4,7 +4,8 @@
  *     choose its kind (optimizer.type, zero_optimization.stage);
  *   - a default for every kind the run needs and the user did not name: the tokenizer sentencepiece,
  *     the model llama, the optimizer optimizer.type names, zero_optimization.stage's zeroN, and the
- *     attention the device calls for (flash for GPU training, naive elsewhere);
+ *     attention the device calls for (flash for GPU training, naive elsewhere), and the parallel
+ *     plugin once parallel_config.model_parallel or .pipeline_stage is above 1;
  *   - what --plugins chose, recorded back into the config (the resolved config says what runs);
  *   - the device (device = auto | cpu | cuda, against the plugins' ZT_CAP_CPU / ZT_CAP_CUDA).
  * The keys that choose plugins are read here before validation: which plugins load decides which
@@ -246,6 +247,11 @@ static zt_status default_plugin(int kind, const zt_registry *reg, const zt_plugi
         snprintf(source, source_cap, r ? "the ZeRO plugin for zero_optimization.stage = %d"
                                        : "the default ZeRO plugin (zero_optimization.stage is not set: %d)",
                  (int)stage);
+        return ZT_OK;
+    case ZT_KIND_PARALLEL:
+        snprintf(name, cap, "parallel");
+        snprintf(source, source_cap, "the parallel plugin of a parallel_config with model_parallel or "
+                 "pipeline_stage above 1");
         return ZT_OK;
     }
     return ZT_ERR_NOT_FOUND;

@@ -235,6 +235,56 @@ static zt_status apply_trainable(const zt_model_info *m, const int32_t *owner, c
 
 /* ---- build ------------------------------------------------------------------------------------- */
 
+/* Parameter i's shard from opt->shards (whole without them), checked against its declaration. */
+static zt_status take_shard(const zt_model_info *model, const zt_layout_options *opt, int32_t i, zt_param_shard *out,
+                            int64_t *numel, zt_error *err)
+{
+    const zt_param_decl *p = &model->params[i];
+    *out = (zt_param_shard){.struct_size = sizeof *out, .split_dim = -1, .extent = p->shape[0],
+                            .valid = p->shape[0], .replicas = 1};
+    if (!opt->shards || opt->shards[i].split_dim < 0) return ZT_OK;
+    const zt_param_shard *sh = &opt->shards[i];
+    int32_t dim = sh->split_dim;
+    if (dim >= p->ndim || dim > 1 || (dim == 1 && p->ndim != 2) || sh->extent < 1 || sh->valid < 0 ||
+        sh->valid > sh->extent || sh->offset < 0 || sh->offset + sh->valid > p->shape[dim] ||
+        (p->flags & ZT_PARAM_TIED && sh->split_dim != opt->shards[find_param(model, p->tied_to)].split_dim))
+        return zt_error_set(err, ZT_ERR_INTERNAL,
+                            "the model's tensor-parallel shard of %s (dimension %d, %lld of %lld from %lld, %lld "
+                            "valid) does not fit its shape (a bug in the model plugin's param_shard)",
+                            p->name, (int)dim, (long long)sh->extent, (long long)p->shape[dim < 0 ? 0 : dim],
+                            (long long)sh->offset, (long long)sh->valid);
+    *out = *sh;
+    *numel = decl_numel(p) / p->shape[dim] * sh->extent;
+    return ZT_OK;
+}
+
+zt_status zt_layout_shard_runs(const zt_host_layout *l, int32_t param, int64_t begin, int64_t n,
+                               zt_layout_run_fn fn, void *ctx)
+{
+    const zt_param_shard *sh = &l->shard[param];
+    const zt_param_decl *p = &l->logical->params[param];
+    if (n <= 0) return ZT_OK;
+    if (sh->split_dim < 0) return fn(ctx, begin, begin, n);
+    int64_t row = decl_numel(p) / p->shape[0]; /* elements per row of the logical tensor */
+    if (sh->split_dim == 0) { /* whole rows: one run, clipped at the padding */
+        int64_t end = begin + n, valid_end = sh->valid * row;
+        if (end > valid_end) end = valid_end;
+        return begin < end ? fn(ctx, begin, sh->offset * row + begin, end - begin) : ZT_OK;
+    }
+    /* columns: a run per local row */
+    int64_t cols = sh->extent;
+    for (int64_t at = begin; at < begin + n;) {
+        int64_t r = at / cols, c = at % cols, stop = (r + 1) * cols < begin + n ? (r + 1) * cols : begin + n;
+        int64_t c_end = c + (stop - at) < sh->valid ? c + (stop - at) : sh->valid;
+        if (c < c_end) {
+            zt_status st = fn(ctx, at, r * row + sh->offset + c, c_end - c);
+            if (st != ZT_OK) return st;
+        }
+        at = stop;
+    }
+    return ZT_OK;
+}
+
 void zt_layout_free(zt_host_layout *l)
 {
     if (!l) return;
@@ -244,6 +294,8 @@ void zt_layout_free(zt_host_layout *l)
     free(l->decay);
     free(l->owner);
     free(l->numel);
+    free(l->shard);
+    free(l->local_decls);
     free(l->trainable_numel);
     free(l);
 }
@@ -267,10 +319,11 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
         l->decay = calloc(np, 1);
         l->owner = calloc(np, sizeof *l->owner);
         l->numel = calloc(np, sizeof *l->numel);
+        l->shard = calloc(np, sizeof *l->shard);
         l->trainable_numel = calloc((size_t)model->n_units, sizeof *l->trainable_numel);
     }
     if (!l || !l->units || !l->param_offset || !l->trainable || !l->decay || !l->owner || !l->numel ||
-        !l->trainable_numel) {
+        !l->shard || !l->trainable_numel) {
         zt_layout_free(l);
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory building the parameter layout");
     }
@@ -283,6 +336,11 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
         if (unit->first_param < 0) unit->first_param = i;
         unit->n_params++;
         l->numel[i] = decl_numel(p);
+        st = take_shard(model, opt, i, &l->shard[i], &l->numel[i], err);
+        if (st != ZT_OK) {
+            zt_layout_free(l);
+            return st;
+        }
         l->owner[i] = (p->flags & ZT_PARAM_TIED) ? find_param(model, p->tied_to) : i;
         l->decay[i] = (p->flags & opt->no_decay_flags) == 0;
     }
@@ -324,6 +382,23 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
     l->layout.struct_size = sizeof l->layout;
     l->layout.n_units = model->n_units;
     l->layout.model = model;
+    l->logical = model;
+    if (opt->shards) {
+        l->local_decls = malloc(np * sizeof *l->local_decls);
+        if (!l->local_decls) {
+            zt_layout_free(l);
+            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory building the parameter layout");
+        }
+        memcpy(l->local_decls, model->params, np * sizeof *l->local_decls);
+        l->local_info = *model;
+        l->local_info.params = l->local_decls;
+        l->local_info.n_parameters = 0;
+        for (size_t i = 0; i < np; i++) {
+            if (l->shard[i].split_dim >= 0) l->local_decls[i].shape[l->shard[i].split_dim] = l->shard[i].extent;
+            if (l->owner[i] == (int32_t)i) l->local_info.n_parameters += l->numel[i];
+        }
+        l->layout.model = &l->local_info;
+    }
     l->layout.units = l->units;
     l->layout.param_offset = l->param_offset;
     l->layout.trainable = l->trainable;
@@ -373,6 +448,33 @@ static void init_normal_range(void *arg, int64_t begin, int64_t end)
     }
 }
 
+/* One run of a parameter's random init: dst is the parameter's storage, elements from its start. */
+typedef struct init_runs {
+    zt_runtime *rt;
+    uint64_t key;
+    double std;
+    void (*fill)(void *, int64_t, int64_t);
+    float *param;
+} init_runs;
+
+static zt_status init_run(void *ctx, int64_t local, int64_t logical, int64_t count)
+{
+    const init_runs *r = ctx;
+    init_job job = {r->key, r->std, logical, r->param + local};
+    if (r->rt) zt_runtime_parallel_for(r->rt, count, 1 << 14, r->fill, &job);
+    else r->fill(&job, 0, count);
+    return ZT_OK;
+}
+
+/* ZT_INIT_ONES on a run (a shard's padding stays zero). */
+static zt_status ones_run(void *ctx, int64_t local, int64_t logical, int64_t count)
+{
+    (void)logical;
+    float *param = ctx;
+    for (int64_t k = 0; k < count; k++) param[local + k] = 1.0f;
+    return ZT_OK;
+}
+
 void zt_layout_init_range(const zt_host_layout *l, zt_runtime *rt, int32_t unit, uint64_t seed,
                           int64_t begin, int64_t count, float *dst)
 {
@@ -387,13 +489,13 @@ void zt_layout_init_range(const zt_host_layout *l, zt_runtime *rt, int32_t unit,
         const zt_param_decl *p = &m->params[i];
         float *out = dst + (from - begin);
         if (p->init == ZT_INIT_ONES) {
-            for (int64_t k = 0; k < to - from; k++) out[k] = 1.0f;
+            zt_layout_shard_runs(l, i, from - lo, to - from, ones_run, out - (from - lo));
         } else if (p->init == ZT_INIT_NORMAL || p->init == ZT_INIT_UNIFORM) {
-            uint64_t key = zt_mix64(seed ^ zt_fnv1a64(ZT_FNV1A64_INIT, p->name, strlen(p->name)));
-            init_job job = {key, p->init_std, from - lo, out};
-            void (*fill)(void *, int64_t, int64_t) = p->init == ZT_INIT_NORMAL ? init_normal_range : init_uniform_range;
-            if (rt) zt_runtime_parallel_for(rt, to - from, 1 << 14, fill, &job);
-            else fill(&job, 0, to - from);
+            /* each run of the shard draws the logical tensor's elements it holds */
+            init_runs runs = {rt, zt_mix64(seed ^ zt_fnv1a64(ZT_FNV1A64_INIT, p->name, strlen(p->name))),
+                              p->init_std, p->init == ZT_INIT_NORMAL ? init_normal_range : init_uniform_range,
+                              out - (from - lo)};
+            zt_layout_shard_runs(l, i, from - lo, to - from, init_run, &runs);
         }
     }
 }

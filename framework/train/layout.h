@@ -33,9 +33,14 @@
  * (ZT_PARAM_NO_DECAY: norms; ZT_PARAM_EMBEDDING: the token embedding), 1 otherwise; a tied
  * parameter has its owner's flag.
  *
- * Initialisation is a pure function of (seed, parameter name, element index): a counter-based
- * generator, so the values do not depend on the unit layout, the padding, the number of ranks or
- * which rank fills which slice. See zt_layout_init_range.
+ * Tensor parallelism: with shards (zt_layout_options.shards, from the model's param_shard) each
+ * parameter's storage is this rank's shard of it (rows or columns of the logical tensor, padding rows
+ * zero), numel counts the shard, and zt_layout_shard_runs maps its elements to the logical tensor's.
+ *
+ * Initialisation is a pure function of (seed, parameter name, logical element index): a counter-based
+ * generator, so the values do not depend on the unit layout, the padding, the number of ranks, the
+ * tensor-parallel split or which rank fills which slice (a tp run starts from the one-rank run's
+ * weights). See zt_layout_init_range.
  */
 #ifndef ZT_FRAMEWORK_LAYOUT_H
 #define ZT_FRAMEWORK_LAYOUT_H
@@ -54,6 +59,8 @@ typedef struct zt_layout_options {
     uint32_t no_decay_flags;      /* ZT_PARAM_* flags that exclude a parameter from weight decay */
     const char *freeze_include;   /* pet_config.freeze_include patterns; NULL: none */
     const char *freeze_exclude;   /* pet_config.freeze_exclude patterns; NULL: none */
+    const zt_param_shard *shards; /* [n_params_decl] this rank's tensor-parallel shard of each
+                                     parameter (zt_model_ops.param_shard); NULL: whole tensors */
 } zt_layout_options;
 
 /* The host's layout: the ABI view plus the arrays it points at. */
@@ -65,7 +72,14 @@ typedef struct zt_host_layout {
     uint8_t *decay;               /* [n_params_decl] */
     int32_t *owner;               /* [n_params_decl] the parameter whose storage it uses (itself or
                                      the tied owner) */
-    int64_t *numel;               /* [n_params_decl] elements of the logical tensor */
+    int64_t *numel;               /* [n_params_decl] elements of this rank's tensor: the logical
+                                     tensor, or its tensor-parallel shard */
+    zt_param_shard *shard;        /* [n_params_decl] the shard (split_dim -1: the whole tensor) */
+    /* With shards, layout.model is local_info: the model's declarations with this rank's shapes (what
+     * the zero plugin builds the model's views from); logical is always the model's own. */
+    const zt_model_info *logical;
+    zt_model_info local_info;
+    zt_param_decl *local_decls;
     int64_t n_trainable;          /* trainable scalar parameters (tied counted once) */
     int64_t largest_unit_numel;   /* the largest padded unit buffer */
     int64_t *trainable_numel;     /* [n_units] the padded trainable region of each unit */
@@ -81,6 +95,13 @@ typedef struct zt_host_layout {
 zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *opt, zt_host_layout **out,
                           zt_error *err);
 void zt_layout_free(zt_host_layout *l);
+
+/* The elements [begin, begin + n) of parameter `param`'s storage as runs of consecutive elements of
+ * its logical tensor: fn(ctx, local, logical, count) for each, in order; elements in a shard's
+ * padding belong to no run (they stay zero). Stops at the first status fn returns that is not ZT_OK. */
+typedef zt_status (*zt_layout_run_fn)(void *ctx, int64_t local, int64_t logical, int64_t count);
+zt_status zt_layout_shard_runs(const zt_host_layout *l, int32_t param, int64_t begin, int64_t n,
+                               zt_layout_run_fn fn, void *ctx);
 
 /* Index of the parameter named `name`, or -1. */
 int32_t zt_layout_find(const zt_host_layout *l, const char *name);

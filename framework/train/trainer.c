@@ -187,11 +187,6 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
         if (!needed[i]->plugin || !needed[i]->initialized)
             return zt_error_set(err, ZT_ERR_INTERNAL, "the trainer needs initialized model, attention, optimizer "
                                 "and zero plugins");
-    if (set->by_kind[ZT_KIND_PARALLEL].plugin)
-        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "parallel plugin '%s' is loaded, but this trainer runs one process with plain data "
-                            "parallelism only; set parallel_config.* to 1",
-                            set->by_kind[ZT_KIND_PARALLEL].desc.name);
     t->model = t->model_lp->plugin->ops;
     t->zero = t->zero_lp->plugin->ops;
     t->opt = t->opt_lp->plugin->ops;
@@ -208,24 +203,10 @@ static zt_status bind_plugins(trainer *t, zt_error *err)
                             "ZT_CAP_RECOMPUTE); set recompute to false",
                             t->model_lp->desc.name);
 
-    /* Data parallelism over the whole job: "dp" is "world" until a parallel plugin arranges ranks. */
     t->host = zt_runtime_host(t->rt, "trainer", NULL, 0);
     if (!t->host) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating the trainer's services");
-    int32_t world = t->host->world_size;
-    int32_t *ranks = malloc((size_t)world * sizeof *ranks);
-    if (!ranks) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating group 'dp'");
-    for (int32_t r = 0; r < world; r++) ranks[r] = r;
-    zt_status st = t->host->group_create(t->host->ctx, "dp", ranks, world, &t->dp);
-    free(ranks);
-    if (st != ZT_OK) return tr_host_failed(t, st, err, "creating the data-parallel group 'dp'");
-    /* Unset, parallel_config.data_parallel is whatever the launch gave; set, it must agree. */
-    int64_t dp_config = t->set->data_parallel;
-    if (t->set->has_data_parallel && dp_config != t->dp.size)
-        return zt_error_set(err, ZT_ERR_CONFIG,
-                            "parallel_config.data_parallel is %lld but the job has %d process%s; launch that many "
-                            "ranks (zt-run --nproc %lld, or mpirun -np %lld) or remove the key",
-                            (long long)dp_config, (int)t->dp.size, t->dp.size == 1 ? "" : "es", (long long)dp_config,
-                            (long long)dp_config);
+    zt_status st = tr_setup_ranks(t, err);
+    if (st != ZT_OK) return st;
     zt_status batch = check_global_batch(t->set, t->dp.size, err);
     if (batch != ZT_OK) return batch;
     t->on_gpu = t->host->device->device_type == ZT_DEVICE_CUDA;
@@ -391,6 +372,7 @@ void tr_drop_shard_buffer(trainer *t)
 
 static void free_buffers(trainer *t)
 {
+    tr_pipeline_free(t);
     if (t->micro) {
         for (int64_t k = 0; k < t->set->accum; k++) {
             micro_batch *mb = &t->micro[k];
@@ -419,7 +401,7 @@ static void free_buffers(trainer *t)
 
 /* ---- one micro-batch -------------------------------------------------------------------------- */
 
-static zt_batch batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global)
+zt_batch tr_batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global)
 {
     zt_batch b = {.struct_size = sizeof b,
                   .batch = (int32_t)t->set->micro_batch,
@@ -456,11 +438,11 @@ static zt_unit_call unit_call(trainer *t, int32_t u, uint32_t flags, const zt_ba
 
 /* Forward through every unit; the last unit's loss goes to *loss. flags: ZT_UNIT_TRAIN (and
  * recompute) for training, 0 for evaluation (nothing is kept). */
-static zt_status forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err)
+zt_status tr_forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err)
 {
     int32_t n_units = t->info->n_units;
     void *zs = t->zero_lp->state;
-    for (int32_t u = 0; u < n_units; u++) {
+    for (int32_t u = t->grid.first_unit; u <= t->grid.last_unit; u++) {
         zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_FORWARD, t->params, NULL);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, forward)", (int)u);
         /* a unit below the lowest trainable one has no backward (backward()): it keeps nothing */
@@ -476,7 +458,7 @@ static zt_status forward(trainer *t, const zt_batch *b, uint32_t flags, float *l
     return ZT_OK;
 }
 
-static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err)
+zt_status tr_backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err)
 {
     int32_t n_units = t->info->n_units;
     void *zs = t->zero_lp->state;
@@ -485,7 +467,8 @@ static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_erro
     /* Nothing below the lowest unit with a trainable parameter needs a gradient: the backward stops
      * there, and its forward activations below were kept only for the layers that run it. */
     int32_t lowest = t->layout->lowest_trainable_unit > 0 ? t->layout->lowest_trainable_unit : 0;
-    for (int32_t u = n_units - 1; u >= lowest; u--) {
+    if (lowest < t->grid.first_unit) lowest = t->grid.first_unit;
+    for (int32_t u = t->grid.last_unit; u >= lowest; u--) {
         zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_BACKWARD, t->params, t->grads);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, backward)", (int)u);
         zt_unit_call c = unit_call(t, u, ZT_UNIT_TRAIN, b);
@@ -501,6 +484,7 @@ static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_erro
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "after_unit(%d, backward)", (int)u);
         cur = 1 - cur;
     }
+    t->dx_bottom = cur; /* the gradient of the lowest unit's input (a pipeline stage sends it back) */
     return ZT_OK;
 }
 
@@ -645,14 +629,18 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
         st = t->zero->begin_step(t->zero_lp->state, &a);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "begin_step %lld", (long long)step);
     }
-    for (int64_t k = 0; k < t->set->accum; k++) {
-        zt_batch b = batch_of(t, &t->micro[k], counts[0]);
+    if (t->grid.pp_size > 1) {
+        st = tr_pipeline_step(t, counts[0], flags, &loss, &out->forward_s, &out->backward_s, err);
+        if (st != ZT_OK) return st;
+    }
+    for (int64_t k = 0; k < t->set->accum && t->grid.pp_size == 1; k++) {
+        zt_batch b = tr_batch_of(t, &t->micro[k], counts[0]);
         float part = 0;
         st = upload_batch(t, &b, err);
         double t0 = phase_clock(t, err, &st);
-        if (st == ZT_OK) st = forward(t, &b, flags, &part, err);
+        if (st == ZT_OK) st = tr_forward(t, &b, flags, &part, err);
         double t1 = phase_clock(t, err, &st);
-        if (st == ZT_OK) st = backward(t, &b, k == t->set->accum - 1, err);
+        if (st == ZT_OK) st = tr_backward(t, &b, k == t->set->accum - 1, err);
         double t2 = phase_clock(t, err, &st);
         if (st != ZT_OK) return st;
         out->forward_s += t1 - t0;
@@ -663,6 +651,12 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
         float shared = (float)loss;
         st = t->host->all_reduce(t->host->ctx, &t->dp, &shared, &shared, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
         if (st != ZT_OK) return tr_host_failed(t, st, err, "summing the loss over 'dp'");
+        loss = shared;
+    }
+    if (t->grid.pp_size > 1) { /* the last stage computed it; the others add 0 */
+        float shared = (float)loss;
+        st = t->host->all_reduce(t->host->ctx, &t->pp, &shared, &shared, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
+        if (st != ZT_OK) return tr_host_failed(t, st, err, "sharing the loss over 'pp'");
         loss = shared;
     }
     out->loss = loss;
@@ -761,7 +755,7 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
         b.n_loss_tokens_global = 1; /* the model returns the sum; divided by the token count below */
         float part = 0;
         st = upload_batch(t, &b, err);
-        if (st == ZT_OK) st = forward(t, &b, 0, &part, err);
+        if (st == ZT_OK) st = tr_forward(t, &b, 0, &part, err);
         if (st != ZT_OK) return st;
         sum += part;
         tokens += lb->n_loss_tokens;
@@ -1066,10 +1060,11 @@ static zt_status prepare_output(trainer *t, zt_error *err)
     zt_status st = zt_mkdir_p(t->set->output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];
-    if (t->dp.rank != 0) {
+    /* World ranks: with tensor or pipeline parallelism several ranks are data-parallel rank 0 */
+    if (t->host->world_rank != 0) {
         /* One run, one output directory, which rank 0 writes; each other rank keeps its own records
          * (its memory and communication) beside rank 0's metrics.jsonl. */
-        snprintf(path, sizeof path, "%s/metrics.rank%d.jsonl", t->set->output_dir, (int)t->dp.rank);
+        snprintf(path, sizeof path, "%s/metrics.rank%d.jsonl", t->set->output_dir, (int)t->host->world_rank);
         return zt_metrics_open(path, t->req->resume ? t->step : -1, &t->metrics, err);
     }
     snprintf(path, sizeof path, "%s/config.resolved.json", t->set->output_dir);
@@ -1094,10 +1089,10 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (zt_config_get_float(t->req->cfg, "optimizer.params.weight_decay", &t->weight_decay) != ZT_OK) t->weight_decay = 0;
     if (!t->set->data_path) return no_data_error(err);
     zt_status st = bind_plugins(t, err);
-    if (st == ZT_OK && t->dp.rank > 0) zt_log_set_level(ZT_LOG_WARN);
+    if (st == ZT_OK && t->host->world_rank > 0) zt_log_set_level(ZT_LOG_WARN);
     if (st == ZT_OK) st = zt_schedule_for_run(&t->set->schedule, t->set->steps, t->req->cfg, &t->schedule, err);
     zt_layout_options lo = {t->dp.size, t->set->trainable_params, t->set->no_decay_flags, t->set->freeze_include,
-                            t->set->freeze_exclude};
+                            t->set->freeze_exclude, t->tp_shards};
     if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
     if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = t->compute16;
     if (st == ZT_OK) {
@@ -1106,6 +1101,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     }
     if (st == ZT_OK) st = open_data(t, err);
     if (st == ZT_OK) st = alloc_buffers(t, err);
+    if (st == ZT_OK) st = tr_pipeline_setup(t, err);
     if (st != ZT_OK) return st;
 
     if (t->req->adapter_dir && (!t->req->model_dir || t->req->resume || !tr_adapter_spec(t)))
@@ -1126,7 +1122,8 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     else st = tr_load_master(t, tr_random_source, NULL, err);
     tr_drop_shard_buffer(t);
     if (st == ZT_OK) st = tr_agree_on_status(t, prepare_output(t, err), err, "preparing the output directory");
-    if (st == ZT_OK && t->req->export_dir) st = tr_export_prepare(t, err);
+    /* a pipeline's export is its first stage's, once every stage has shared its units' weights */
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_rank == 0) st = tr_export_prepare(t, err);
     if (st != ZT_OK) return st;
 
     zt_log(ZT_LOG_INFO, "training %lld parameters (%lld trainable) for %lld steps of %lld x %lld x %d sequences of "
@@ -1138,7 +1135,8 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
         zt_log(ZT_LOG_INFO, "the checkpoint is at step %lld and steps is %lld: nothing left to train",
                (long long)t->step, (long long)t->set->steps);
     st = train_loop(t, err);
-    if (st == ZT_OK && t->req->export_dir) st = tr_export_hf(t, err);
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_size > 1) st = tr_pipeline_share_weights(t, err);
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_rank == 0) st = tr_export_hf(t, err);
     if (st == ZT_OK && t->req->export_adapter_dir) st = tr_export_adapter(t, t->req->export_adapter_dir, err);
     return st;
 }
@@ -1162,5 +1160,6 @@ zt_status zt_train_run(const zt_train_request *req, zt_error *err)
     /* The zero plugin holds the layout (and the layout the model's info) until its fini. */
     zt_plugin_set_unload(req->plugins);
     zt_layout_free(t.layout);
+    tr_tensor_parallel_free(&t);
     return st;
 }

@@ -33,7 +33,12 @@ typedef struct trainer {
     const zt_host_settings *set; /* the request's */
     double weight_decay;          /* optimizer.params.weight_decay, 0 when the optimizer has none */
     const zt_host *host; /* the trainer's own services table: collectives */
-    zt_group dp;
+    zt_group dp;         /* the data-parallel group: every rank, or the parallel plugin's "dp" */
+    zt_rank_grid grid;   /* this rank in the data x tensor x pipeline grid (1 x 1 without a parallel plugin) */
+    /* Tensor parallelism (tensor_parallel.c): the "tp" group and this rank's shard of every
+     * parameter, which the layout allocates; tp_shards NULL: one tensor-parallel rank. */
+    zt_group tp;
+    zt_param_shard *tp_shards;
 
     const zt_loaded_plugin *model_lp, *zero_lp, *opt_lp, *attention_lp;
     const zt_model_ops *model;
@@ -59,7 +64,10 @@ typedef struct trainer {
     micro_batch device_micro;
     void **hidden;       /* [n_units - 1]: the output of unit u is hidden[u] (compute dtype) */
     void *dx[2];
+    int dx_bottom;       /* after a backward: dx[dx_bottom] is the gradient of its lowest unit's input */
     void **saved;        /* [n_units] */
+    zt_group pp;         /* pipeline parallel: the "pp" group of the parallel plugin */
+    struct tr_pipeline *pipeline; /* pipeline parallel: the schedule and the micro-batches' buffers */
     zt_tensor *params, *grads;
     int32_t max_unit_params;
     float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
@@ -119,6 +127,29 @@ zt_status tr_agree_on_status(trainer *t, zt_status mine, zt_error *err, const ch
  * all-gathered in place, which needs every rank. */
 zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err);
 
+/* ---- trainer.c: one micro-batch through this rank's units ----------------------------------------- */
+
+zt_batch tr_batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global);
+zt_status tr_forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err);
+zt_status tr_backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err);
+
+/* ---- pipeline.c: a pipeline stage's step (docs/parallel.md) --------------------------------------- */
+
+/* After the buffers: the schedule and one set of hidden-state buffers and saved slots per micro-batch. */
+zt_status tr_pipeline_setup(trainer *t, zt_error *err);
+/* This step's micro-batches (t->micro) through the plugin's instruction list; *loss: this stage's sum
+ * (0 off the last stage). */
+zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flags, double *loss, double *forward_s,
+                           double *backward_s, zt_error *err);
+void tr_pipeline_free(trainer *t);
+/* Every unit's trained weights from the stage that owns it into every rank's zero plugin (the
+ * others' copies of a unit are never trained), so the first stage can export the whole model. */
+zt_status tr_pipeline_share_weights(trainer *t, zt_error *err);
+
+/* ---- ranks.c: the data-parallel group, or the parallel plugin's grid and groups (t->dp, t->grid) ---- */
+
+zt_status tr_setup_ranks(trainer *t, zt_error *err);
+
 /* ---- weights.c ----------------------------------------------------------------------------------- */
 
 zt_status tr_load_master(trainer *t, shard_source fill, void *ctx, zt_error *err);
@@ -129,6 +160,14 @@ zt_status tr_for_each_piece(trainer *t, int32_t u, int64_t offset, int64_t count
 /* The base model from the HF directory `dir`, the adapter's parameters from the peft directory
  * adapter_dir (NULL: their declared initialisation). */
 zt_status tr_load_hf(trainer *t, const char *dir, const char *adapter_dir, zt_error *err);
+
+/* ---- tensor_parallel.c --------------------------------------------------------------------------- */
+
+/* After the parallel plugin's setup and before the layout: puts the model on tensor-parallel rank
+ * tp_rank of tp_size over the "tp" group (zt_model_ops.parallelize) and keeps its shards in
+ * t->tp_shards. tp_size 1 does nothing. A model without the ABI 1.4 ops is a message naming it. */
+zt_status tr_tensor_parallel(trainer *t, int32_t tp_size, int32_t tp_rank, int32_t seq_parallel, zt_error *err);
+void tr_tensor_parallel_free(trainer *t);
 
 /* ---- export.c ------------------------------------------------------------------------------------ */
 

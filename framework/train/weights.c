@@ -88,6 +88,22 @@ typedef struct hf_sources {
     zt_st_file *adapter; /* NULL: the adapter's parameters start as declared */
 } hf_sources;
 
+/* One run of a parameter's storage read from the HF files: with tensor parallelism, the logical
+ * tensor's elements this rank's shard holds (train/layout.h). */
+typedef struct hf_run {
+    zt_hf_model *model;
+    const zt_param_decl *p;
+    float *param; /* the parameter's storage, from its first element */
+    zt_error *err;
+} hf_run;
+
+static zt_status hf_read_run(void *ctx, int64_t local, int64_t logical, int64_t count)
+{
+    const hf_run *r = ctx;
+    return zt_hf_model_read(r->model, r->p->name, r->p->ndim, r->p->shape, (uint64_t)logical, (uint64_t)count,
+                            r->param + local, r->err);
+}
+
 /* A base parameter from the HF files; an adapter's from its peft file or its declared init. */
 static zt_status hf_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
                           zt_error *err)
@@ -101,7 +117,8 @@ static zt_status hf_piece(trainer *t, void *ctx, int32_t param, int64_t elem_off
                              n, slice_at);
         return ZT_OK;
     }
-    return zt_hf_model_read(src->model, p->name, p->ndim, p->shape, (uint64_t)elem_offset, (uint64_t)n, slice_at, err);
+    hf_run run = {src->model, p, slice_at - elem_offset, err};
+    return zt_layout_shard_runs(t->layout, param, elem_offset, n, hf_read_run, &run);
 }
 
 static zt_status hf_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,

@@ -91,9 +91,19 @@ ZT_ABI_OFFSET(zt_unit_call, x_in, 48);
 ZT_ABI_OFFSET(zt_unit_call, dx_in, 408);
 ZT_ABI_OFFSET(zt_unit_call, loss, 528);
 ZT_ABI_OFFSET(zt_unit_call, kv_seq_ids, 552);
-ZT_ABI_SIZE(zt_model_ops, 48);
+ZT_ABI_SIZE(zt_model_ops, 64); /* 1.4 appended parallelize and param_shard */
 ZT_ABI_OFFSET(zt_model_ops, adapt, 40);
-ZT_STATIC_ASSERT(ZT_MODEL_OPS_SIZE_1_0 == 40 && ZT_MODEL_OPS_SIZE_1_3 == 48, zt_model_ops_sizes);
+ZT_ABI_OFFSET(zt_model_ops, parallelize, 48);
+ZT_ABI_OFFSET(zt_model_ops, param_shard, 56);
+ZT_STATIC_ASSERT(ZT_MODEL_OPS_SIZE_1_0 == 40 && ZT_MODEL_OPS_SIZE_1_3 == 48 && ZT_MODEL_OPS_SIZE_1_4 == 64,
+                 zt_model_ops_sizes);
+ZT_ABI_SIZE(zt_model_parallel, 32);
+ZT_ABI_OFFSET(zt_model_parallel, tp, 16);
+ZT_STATIC_ASSERT(ZT_MODEL_PARALLEL_SIZE_1_4 == 32, zt_model_parallel_size);
+ZT_ABI_SIZE(zt_param_shard, 40);
+ZT_ABI_OFFSET(zt_param_shard, offset, 8);
+ZT_ABI_OFFSET(zt_param_shard, replicas, 32);
+ZT_STATIC_ASSERT(ZT_PARAM_SHARD_SIZE_1_4 == 40, zt_param_shard_size);
 ZT_ABI_SIZE(zt_adapter_spec, 56);
 ZT_ABI_OFFSET(zt_adapter_spec, scaling, 24);
 ZT_ABI_OFFSET(zt_adapter_spec, target_modules, 40);
@@ -133,8 +143,10 @@ ZT_ABI_OFFSET(zt_zero_ops, begin_step, 88);
 ZT_STATIC_ASSERT(ZT_ZERO_OPS_SIZE_1_0 == 88 && ZT_ZERO_OPS_SIZE_1_1 == 96 && ZT_ZERO_OPS_SIZE_1_3 == 104,
                  zt_zero_ops_sizes);
 ZT_ABI_SIZE(zt_rank_grid, 36);
-ZT_ABI_SIZE(zt_pp_action, 8);
-ZT_ABI_SIZE(zt_parallel_ops, 24);
+ZT_ABI_SIZE(zt_pp_action, 16);
+ZT_ABI_SIZE(zt_parallel_ops, 32); /* 1.4 appended plan */
+ZT_ABI_OFFSET(zt_parallel_ops, plan, 24);
+ZT_STATIC_ASSERT(ZT_PARALLEL_OPS_SIZE_1_0 == 24 && ZT_PARALLEL_OPS_SIZE_1_4 == 32, zt_parallel_ops_sizes);
 ZT_ABI_OFFSET(zt_parallel_ops, schedule, 16);
 ZT_ABI_SIZE(zt_plugin, 96);
 ZT_ABI_OFFSET(zt_plugin, kind, 12);

@@ -91,8 +91,8 @@ typedef enum zt_reduce_op {
 } zt_reduce_op;
 
 /* A communication group, looked up by name. The host always provides "world", and the trainer
- * creates "dp" (every rank: plain data parallelism); a parallel plugin (none in-tree yet,
- * zt_train.h) would create "dp", "tp", "pp" (and any others) with host->group_create. With one
+ * creates "dp" (every rank: plain data parallelism) unless a parallel plugin (zt_train.h) runs,
+ * which creates "dp", "tp", "pp" (and any others) with host->group_create. With one
  * rank, every group has size 1 and every collective is a local copy. The handle is owned by the
  * host. */
 typedef struct zt_group {
@@ -188,7 +188,7 @@ typedef struct zt_host {
     zt_status (*broadcast)(void *ctx, const zt_group *g, void *buf, uint64_t count, int32_t dtype,
                            int32_t root, void *stream);
     /* Point to point, not collective: the peer posts the matching recv / send, in the same order.
-     * [training thread] (no in-tree plugin uses them yet) */
+     * [training thread] */
     zt_status (*send)(void *ctx, const zt_group *g, const void *buf, uint64_t count, int32_t dtype,
                       int32_t peer, void *stream);
     zt_status (*recv)(void *ctx, const zt_group *g, void *buf, uint64_t count, int32_t dtype,

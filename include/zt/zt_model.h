@@ -17,6 +17,7 @@
 #define ZT_MODEL_H
 
 #include "zt_types.h"
+#include "zt_host.h" /* zt_group */
 
 #ifdef __cplusplus
 extern "C" {
@@ -237,6 +238,39 @@ typedef struct zt_model_info {
 #define ZT_MODEL_INFO_SIZE_1_0 80u
 #define ZT_MODEL_INFO_SIZE_1_3 96u
 
+/* ---- tensor parallelism (ABI 1.4) ------------------------------------------------------------ */
+
+/* The model's place in the tensor-parallel group (zt_model_ops.parallelize). Megatron's split:
+ * q/k/v and gate/up are column-parallel (each rank holds rows of the weight: its heads, its part of
+ * the ffn), o and down row-parallel (the matching columns), the embedding and the LM head split their
+ * vocabulary rows (padded to a multiple of tp_size). Norms are replicated. */
+typedef struct zt_model_parallel {
+    uint32_t struct_size;
+    int32_t tp_size;          /* ranks of the tensor-parallel group; 1: none */
+    int32_t tp_rank;          /* this rank within it */
+    int32_t seq_parallel;     /* 1: sequence parallel around the tp regions (use_seq_parallel) */
+    zt_group tp;              /* the "tp" group (zt_host.group_get); owned by the host */
+} zt_model_parallel;
+
+#define ZT_MODEL_PARALLEL_SIZE_1_4 32u
+
+/* One rank's shard of a logical parameter: along split_dim (zt_param_decl.tp_split_dim; -1 the
+ * whole tensor) it holds `extent` rows or columns starting at `offset`, of which the first `valid`
+ * lie inside the logical tensor; the rest are padding (the vocabulary padded to a multiple of tp),
+ * zero and never exported. replicas > 1: that many ranks hold the same slice (KV heads replicated
+ * when tp exceeds them); the model sums their gradients, so the copies stay equal. */
+typedef struct zt_param_shard {
+    uint32_t struct_size;
+    int32_t split_dim;
+    int64_t offset;
+    int64_t extent;
+    int64_t valid;
+    int32_t replicas;
+    int32_t reserved0;
+} zt_param_shard;
+
+#define ZT_PARAM_SHARD_SIZE_1_4 40u
+
 /* ---- one unit's forward or backward ---------------------------------------------------------- */
 
 #define ZT_UNIT_TRAIN 0x1u     /* keep what backward needs in *saved */
@@ -315,11 +349,25 @@ typedef struct zt_model_ops {
      * ZT_ERR_CONFIG with host->error() saying which. NULL: the model takes no adapter (the host
      * refuses an adapter plugin with it). [main thread] */
     zt_status (*adapt)(void *state, const zt_adapter_spec *spec);
+    /* ABI 1.4 (the host calls them only when struct_size >= ZT_MODEL_OPS_SIZE_1_4), each [may be
+     * NULL]: NULL means the model runs on one tensor-parallel rank only (the host refuses tp > 1).
+     * Tensor parallelism: put the model on rank p->tp_rank of p->tp_size (p borrowed for the call).
+     * Called at most once, after init (and adapt) and before the first forward; from then on the
+     * parameter views of every unit call are this rank's shards (param_shard) and the model runs
+     * its collectives over p->tp. A shape that does not divide (heads, KV heads, ffn) is
+     * ZT_ERR_CONFIG with host->error() naming the numbers and the sizes that would work. [main
+     * thread] */
+    zt_status (*parallelize)(void *state, const zt_model_parallel *p);
+    /* Where this rank's shard of declaration `param` lies in its logical tensor (after parallelize;
+     * before it, or for a replicated parameter, the whole tensor). out->struct_size is set by the
+     * caller. [any thread], after parallelize. */
+    zt_status (*param_shard)(void *state, int32_t param, zt_param_shard *out);
 } zt_model_ops;
 
-/* struct_size of a v1.0 zt_model_ops (no adapt) and of a 1.3 one. */
+/* struct_size of a v1.0 zt_model_ops (no adapt), of a 1.3 one and of a 1.4 one (tensor parallel). */
 #define ZT_MODEL_OPS_SIZE_1_0 40u
 #define ZT_MODEL_OPS_SIZE_1_3 48u
+#define ZT_MODEL_OPS_SIZE_1_4 64u
 
 #ifdef __cplusplus
 }

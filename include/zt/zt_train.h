@@ -3,7 +3,7 @@
  *
  * Division of labour: the optimizer is pure math over flat fp32 ranges; the zero plugin owns where
  * parameters, gradients and optimizer state live (device or host, full or sharded) and when they
- * move; the parallel plugin (a kind no in-tree plugin implements yet, see below) builds the rank
+ * move; the parallel plugin (plugins/parallel) builds the rank
  * grid and decides which units and tensor slices a rank holds. The host drives the step and owns
  * checkpoints. Tags ([training thread], [collective], [may be NULL], ...): zt_plugin.h.
  */
@@ -232,12 +232,10 @@ typedef struct zt_zero_ops {
 
 /* ---- parallel strategy ----------------------------------------------------------------------- */
 
-/* Declared for the tensor- and pipeline-parallel work to come: no in-tree plugin implements this
- * kind yet (the parallel issue adds one), and the host calls none of its ops. zt-run loads a
- * parallel plugin when --plugins names one or parallel_config.model_parallel or .pipeline_stage is
- * above 1, and the trainer then refuses to run (it does plain data parallelism only: "dp" is every
- * rank). The contract below is what such a plugin will be held to; it may still change before a
- * host uses it. */
+/* The in-tree plugin `parallel` (plugins/parallel, docs/parallel.md) implements this kind: tensor and
+ * pipeline parallelism in one plugin, because zt_parallel_ops sets up the whole grid at once. zt-run
+ * loads it when --plugins names one or parallel_config.model_parallel or .pipeline_stage is above 1;
+ * the trainer calls setup once and then trains over the plugin's "dp" group. */
 
 typedef struct zt_rank_grid {
     uint32_t struct_size;
@@ -248,28 +246,46 @@ typedef struct zt_rank_grid {
 } zt_rank_grid;
 
 typedef enum zt_pp_op {
-    ZT_PP_FORWARD = 0,
-    ZT_PP_BACKWARD = 1
+    ZT_PP_FORWARD = 0,           /* run this stage's units forward on micro-batch `micro` */
+    ZT_PP_BACKWARD = 1,          /* and backward (its forward came earlier in the list) */
+    ZT_PP_SEND_ACTIVATION = 2,   /* send micro's output hidden states to pipeline rank `peer` */
+    ZT_PP_RECV_ACTIVATION = 3,   /* receive micro's input hidden states from `peer` */
+    ZT_PP_SEND_GRADIENT = 4,     /* send the gradient of micro's input to `peer` */
+    ZT_PP_RECV_GRADIENT = 5      /* receive the gradient of micro's output from `peer` */
 } zt_pp_op;
 
+/* One instruction of a rank's pipeline schedule. Transfers are listed explicitly, in an order in
+ * which blocking (rendezvous) sends and receives cannot deadlock, so the host runs the list as is. */
 typedef struct zt_pp_action {
     int32_t op;              /* zt_pp_op */
     int32_t micro;           /* micro-batch index */
+    int32_t chunk;           /* virtual stage (model chunk) of this rank, 0 without interleaving */
+    int32_t peer;            /* transfers: the pipeline rank at the other end ("pp" group); -1 otherwise */
 } zt_pp_action;
 
 typedef struct zt_parallel_ops {
     uint32_t struct_size;
     uint32_t reserved0;
     /* Build the grid from config (parallel_config.*) and create the "dp", "tp" and "pp" groups with
-     * host->group_create. model is the model plugin's; *out the host's. [collective],
-     * [training thread]. Required once a host calls it. */
+     * host->group_create (every rank creates all three, in that order). model is the model plugin's;
+     * *out the host's. A layout that does not fit the job or the model is ZT_ERR_CONFIG with a message
+     * naming the numbers. [collective], [training thread]. */
     zt_status (*setup)(void *state, const zt_model_info *model, zt_rank_grid *out);
-    /* This rank's ordered forward/backward actions for one step of n_micro micro-batches (1F1B for
-     * pp > 1). Writes up to cap actions into the caller's array, sets *n to the number needed.
-     * Local, [training thread]. Required once a host calls it. */
+    /* This rank's ordered instructions for one step of n_micro micro-batches (1F1B for pp > 1; each
+     * forward followed by its backward with pp = 1). Writes up to cap actions into the caller's
+     * array, sets *n to the number needed. Local, [training thread]; after setup. */
     zt_status (*schedule)(void *state, int32_t n_micro, zt_pp_action *actions, int32_t cap,
                           int32_t *n);
+    /* ABI 1.4 (read only when struct_size >= ZT_PARALLEL_OPS_SIZE_1_4): the grid of world rank `rank`
+     * in a job of `world` ranks, checked as setup checks it, without creating any group: what the
+     * memory estimator (zt-run --dry-run) lays out per rank. Local, [main thread], after init. */
+    zt_status (*plan)(void *state, const zt_model_info *model, int32_t world, int32_t rank,
+                      zt_rank_grid *out);
 } zt_parallel_ops;
+
+/* struct_size of a v1.0 zt_parallel_ops and of a 1.4 one (plan). */
+#define ZT_PARALLEL_OPS_SIZE_1_0 24u
+#define ZT_PARALLEL_OPS_SIZE_1_4 32u
 
 #ifdef __cplusplus
 }

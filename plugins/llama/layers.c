@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "llama.h"
+#include "llama_tp.h"
 
 /* A record is one host->alloc block: the header (llama_saved), then, unless it only marks a
  * recompute, the unit's activations (layer_acts or head_acts) at a 64-byte boundary. */
@@ -56,7 +57,8 @@ static float *carve(carver *cv, int64_t n)
 static void carve_layer(const llama_state *s, int32_t unit, int64_t N, carver *cv, layer_acts *a)
 {
     const llama_config *c = &s->cfg;
-    int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, F = c->intermediate;
+    const llama_tp *t = &s->tp; /* this rank's heads and ffn part under tensor parallelism */
+    int64_t H = c->hidden, Q = t->heads * c->head_dim, KV = t->kv_heads * c->head_dim, F = t->ffn;
     a->norm1 = carve(cv, N * H);
     a->rstd1 = carve(cv, N);
     a->q = carve(cv, N * Q);
@@ -73,11 +75,11 @@ static void carve_layer(const llama_state *s, int32_t unit, int64_t N, carver *c
                                                                                           : NULL;
 }
 
-static void carve_head(const llama_config *c, int64_t N, carver *cv, head_acts *a)
+static void carve_head(const llama_state *s, int64_t N, carver *cv, head_acts *a)
 {
-    a->norm = carve(cv, N * c->hidden);
+    a->norm = carve(cv, N * s->cfg.hidden);
     a->rstd = carve(cv, N);
-    a->logits = carve(cv, N * c->vocab);
+    a->logits = carve(cv, N * s->tp.vocab); /* this rank's vocabulary rows */
 }
 
 /* The layer backward's scratch. */
@@ -93,8 +95,9 @@ typedef struct layer_grads {
 static void carve_layer_grads(const llama_state *s, int64_t N, carver *cv, layer_grads *d)
 {
     const llama_config *c = &s->cfg;
-    int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
-    d->act = carve(cv, N * c->intermediate);
+    const llama_tp *t = &s->tp;
+    int64_t H = c->hidden, Q = t->heads * c->head_dim, KV = t->kv_heads * c->head_dim;
+    d->act = carve(cv, N * t->ffn);
     d->norm = carve(cv, N * H);
     d->resid = carve(cv, N * H);
     d->attn = carve(cv, N * Q);
@@ -121,7 +124,7 @@ static llama_saved *saved_alloc(const llama_call *r, int32_t pool, int marker, c
     head_acts ha;
     int32_t unit = r->c->unit;
     if (!marker) {
-        if (unit == r->s->info.n_units - 1) carve_head(&r->s->cfg, r->tokens, &cv, &ha);
+        if (unit == r->s->info.n_units - 1) carve_head(r->s, r->tokens, &cv, &ha);
         else carve_layer(r->s, unit, r->tokens, &cv, &la);
     }
     char tag[64];
@@ -318,16 +321,17 @@ static zt_attn_args attention_args(const llama_call *r, const layer_acts *a)
     zt_attn_args args;
     memset(&args, 0, sizeof args);
     args.struct_size = sizeof args;
-    args.n_heads = (int32_t)c->heads;
-    args.n_kv_heads = (int32_t)c->kv_heads;
+    const llama_tp *t = &r->s->tp;
+    args.n_heads = (int32_t)t->heads;
+    args.n_kv_heads = (int32_t)t->kv_heads;
     args.head_dim = (int32_t)c->head_dim;
     args.scale = 1.0f / sqrtf((float)c->head_dim);
     args.causal = 1;
     args.batch = b;
-    args.q = attention_view(a->q, b, c->heads, c->head_dim);
-    args.k = attention_view(a->k, b, c->kv_heads, c->head_dim);
-    args.v = attention_view(a->v, b, c->kv_heads, c->head_dim);
-    args.out = attention_view(a->attn, b, c->heads, c->head_dim);
+    args.q = attention_view(a->q, b, t->heads, c->head_dim);
+    args.k = attention_view(a->k, b, t->kv_heads, c->head_dim);
+    args.v = attention_view(a->v, b, t->kv_heads, c->head_dim);
+    args.out = attention_view(a->attn, b, t->heads, c->head_dim);
     return args;
 }
 
@@ -358,9 +362,11 @@ static zt_status embedding_forward(llama_state *s, const zt_unit_call *c)
     const llama_call *r = &run;
     llama_call_init(&run, s, c);
     int64_t bad = -1;
-    zt_status st = zt_cpu_embedding_forward(&s->cpu, r->tokens, s->cfg.vocab, s->cfg.hidden, c->batch->tokens,
-                                            param(r, EMBED_TABLE), c->x_out.data, &bad);
-    if (st != ZT_OK) return bad_token(r, "token id", bad, c->batch->tokens[bad]);
+    zt_status st = s->tp.size > 1
+                       ? llama_tp_embedding_forward(r, param(r, EMBED_TABLE), c->x_out.data, &bad)
+                       : zt_cpu_embedding_forward(&s->cpu, r->tokens, s->cfg.vocab, s->cfg.hidden, c->batch->tokens,
+                                                  param(r, EMBED_TABLE), c->x_out.data, &bad);
+    if (st != ZT_OK) return bad >= 0 ? bad_token(r, "token id", bad, c->batch->tokens[bad]) : st;
     return ZT_OK; /* the backward needs only batch->tokens: nothing to save */
 }
 
@@ -372,8 +378,10 @@ static zt_status embedding_backward(llama_state *s, const zt_unit_call *c)
     float *g = grad(r, EMBED_TABLE);
     if (!g) return ZT_OK; /* frozen embedding: unit 0 has no input gradient to propagate */
     int64_t bad = -1;
-    zt_status st = zt_cpu_embedding_backward(&s->cpu, r->tokens, s->cfg.vocab, s->cfg.hidden, c->batch->tokens,
-                                             c->dx_out.data, g, &bad);
+    zt_status st = s->tp.size > 1
+                       ? llama_tp_embedding_backward(r, c->dx_out.data, g, &bad)
+                       : zt_cpu_embedding_backward(&s->cpu, r->tokens, s->cfg.vocab, s->cfg.hidden,
+                                                   c->batch->tokens, c->dx_out.data, g, &bad);
     if (st != ZT_OK) return bad_token(r, "token id", bad, c->batch->tokens[bad]);
     return ZT_OK;
 }
@@ -390,8 +398,9 @@ static zt_status layer_compute(const llama_call *r, const float *x, const layer_
     const zt_unit_call *c = r->c;
     const llama_config *cfg = &s->cfg;
     const zt_cpu_ctx *ctx = &s->cpu;
-    int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
-    int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
+    const llama_tp *t = &s->tp;
+    int64_t N = r->tokens, H = cfg->hidden, F = t->ffn, D = cfg->head_dim;
+    int64_t Q = t->heads * D, KV = t->kv_heads * D;
     const int32_t *positions = c->batch->positions;
     zt_status st = ZT_OK;
     float *act = NULL;
@@ -404,8 +413,8 @@ static zt_status layer_compute(const llama_call *r, const float *x, const layer_
     KERNEL(lora_forward(r, LAYER_Q, H, Q, a->norm1, a->lora[LAYER_Q], a->q), "q_proj LoRA forward");
     KERNEL(lora_forward(r, LAYER_K, H, KV, a->norm1, a->lora[LAYER_K], a->k), "k_proj LoRA forward");
     KERNEL(lora_forward(r, LAYER_V, H, KV, a->norm1, a->lora[LAYER_V], a->v), "v_proj LoRA forward");
-    zt_cpu_rope_forward(ctx, N, cfg->heads, D, positions, s->inv_freq, a->q, a->q);
-    zt_cpu_rope_forward(ctx, N, cfg->kv_heads, D, positions, s->inv_freq, a->k, a->k);
+    zt_cpu_rope_forward(ctx, N, t->heads, D, positions, s->inv_freq, a->q, a->q);
+    zt_cpu_rope_forward(ctx, N, t->kv_heads, D, positions, s->inv_freq, a->k, a->k);
 
     const zt_attention_binding *att = c->attention;
     zt_attn_args args = attention_args(r, a);
@@ -419,6 +428,9 @@ static zt_status layer_compute(const llama_call *r, const float *x, const layer_
 
     KERNEL(zt_cpu_linear_forward(ctx, N, H, Q, a->attn, param(r, LAYER_O), a->resid), "o_proj forward");
     KERNEL(lora_forward(r, LAYER_O, Q, H, a->attn, a->lora[LAYER_O], a->resid), "o_proj LoRA forward");
+    /* row-parallel o_proj: each rank's heads give a partial sum (the attention block's all-reduce) */
+    st = llama_tp_all_reduce(r, a->resid, N * H, ZT_REDUCE_SUM, "the attention output");
+    if (st != ZT_OK) return st;
     zt_cpu_add(ctx, N * H, x, a->resid);
     zt_cpu_rmsnorm_forward(ctx, N, H, (float)cfg->rms_norm_eps, a->resid, param(r, LAYER_POST_NORM), a->norm2,
                            a->rstd2);
@@ -434,6 +446,8 @@ static zt_status layer_compute(const llama_call *r, const float *x, const layer_
     /* out is written last, after every read of x: the host may pass one buffer as both. */
     KERNEL(zt_cpu_linear_forward(ctx, N, H, F, act, param(r, LAYER_DOWN), out), "down_proj forward");
     KERNEL(lora_forward(r, LAYER_DOWN, F, H, act, a->lora[LAYER_DOWN], out), "down_proj LoRA forward");
+    /* row-parallel down_proj: the MLP block's all-reduce */
+    if ((st = llama_tp_all_reduce(r, out, N * H, ZT_REDUCE_SUM, "the MLP output")) != ZT_OK) goto done;
     zt_cpu_add(ctx, N * H, a->resid, out);
 done:
     s->host->free(s->host->ctx, act);
@@ -464,8 +478,9 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     llama_call_init(&run, s, c);
     const llama_config *cfg = &s->cfg;
     const zt_cpu_ctx *ctx = &s->cpu;
-    int64_t N = r->tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
-    int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
+    const llama_tp *t = &s->tp;
+    int64_t N = r->tokens, H = cfg->hidden, F = t->ffn, D = cfg->head_dim;
+    int64_t Q = t->heads * D, KV = t->kv_heads * D;
     llama_saved *saved = NULL, *fresh = NULL;
     float *work = NULL;
     zt_status st = llama_saved_take(r, &saved);
@@ -510,6 +525,8 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
                "gate/up_proj LoRA gradients");
         KERNEL(lora_backward_input(r, k, H, d.lora, d.norm), "gate/up_proj LoRA backward");
     }
+    /* column-parallel gate/up: each rank's ffn part gives a partial input gradient */
+    if ((st = llama_tp_all_reduce(r, d.norm, N * H, ZT_REDUCE_SUM, "the MLP input gradient")) != ZT_OK) goto done;
     g = grad(r, LAYER_POST_NORM); /* NULL (frozen): no weight gradient */
     zt_cpu_rmsnorm_backward(ctx, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm, d.resid, g);
     zt_cpu_add(ctx, N * H, dy, d.resid); /* the residual path */
@@ -521,10 +538,10 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     KERNEL(lora_backward_weights(r, LAYER_O, Q, H, a.attn, a.lora[LAYER_O], d.resid, d.lora), "o_proj LoRA gradients");
     KERNEL(lora_backward_input(r, LAYER_O, Q, d.lora, d.attn), "o_proj LoRA backward");
     zt_attn_args args = attention_args(r, &a);
-    args.dout = attention_view(d.attn, c->batch, cfg->heads, D);
-    args.dq = attention_view(d.q, c->batch, cfg->heads, D);
-    args.dk = attention_view(d.k, c->batch, cfg->kv_heads, D);
-    args.dv = attention_view(d.v, c->batch, cfg->kv_heads, D);
+    args.dout = attention_view(d.attn, c->batch, t->heads, D);
+    args.dq = attention_view(d.q, c->batch, t->heads, D);
+    args.dk = attention_view(d.k, c->batch, t->kv_heads, D);
+    args.dv = attention_view(d.v, c->batch, t->kv_heads, D);
     void *attention_saved = rec->attention_saved;
     rec->attention_saved = NULL; /* the attention backward frees it */
     st = c->attention->ops->backward(c->attention->state, &args, attention_saved);
@@ -532,23 +549,30 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
         st = attention_failed(r, st, "backward");
         goto done;
     }
-    zt_cpu_rope_backward(ctx, N, cfg->heads, D, c->batch->positions, s->inv_freq, d.q, d.q);
-    zt_cpu_rope_backward(ctx, N, cfg->kv_heads, D, c->batch->positions, s->inv_freq, d.k, d.k);
+    zt_cpu_rope_backward(ctx, N, t->heads, D, c->batch->positions, s->inv_freq, d.q, d.q);
+    zt_cpu_rope_backward(ctx, N, t->kv_heads, D, c->batch->positions, s->inv_freq, d.k, d.k);
+    /* The input gradient first, from this rank's own dk and dv: the all-reduce below adds every
+     * rank's, so a replicated KV head's contributions are each counted once. */
+    KERNEL(zt_cpu_linear_backward_input(ctx, N, Q, H, d.q, param(r, LAYER_Q), d.norm), "q_proj backward");
+    KERNEL(linear_backward_input_add(ctx, N, KV, H, d.k, param(r, LAYER_K), d.norm), "k_proj backward");
+    KERNEL(linear_backward_input_add(ctx, N, KV, H, d.v, param(r, LAYER_V), d.norm), "v_proj backward");
+    /* A KV head replicated on several ranks: its weight gradient is the sum of theirs. */
+    if ((st = llama_tp_sum_kv_replicas(r, d.k, d.v)) != ZT_OK) goto done;
     if ((g = grad(r, LAYER_Q)))
         KERNEL(zt_cpu_linear_backward_weight(ctx, N, Q, H, d.q, a.norm1, g), "q_proj weight gradient");
     if ((g = grad(r, LAYER_K)))
         KERNEL(zt_cpu_linear_backward_weight(ctx, N, KV, H, d.k, a.norm1, g), "k_proj weight gradient");
     if ((g = grad(r, LAYER_V)))
         KERNEL(zt_cpu_linear_backward_weight(ctx, N, KV, H, d.v, a.norm1, g), "v_proj weight gradient");
-    KERNEL(zt_cpu_linear_backward_input(ctx, N, Q, H, d.q, param(r, LAYER_Q), d.norm), "q_proj backward");
-    KERNEL(linear_backward_input_add(ctx, N, KV, H, d.k, param(r, LAYER_K), d.norm), "k_proj backward");
-    KERNEL(linear_backward_input_add(ctx, N, KV, H, d.v, param(r, LAYER_V), d.norm), "v_proj backward");
     for (int k = LAYER_Q; k <= LAYER_V; k++) {
         const float *dproj = k == LAYER_Q ? d.q : k == LAYER_K ? d.k : d.v;
         int64_t out = k == LAYER_Q ? Q : KV;
         KERNEL(lora_backward_weights(r, k, H, out, a.norm1, a.lora[k], dproj, d.lora), "q/k/v_proj LoRA gradients");
         KERNEL(lora_backward_input(r, k, H, d.lora, d.norm), "q/k/v_proj LoRA backward");
     }
+    /* column-parallel q/k/v: the attention block's backward all-reduce */
+    if ((st = llama_tp_all_reduce(r, d.norm, N * H, ZT_REDUCE_SUM, "the attention input gradient")) != ZT_OK)
+        goto done;
     /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
     g = grad(r, LAYER_INPUT_NORM);
     zt_cpu_rmsnorm_backward(ctx, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1, d.norm, c->dx_in.data,
@@ -571,18 +595,26 @@ static zt_status head_compute(const llama_call *r, const float *x, const head_ac
     llama_state *s = r->s;
     const zt_unit_call *c = r->c;
     const llama_config *cfg = &s->cfg;
-    int64_t N = r->tokens, H = cfg->hidden, V = cfg->vocab;
+    int64_t N = r->tokens, H = cfg->hidden, V = s->tp.vocab; /* this rank's vocabulary rows */
     zt_status st = ZT_OK;
     float *row_loss = NULL;
     zt_cpu_rmsnorm_forward(&s->cpu, N, H, (float)cfg->rms_norm_eps, x, param(r, HEAD_NORM), a->norm, a->rstd);
     KERNEL(zt_cpu_linear_forward(&s->cpu, N, V, H, a->norm, param(r, HEAD_LM), a->logits), "lm_head forward");
-    if (logits_out) memcpy(logits_out, a->logits, (size_t)(N * V) * sizeof(float));
+    if (logits_out && s->tp.size > 1 && (st = llama_tp_gather_logits(r, a->logits, logits_out)) != ZT_OK) return st;
+    if (logits_out && s->tp.size == 1) memcpy(logits_out, a->logits, (size_t)(N * V) * sizeof(float));
     if (!loss_out && !train) return ZT_OK;
+    double loss = 0.0;
+    int64_t bad = -1;
+    if (s->tp.size > 1) { /* vocab-parallel: the logits stay split */
+        st = llama_tp_cross_entropy(r, a->logits, (double)c->batch->n_loss_tokens_global,
+                                    (float)zt_unit_call_loss_scale(c), &loss, train, &bad);
+        if (st != ZT_OK) return bad >= 0 ? bad_token(r, "target id", bad, c->batch->targets[bad]) : st;
+        if (loss_out) *loss_out = (float)loss;
+        return ZT_OK;
+    }
 
     row_loss = alloc_floats(r, ZT_POOL_WORKSPACE, N, "per-token loss");
     if (!row_loss) return ZT_ERR_OUT_OF_MEMORY;
-    double loss = 0.0;
-    int64_t bad = -1;
     st = zt_cpu_cross_entropy(&s->cpu, N, V, a->logits, c->batch->targets,
                               (double)c->batch->n_loss_tokens_global, (float)zt_unit_call_loss_scale(c), row_loss,
                               &loss,
@@ -603,7 +635,7 @@ static zt_status head_fill(const llama_call *r, llama_saved *rec, int outputs, i
 {
     carver cv = {rec->acts, 0};
     head_acts a;
-    carve_head(&r->s->cfg, r->tokens, &cv, &a);
+    carve_head(r->s, r->tokens, &cv, &a);
     return head_compute(r, r->c->x_in.data, &a, outputs ? r->c->x_out.data : NULL, outputs ? r->c->loss : NULL,
                         keep);
 }
@@ -621,7 +653,7 @@ static zt_status head_backward(llama_state *s, const zt_unit_call *c)
     const llama_call *r = &run;
     llama_call_init(&run, s, c);
     const llama_config *cfg = &s->cfg;
-    int64_t N = r->tokens, H = cfg->hidden, V = cfg->vocab;
+    int64_t N = r->tokens, H = cfg->hidden, V = s->tp.vocab;
     llama_saved *saved = NULL, *fresh = NULL;
     float *work = NULL;
     zt_status st = llama_saved_take(r, &saved);
@@ -630,7 +662,7 @@ static zt_status head_backward(llama_state *s, const zt_unit_call *c)
     if (st != ZT_OK) goto done;
     carver cv = {(fresh ? fresh : saved)->acts, 0};
     head_acts a;
-    carve_head(cfg, N, &cv, &a);
+    carve_head(s, N, &cv, &a);
     work = alloc_floats(r, ZT_POOL_WORKSPACE, N * H, "backward scratch");
     if (!work) {
         st = ZT_ERR_OUT_OF_MEMORY;
@@ -641,6 +673,9 @@ static zt_status head_backward(llama_state *s, const zt_unit_call *c)
         KERNEL(zt_cpu_linear_backward_weight(&s->cpu, N, V, H, a.logits, a.norm, g), "lm_head weight gradient");
     KERNEL(zt_cpu_linear_backward_input(&s->cpu, N, V, H, a.logits, param(r, HEAD_LM), d_norm),
            "lm_head backward");
+    /* vocab-parallel LM head: each rank's rows give a partial input gradient */
+    if ((st = llama_tp_all_reduce(r, d_norm, N * H, ZT_REDUCE_SUM, "the LM head's input gradient")) != ZT_OK)
+        goto done;
     g = grad(r, HEAD_NORM);
     zt_cpu_rmsnorm_backward(&s->cpu, N, H, c->x_in.data, param(r, HEAD_NORM), a.rstd, d_norm, c->dx_in.data, g);
 done:

@@ -75,10 +75,35 @@ static inline uint64_t llama_lora_mask_start(const llama_lora *l, int32_t unit, 
     return llama_lora_mix64(l->seed + LLAMA_LORA_GOLDEN * (uint64_t)(unit * LLAMA_LINEARS + k + 1));
 }
 
+typedef struct llama_state llama_state;
+
+/* This rank's part of the model under tensor parallelism (tp.c; zt_model_parallel). Without
+ * parallelize(): size 1, every count the whole model's. */
+typedef struct llama_tp {
+    int32_t size, rank;
+    int32_t seq_parallel;
+    zt_group group;          /* "tp" */
+    int64_t heads;           /* query heads of this rank: heads / size */
+    int64_t kv_heads;        /* key/value heads of this rank: kv_heads / size, or 1 when replicated */
+    int64_t kv_first;        /* the first of them in the model's numbering */
+    int32_t kv_replicas;     /* ranks holding the same key/value heads (size / kv_heads when size > kv_heads) */
+    int64_t ffn;             /* intermediate / size */
+    int64_t vocab;           /* rows of the embedding and LM head per rank: vocab padded to a multiple of size */
+    int64_t vocab_first;     /* the first of them in the vocabulary */
+    int64_t vocab_valid;     /* of them, inside the vocabulary (the rest pad) */
+} llama_tp;
+
+/* zt_model_ops.parallelize / param_shard (tp.c). llama_tp_init sets the one-rank values (init). */
+void llama_tp_init(llama_state *s);
+zt_status llama_parallelize(llama_state *s, const zt_model_parallel *p);
+zt_status llama_param_shard(const llama_state *s, int32_t param, zt_param_shard *out);
+/* The local shape of declaration `param` under s->tp (out[4]). */
+void llama_local_shape(const llama_state *s, int32_t param, int64_t *out);
+
 typedef struct llama_backend llama_backend;
 typedef struct llama_gpu llama_gpu; /* layers_cuda.c */
 
-typedef struct llama_state {
+struct llama_state {
     const zt_host *host;
     const llama_backend *backend; /* the device path, chosen once at init from host->device */
     int on_gpu;                   /* a CUDA run: bf16 or fp16 units on the GPU (layers_cuda.c) */
@@ -93,7 +118,8 @@ typedef struct llama_state {
     char *names;                  /* storage of the decl names */
     int32_t *unit_first_param;    /* [n_units + 1]: decls of unit u are [first[u], first[u+1]) */
     llama_lora lora;
-} llama_state;
+    llama_tp tp;
+};
 
 /* Builds info and the parameter declarations from cfg and, with an adapter, s->lora (params.c). */
 zt_status llama_params_build(llama_state *s);

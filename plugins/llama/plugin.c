@@ -130,6 +130,7 @@ static zt_status llama_init(const zt_host *host, void **state)
         }
     }
     if (st == ZT_OK) zt_cpu_rope_inv_freq(&s->cfg.rope, s->inv_freq);
+    if (st == ZT_OK) llama_tp_init(s);
     if (st == ZT_OK && backend->init) st = backend->init(s);
     if (st != ZT_OK) {
         llama_fini(s);
@@ -225,11 +226,13 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
     }
     for (int32_t i = 0; i < n; i++) {
         const zt_param_decl *d = &s->decls[first + i];
-        zt_status st = check_view(s, name, d->name, &c->params[i], d->ndim, d->shape, compute);
+        int64_t shape[4]; /* this rank's shard under tensor parallelism */
+        llama_local_shape(s, first + i, shape);
+        zt_status st = check_view(s, name, d->name, &c->params[i], d->ndim, shape, compute);
         if (st != ZT_OK) return st;
         if (backward && c->grads && c->grads[i].data) {
             snprintf(what, sizeof what, "the gradient of %s", d->name);
-            st = check_view(s, name, what, &c->grads[i], d->ndim, d->shape, ZT_F32);
+            st = check_view(s, name, what, &c->grads[i], d->ndim, shape, ZT_F32);
             if (st != ZT_OK) return st;
         }
     }
@@ -352,6 +355,16 @@ static zt_status llama_adapt(void *state, const zt_adapter_spec *spec)
     return llama_lora_adapt(state, spec);
 }
 
+static zt_status llama_parallelize_op(void *state, const zt_model_parallel *p)
+{
+    return llama_parallelize(state, p);
+}
+
+static zt_status llama_param_shard_op(void *state, int32_t param, zt_param_shard *out)
+{
+    return llama_param_shard(state, param, out);
+}
+
 static const zt_model_ops k_ops = {
     .struct_size = sizeof(zt_model_ops),
     .info = llama_info,
@@ -359,6 +372,8 @@ static const zt_model_ops k_ops = {
     .backward = llama_backward,
     .release = llama_release,
     .adapt = llama_adapt,
+    .parallelize = llama_parallelize_op,
+    .param_shard = llama_param_shard_op,
 };
 
 static const zt_plugin k_plugin = {

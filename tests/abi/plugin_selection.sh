@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How --check chooses a run's plugins: names, .plugin and .so paths in --plugins, defaults from the
-# config (optimizer.type, zero_optimization.stage), agreement between the two, and a parallel plugin
+# config (optimizer.type, zero_optimization.stage), agreement between the two, and the parallel plugin
 # when a parallel size is above 1.
 . "$ZT_TEST_LIB"
 . "$(dirname "$0")/abi_lib.sh"
@@ -45,10 +45,14 @@ for b in bad: print("FAIL:", b)
 sys.exit(1 if bad else 0)
 PY
 
-# Parallel sizes above 1 need a parallel plugin, which has no default.
-expect_check_fails "sgd,$fixtures" \
-    "this run needs a parallel plugin (a parallel_config size is above 1), and that kind has no default: name one in --plugins" \
-    -- --set parallel_config.model_parallel=2
+# Parallel sizes above 1 select the parallel plugin (its schema joins the config); data parallelism
+# alone loads none.
+expect_ok '"parallel.virtual_stages": "default"' -- zt --plugins "sgd,$fixtures" --check --output-dir "$scratch/p" \
+    --set parallel_config.model_parallel=2
+if zt --plugins "sgd,$fixtures" --check --output-dir "$scratch/q" 2>&1 | grep -q '"parallel.virtual_stages"'; then
+    echo "FAIL: a run without tensor or pipeline parallelism loaded the parallel plugin" >&2
+    exit 1
+fi
 
 # Paths instead of names: a .plugin descriptor and a bare .so.
 expect_ok "\"name\": \"sgd\"" -- zt --plugins "$abi_dir/sgd.plugin,$fixtures" --check --output-dir "$scratch/d"

@@ -36,6 +36,12 @@ static zt_status load_plugin(mh_env *e, const char *name, int kind, zt_loaded_pl
 
 zt_status mh_open(mh_env *e, const char *plugins_d, const char *config_json, int n_threads, zt_error *err)
 {
+    return mh_open_ranks(e, plugins_d, config_json, n_threads, 1, err);
+}
+
+zt_status mh_open_ranks(mh_env *e, const char *plugins_d, const char *config_json, int n_threads, int single_process,
+                        zt_error *err)
+{
     memset(e, 0, sizeof *e);
     const char *dirs[] = {plugins_d};
     zt_status st = zt_registry_scan(dirs, 1, &e->registry, err);
@@ -48,7 +54,7 @@ zt_status mh_open(mh_env *e, const char *plugins_d, const char *config_json, int
     if (st == ZT_OK) st = load_plugin(e, "naive", ZT_KIND_ATTENTION, &e->attention_plugin, err);
     if (st == ZT_OK) st = zt_config_load_string(e->cfg, config_json, "test config", err);
     if (st == ZT_OK) st = zt_config_validate(e->cfg, err);
-    zt_runtime_options opt = {.n_threads = n_threads, .device_type = ZT_DEVICE_CPU};
+    zt_runtime_options opt = {.n_threads = n_threads, .device_type = ZT_DEVICE_CPU, .single_process = single_process};
     if (st == ZT_OK) st = zt_runtime_create(&opt, e->cfg, &e->rt, err);
     if (st == ZT_OK) st = zt_plugin_probe(&e->attention_plugin, e->rt, err);
     if (st == ZT_OK) st = zt_plugin_probe(&e->model_plugin, e->rt, err);
@@ -209,7 +215,58 @@ void mh_params_free(mh_params *p)
     free(p->grad);
     free(p->numel);
     free(p->owner);
+    free(p->shape);
     memset(p, 0, sizeof *p);
+}
+
+zt_status mh_params_alloc_shards(const mh_env *e, const mh_params *full, mh_params *p, zt_error *err)
+{
+    memset(p, 0, sizeof *p);
+    int32_t n = e->info->n_params_decl;
+    p->n = n;
+    p->value = calloc((size_t)n, sizeof *p->value);
+    p->grad = calloc((size_t)n, sizeof *p->grad);
+    p->numel = calloc((size_t)n, sizeof *p->numel);
+    p->owner = calloc((size_t)n, sizeof *p->owner);
+    p->shape = calloc((size_t)n, sizeof *p->shape);
+    if (!p->value || !p->grad || !p->numel || !p->owner || !p->shape) goto oom;
+    for (int32_t i = 0; i < n; i++) {
+        const zt_param_decl *d = &e->info->params[i];
+        zt_param_shard sh = {.struct_size = sizeof sh};
+        if (e->model->param_shard(e->model_state, i, &sh) != ZT_OK) {
+            mh_params_free(p);
+            return zt_error_set(err, ZT_ERR_INTERNAL, "param_shard of %s failed: %s", d->name,
+                                zt_runtime_take_error(e->model_plugin.host, NULL));
+        }
+        for (int k = 0; k < 4; k++) p->shape[i][k] = d->shape[k];
+        if (sh.split_dim >= 0) p->shape[i][sh.split_dim] = sh.extent;
+        p->numel[i] = 1;
+        for (int k = 0; k < d->ndim; k++) p->numel[i] *= p->shape[i][k];
+        p->owner[i] = full->owner[i];
+        if (p->owner[i] != i) {
+            p->value[i] = p->value[p->owner[i]];
+            p->grad[i] = p->grad[p->owner[i]];
+            continue;
+        }
+        p->value[i] = calloc((size_t)p->numel[i], sizeof(float));
+        p->grad[i] = calloc((size_t)p->numel[i], sizeof(float));
+        if (!p->value[i] || !p->grad[i]) goto oom;
+        int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1;
+        for (int64_t row = 0; row < rows; row++) {
+            for (int64_t col = 0; col < cols; col++) {
+                int64_t lr = row, lc = col, lcols = cols;
+                if (sh.split_dim == 0) lr = row - sh.offset;
+                if (sh.split_dim == 1) lc = col - sh.offset, lcols = sh.extent;
+                int64_t in_extent = sh.split_dim == 0 ? lr : lc;
+                if (sh.split_dim >= 0 && (in_extent < 0 || in_extent >= sh.valid)) continue;
+                p->value[i][lr * lcols + lc] = full->value[i][row * cols + col];
+            }
+        }
+    }
+    return ZT_OK;
+oom:
+    mh_params_free(p);
+    return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the parameter shards");
 }
 
 zt_status mh_params_alloc(const mh_env *e, mh_params *p, zt_error *err)
@@ -422,7 +479,8 @@ static zt_status run_forward(mh_env *e, const mh_params *p, const mh_batch *b, m
         if (count > (int32_t)(sizeof views / sizeof views[0]))
             return zt_error_set(err, ZT_ERR_INTERNAL, "unit %d has more parameters than the harness holds", (int)u);
         for (int32_t i = 0; i < count; i++)
-            views[i] = mh_view(p->value[first + i], e->info->params[first + i].ndim, e->info->params[first + i].shape);
+            views[i] = mh_view(p->value[first + i], e->info->params[first + i].ndim,
+                               p->shape ? p->shape[first + i] : e->info->params[first + i].shape);
         zt_unit_call c;
         memset(&c, 0, sizeof c);
         c.struct_size = sizeof c;
@@ -467,8 +525,9 @@ zt_status mh_backward(mh_env *e, const mh_params *p, const mh_batch *b, mh_run *
         unit_params(e, u, &first, &count);
         for (int32_t i = 0; i < count; i++) {
             const zt_param_decl *d = &e->info->params[first + i];
-            views[i] = mh_view(p->value[first + i], d->ndim, d->shape);
-            grads[i] = mh_view(frozen && frozen[first + i] ? NULL : p->grad[first + i], d->ndim, d->shape);
+            const int64_t *shape = p->shape ? p->shape[first + i] : d->shape;
+            views[i] = mh_view(p->value[first + i], d->ndim, shape);
+            grads[i] = mh_view(frozen && frozen[first + i] ? NULL : p->grad[first + i], d->ndim, shape);
         }
         zt_unit_call c;
         memset(&c, 0, sizeof c);

@@ -32,6 +32,10 @@ typedef struct mh_env {
  * {"model": {"preset": "tiny"}}) and initializes both. On failure returns the status with the
  * registry's message (which includes the plugin's own) in err, and leaves e closed. */
 zt_status mh_open(mh_env *e, const char *plugins_d, const char *config_json, int n_threads, zt_error *err);
+/* mh_open is a world of one rank; mh_open_ranks with single_process 0 joins the ranks of the launch
+ * (mpirun) instead, with the collectives of the host's MPI backend. */
+zt_status mh_open_ranks(mh_env *e, const char *plugins_d, const char *config_json, int n_threads, int single_process,
+                        zt_error *err);
 void mh_close(mh_env *e);
 
 /* The message the model plugin gave with host->error since the last call (and clears it). */
@@ -50,10 +54,16 @@ typedef struct mh_params {
     float **grad;       /* [n]; likewise */
     int64_t *numel;     /* [n] */
     int32_t *owner;     /* [n]: the declaration that owns the storage (itself unless tied) */
+    int64_t (*shape)[4]; /* [n]: each view's shape; NULL: the declarations' (a tensor-parallel rank's
+                            shards have their own, mh_params_alloc_shards) */
 } mh_params;
 
 zt_status mh_params_alloc(const mh_env *e, mh_params *p, zt_error *err);
 void mh_params_free(mh_params *p);
+/* This rank's tensor-parallel shards (zt_model_ops.param_shard, after parallelize) of the whole
+ * tensors in `full` (a one-rank model's mh_params of the same declarations): the slice of each split
+ * parameter, padding zero; gradients zero. */
+zt_status mh_params_alloc_shards(const mh_env *e, const mh_params *full, mh_params *p, zt_error *err);
 /* Every non-tied parameter from `safetensors_path` by its HF name and shape. */
 zt_status mh_params_load(const mh_env *e, mh_params *p, const char *safetensors_path, zt_error *err);
 void mh_grads_zero(const mh_env *e, mh_params *p);

@@ -35,7 +35,7 @@ static zt_model_info model(zt_param_decl *params)
 static zt_status build(const zt_model_info *m, int dp, const char *trainable, uint32_t no_decay,
                        zt_host_layout **out, zt_error *err)
 {
-    zt_layout_options o = {dp, trainable, no_decay, NULL, NULL};
+    zt_layout_options o = {dp, trainable, no_decay, NULL, NULL, NULL};
     return zt_layout_build(m, &o, out, err);
 }
 
@@ -270,8 +270,62 @@ static void test_init_statistics(void)
     zt_layout_free(l);
 }
 
+/* Tensor-parallel shards: each rank's storage is its rows or columns, and its initialisation is the
+ * slice of the one-rank initialisation (padding rows zero), whatever the split. */
+static void test_tensor_parallel_shards(void)
+{
+    zt_param_decl p[] = {
+        {"rows", 2, 0, {10, 4}, 0, 0, ZT_INIT_NORMAL, 0.5f, NULL},    /* the vocabulary: 10 rows, 3 ranks */
+        {"cols", 2, 0, {3, 6}, 1, 0, ZT_INIT_NORMAL, 0.5f, NULL},     /* row-parallel: 6 columns, 2 ranks */
+        {"norm", 1, 0, {4}, -1, 0, ZT_INIT_ONES, 0, NULL},
+    };
+    zt_model_info m;
+    memset(&m, 0, sizeof m);
+    m.struct_size = sizeof m;
+    m.n_units = 1;
+    m.n_params_decl = 3;
+    m.params = p;
+    m.n_parameters = 40 + 18 + 4;
+    zt_host_layout *whole, *shard;
+    zt_error err;
+    ZT_CHECK_INT(build(&m, 1, NULL, 0, &whole, &err), ZT_OK);
+    float full[80];
+    zt_layout_init_range(whole, NULL, 0, 7, 0, 62, full);
+    /* the last of 3 vocabulary ranks: rows 8..9 real, 2 rows of padding; the second column rank */
+    zt_param_shard sh[3] = {
+        {sizeof(zt_param_shard), 0, 8, 4, 2, 1, 0},
+        {sizeof(zt_param_shard), 1, 3, 3, 3, 1, 0},
+        {sizeof(zt_param_shard), -1, 0, 4, 4, 1, 0},
+    };
+    zt_layout_options o = {1, NULL, 0, NULL, NULL, sh};
+    ZT_CHECK_INT(zt_layout_build(&m, &o, &shard, &err), ZT_OK);
+    ZT_CHECK_INT(shard->numel[0], 16);
+    ZT_CHECK_INT(shard->numel[1], 9);
+    ZT_CHECK_INT(shard->numel[2], 4);
+    ZT_CHECK_INT(shard->layout.units[0].numel, 29);
+    float local[32];
+    zt_layout_init_range(shard, NULL, 0, 7, 0, 29, local);
+    for (int i = 0; i < 16; i++) /* rows 8, 9 of the whole, then padding */
+        ZT_CHECK(local[i] == (i < 8 ? full[32 + i] : 0.0f));
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 3; c++) ZT_CHECK(local[16 + r * 3 + c] == full[40 + r * 6 + 3 + c]);
+    for (int i = 0; i < 4; i++) ZT_CHECK(local[25 + i] == 1.0f);
+    /* a part of the unit: the same values */
+    float part[5];
+    zt_layout_init_range(shard, NULL, 0, 7, 14, 5, part);
+    for (int i = 0; i < 5; i++) ZT_CHECK(part[i] == local[14 + i]);
+    zt_layout_free(shard);
+
+    /* a shard that does not fit its tensor is the model's bug, named */
+    sh[0].offset = 9;
+    ZT_CHECK_INT(zt_layout_build(&m, &o, &shard, &err), ZT_ERR_INTERNAL);
+    ZT_CHECK_CONTAINS(err.msg, "shard of rows");
+    zt_layout_free(whole);
+}
+
 int main(void)
 {
+    test_tensor_parallel_shards();
     test_offsets_and_padding();
     test_decay();
     test_trainable();
