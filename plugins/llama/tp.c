@@ -134,7 +134,7 @@ static split_rule rule_of(const llama_state *s, int32_t param)
 {
     const llama_tp *t = &s->tp;
     const zt_param_decl *d = &s->decls[param];
-    split_rule r = {-1, 0, 0, 0, 1};
+    split_rule r = {-1, 0, 0, 0, t->size}; /* replicated: every tp rank holds it */
     int32_t u = d->unit, k = param - s->unit_first_param[u];
     int64_t D = s->cfg.head_dim;
     if (t->size == 1 || (d->flags & ZT_PARAM_ADAPTER)) return r;
