@@ -121,6 +121,7 @@ int64_t zt_cli_world_size(const run_args *a)
 zt_status zt_cli_settings(zt_config *cfg, int64_t world_size, zt_host_settings *settings, zt_error *err)
 {
     zt_status st = zt_host_settings_read(cfg, settings, err);
+    if (st == ZT_OK) st = zt_micro_batch_num_apply(cfg, settings, err);
     if (st == ZT_OK) st = zt_ds_resolve_batch(cfg, zt_data_parallel_size(settings, world_size), err);
     if (st == ZT_OK) st = zt_config_validate(cfg, err);
     return st == ZT_OK ? zt_host_settings_read(cfg, settings, err) : st;

@@ -57,7 +57,7 @@ static int wants_gpu(const zt_host_settings *settings, const zt_plugin_set *set)
 /* The plugins a memory estimate initializes. */
 static int estimated_kind(int kind)
 {
-    return kind == ZT_KIND_MODEL || kind == ZT_KIND_OPTIMIZER || kind == ZT_KIND_ZERO;
+    return kind == ZT_KIND_MODEL || kind == ZT_KIND_OPTIMIZER || kind == ZT_KIND_ZERO || kind == ZT_KIND_PARALLEL;
 }
 
 /* A GPU run's dry run where it cannot run (no GPU here, or a plugin without CUDA): the estimate needs

@@ -209,6 +209,15 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     return ZT_OK;
 }
 
+zt_status zt_micro_batch_num_apply(zt_config *cfg, const zt_host_settings *s, zt_error *err)
+{
+    if (!zt_config_is_set(cfg, "parallel_config.micro_batch_num") || zt_config_is_set(cfg, "gradient_accumulation_steps"))
+        return ZT_OK;
+    return zt_config_put_int(cfg, "gradient_accumulation_steps", s->micro_batch_num,
+                             "parallel_config.micro_batch_num (MindFormers: the micro-batches of one step)",
+                             ZT_CONFIG_RANK_FILE, err);
+}
+
 int64_t zt_data_parallel_size(const zt_host_settings *s, int64_t world_size)
 {
     if (s->has_data_parallel) return s->data_parallel;

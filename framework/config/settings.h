@@ -119,6 +119,10 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *out, zt_
  * one place that says it: DeepSpeed's batch rule (config/deepspeed.h) and the estimate use it. */
 int64_t zt_data_parallel_size(const zt_host_settings *s, int64_t world_size);
 
+/* parallel_config.micro_batch_num set without gradient_accumulation_steps: record the accumulation it
+ * gives in cfg (before DeepSpeed's batch rule reads it), from settings read from cfg. */
+zt_status zt_micro_batch_num_apply(zt_config *cfg, const zt_host_settings *s, zt_error *err);
+
 /* The settings of a config with nothing but the host's schema at its defaults: for runtimes made
  * without a run config (zt-run --list-plugins, --env, probing in a child). */
 zt_status zt_host_settings_defaults(zt_host_settings *out, zt_error *err);

@@ -197,11 +197,14 @@ typedef struct estimate_set {
     host_limit host;
     zt_host_layout *layout;  /* which parameters train (trainable_params, pet_config.freeze_*) */
     int32_t frozen_layers;   /* layers below the lowest trainable unit: no backward, nothing kept */
+    zt_model_info model;     /* the model's info as activations are counted (halved: a GPU run on a CPU runtime) */
+    zt_parallel_estimate parallel; /* per pipeline stage, with a parallel plugin */
 } estimate_set;
 
 static void free_set(estimate_set *e)
 {
     if (e) zt_layout_free(e->layout);
+    if (e) zt_parallel_estimate_free(&e->parallel);
     free(e);
 }
 
@@ -291,6 +294,7 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
         m.act_bytes_per_token_layer /= 2;
         m.act_bytes_per_token_layer_recompute /= 2;
     }
+    e->model = m;
     e->micro = req->settings->micro_batch;
     e->seq_len = req->settings->seq_len;
     e->recompute = req->settings->recompute;
@@ -554,6 +558,46 @@ static void json_side(FILE *f, const char *name, const double *pools)
     fprintf(f, "\"total\":%.0f}", side_total(pools));
 }
 
+/* The tensor x pipeline layout: per pipeline stage, one rank's pools under the chosen zero plugin. */
+static void print_parallel(FILE *out, const estimate_set *e)
+{
+    const zt_parallel_estimate *p = &e->parallel;
+    if (p->problem) fprintf(out, "\nParallel layout: %s.\n", p->why);
+    if (!p->n_stages) return;
+    fprintf(out, "\nParallel layout: data %d x tensor %d x pipeline %d = %d ranks; %d micro-batch%s per step, "
+            "pipeline bubble %.1f%% ((p-1)/(m+p-1)).\nMemory per rank of each pipeline stage (%s, zero plugin '%s'; "
+            "1F1B keeps min(p-stage, m) micro-batches' activations):\n",
+            (int)p->dp, (int)p->tp, (int)p->pp, (int)p->world, (int)p->n_micro, p->n_micro == 1 ? "" : "es",
+            100.0 * p->bubble, e->gpu ? "GPU memory" : "host memory", e->rows[0].plugin);
+    for (int32_t i = 0; i < p->n_stages; i++) {
+        const zt_parallel_stage_estimate *s = &p->stages[i];
+        const double *pools = e->gpu ? s->mem.device : s->mem.host;
+        char text[400], total[32];
+        pools_text(pools, text, sizeof text);
+        fprintf(out, "  stage %d: units %d..%d (%d layer%s), %lld parameters, %d in flight: %s; total %s\n",
+                (int)s->stage, (int)s->first_unit, (int)s->last_unit, (int)s->layers, s->layers == 1 ? "" : "s",
+                (long long)s->n_parameters, (int)s->in_flight, text,
+                zt_estimate_format_bytes(side_total(pools), total));
+    }
+}
+
+static void json_parallel(FILE *f, const zt_parallel_estimate *p)
+{
+    fprintf(f, "\"parallel\":{\"dp\":%d,\"tp\":%d,\"pp\":%d,\"world\":%d,\"micro_batches\":%d,\"bubble\":%.17g,"
+            "\"stages\":[", (int)p->dp, (int)p->tp, (int)p->pp, (int)p->world, (int)p->n_micro, p->bubble);
+    for (int32_t i = 0; i < p->n_stages; i++) {
+        const zt_parallel_stage_estimate *s = &p->stages[i];
+        fprintf(f, "%s{\"stage\":%d,\"first_unit\":%d,\"last_unit\":%d,\"layers\":%d,\"in_flight\":%d,"
+                "\"n_parameters\":%lld,\"activations\":%.0f,", i ? "," : "", (int)s->stage, (int)s->first_unit,
+                (int)s->last_unit, (int)s->layers, (int)s->in_flight, (long long)s->n_parameters, s->activations);
+        json_side(f, "device", s->mem.device);
+        fputc(',', f);
+        json_side(f, "host", s->mem.host);
+        fputc('}', f);
+    }
+    fputs("]},", f);
+}
+
 static zt_status write_json(const zt_dry_run_request *req, const estimate_set *e, zt_error *err)
 {
     char *text = NULL;
@@ -575,6 +619,7 @@ static zt_status write_json(const zt_dry_run_request *req, const estimate_set *e
             (int)e->host.local_ranks, e->host.bytes, e->host.enforced ? "true" : "false");
     zt_json_write_string(f, e->host.label, strlen(e->host.label));
     fputc(',', f);
+    if (e->parallel.n_stages) json_parallel(f, &e->parallel);
     fputs("\"rows\":[", f);
     for (int r = 0; r < e->n_rows; r++) {
         const estimate_row *row = &e->rows[r];
@@ -683,6 +728,11 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
         return st;
     }
     e->host.local_ranks = dry_run_local_ranks(req);
+    st = zt_estimate_parallel(req, &e->in, &e->model, e->gpu, &e->parallel, err);
+    if (st != ZT_OK) {
+        free_set(e);
+        return st;
+    }
     const zt_loaded_plugin *model = &req->plugins->by_kind[ZT_KIND_MODEL];
     const zt_loaded_plugin *opt = &req->plugins->by_kind[ZT_KIND_OPTIMIZER];
     const zt_loaded_plugin *zero = &req->plugins->by_kind[ZT_KIND_ZERO];
@@ -718,6 +768,7 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
         print_side(out, title, e, 0);
     }
     print_machine(out, e);
+    print_parallel(out, e);
     if (!e->gpu && req->settings->gpu_mem_limit > 0)
         fprintf(out, "\ngpu_mem_limit caps GPU memory; this run computes on the CPU, so it does not apply.\n");
     fflush(out);

@@ -88,4 +88,30 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err);
  * also hands the estimate to the runtime for its out-of-memory message. */
 zt_status zt_memory_check(const zt_dry_run_request *req, zt_error *err);
 
+/* ---- estimate_parallel.c: a tensor x pipeline layout, per pipeline stage ------------------------ */
+
+typedef struct zt_parallel_stage_estimate {
+    int32_t stage, first_unit, last_unit, layers;
+    int32_t in_flight;            /* micro-batches whose activations 1F1B holds: min(p - stage, m) */
+    int64_t n_parameters;         /* one rank's, after the tensor split */
+    double activations;           /* bytes, included in mem */
+    zt_mem_estimate mem;          /* the run's zero plugin over the data-parallel ranks, plus activations */
+} zt_parallel_stage_estimate;
+
+typedef struct zt_parallel_estimate {
+    int32_t dp, tp, pp, world, n_micro;
+    double bubble;                /* (p-1) / (m+p-1) */
+    int32_t problem;              /* 1: no per-stage figures; why says why */
+    char why[256];
+    int32_t n_stages;
+    zt_parallel_stage_estimate *stages; /* [pp] */
+} zt_parallel_estimate;
+
+/* Per pipeline stage, one rank's memory under the run's parallel plugin (none loaded: nothing, n_stages
+ * 0). base: the whole model's estimate input; m: the model info as the estimate counts activations
+ * (halved for a GPU run estimated on a CPU runtime). A layout the plugin refuses is its error. */
+zt_status zt_estimate_parallel(const zt_dry_run_request *req, const zt_estimate_in *base, const zt_model_info *m,
+                               int gpu, zt_parallel_estimate *out, zt_error *err);
+void zt_parallel_estimate_free(zt_parallel_estimate *e);
+
 #endif

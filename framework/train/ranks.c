@@ -28,6 +28,33 @@ static zt_status data_parallel_group(trainer *t, zt_error *err)
     return ZT_OK;
 }
 
+/* What a pipeline run executes (docs/parallel.md, "Execution"): the rest is refused with the way out. */
+static zt_status check_pipeline(trainer *t, zt_error *err)
+{
+    const zt_host_settings *s = t->set;
+    int32_t p = t->grid.pp_size;
+    const char *why = NULL;
+    int tied = 0;
+    for (int32_t i = 0; i < t->info->n_params_decl; i++) tied |= (t->info->params[i].flags & ZT_PARAM_TIED) != 0;
+    if (t->host->device->device_type != ZT_DEVICE_CPU)
+        why = "the pipeline runs on CPU ranks (its buffers are host memory); train on the CPU (device = cpu)";
+    else if (tied)
+        why = "the LM head is tied to the embedding, which lives on the first stage while the head runs on the last; "
+              "set model.tie_word_embeddings to false";
+    else if (s->eval_every > 0)
+        why = "evaluation runs the whole model on one rank; set eval.every to 0";
+    else if (t->req->export_adapter_dir)
+        why = "the adapter export reads every unit on rank 0 of 'dp'; leave --export-adapter out";
+    else if (s->checkpoint_every > 0 || s->checkpoint_final)
+        why = "checkpoints are written per data-parallel rank, and each stage holds its own units' trained weights; "
+              "set checkpoint.every to 0 and checkpoint.final to false";
+    else if (s->trainable_params && s->trainable_params[0])
+        why = "freezing (trainable_params) stops the backward below the lowest trainable unit on one rank; train "
+              "every parameter";
+    if (!why) return ZT_OK;
+    return zt_error_set(err, ZT_ERR_UNSUPPORTED, "parallel_config.pipeline_stage = %d: %s", (int)p, why);
+}
+
 /* A parallel plugin arranges the ranks (docs/parallel.md): its setup builds the grid and the "dp",
  * "tp" and "pp" groups, and the trainer's data parallelism is over its "dp". */
 static zt_status setup_parallel(trainer *t, zt_error *err)
@@ -58,11 +85,7 @@ static zt_status setup_parallel(trainer *t, zt_error *err)
     /* tensor parallel: the model splits itself over "tp" and the layout holds its shards */
     st = tr_tensor_parallel(t, t->grid.tp_size, t->grid.tp_rank, 0, err);
     if (st != ZT_OK) return st;
-    if (t->grid.pp_size > 1)
-        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "parallel_config.pipeline_stage = %d: this trainer runs every unit on each rank; set "
-                            "pipeline_stage to 1 (the grid, the groups and the 1F1B schedule are set up: "
-                            "docs/parallel.md)", (int)t->grid.pp_size);
+    if (t->grid.pp_size > 1) return check_pipeline(t, err);
     return ZT_OK;
 }
 

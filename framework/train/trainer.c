@@ -372,6 +372,7 @@ void tr_drop_shard_buffer(trainer *t)
 
 static void free_buffers(trainer *t)
 {
+    tr_pipeline_free(t);
     if (t->micro) {
         for (int64_t k = 0; k < t->set->accum; k++) {
             micro_batch *mb = &t->micro[k];
@@ -400,7 +401,7 @@ static void free_buffers(trainer *t)
 
 /* ---- one micro-batch -------------------------------------------------------------------------- */
 
-static zt_batch batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global)
+zt_batch tr_batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global)
 {
     zt_batch b = {.struct_size = sizeof b,
                   .batch = (int32_t)t->set->micro_batch,
@@ -437,11 +438,11 @@ static zt_unit_call unit_call(trainer *t, int32_t u, uint32_t flags, const zt_ba
 
 /* Forward through every unit; the last unit's loss goes to *loss. flags: ZT_UNIT_TRAIN (and
  * recompute) for training, 0 for evaluation (nothing is kept). */
-static zt_status forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err)
+zt_status tr_forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err)
 {
     int32_t n_units = t->info->n_units;
     void *zs = t->zero_lp->state;
-    for (int32_t u = 0; u < n_units; u++) {
+    for (int32_t u = t->grid.first_unit; u <= t->grid.last_unit; u++) {
         zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_FORWARD, t->params, NULL);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, forward)", (int)u);
         /* a unit below the lowest trainable one has no backward (backward()): it keeps nothing */
@@ -457,7 +458,7 @@ static zt_status forward(trainer *t, const zt_batch *b, uint32_t flags, float *l
     return ZT_OK;
 }
 
-static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err)
+zt_status tr_backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err)
 {
     int32_t n_units = t->info->n_units;
     void *zs = t->zero_lp->state;
@@ -466,7 +467,8 @@ static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_erro
     /* Nothing below the lowest unit with a trainable parameter needs a gradient: the backward stops
      * there, and its forward activations below were kept only for the layers that run it. */
     int32_t lowest = t->layout->lowest_trainable_unit > 0 ? t->layout->lowest_trainable_unit : 0;
-    for (int32_t u = n_units - 1; u >= lowest; u--) {
+    if (lowest < t->grid.first_unit) lowest = t->grid.first_unit;
+    for (int32_t u = t->grid.last_unit; u >= lowest; u--) {
         zt_status st = t->zero->before_unit(zs, u, ZT_PHASE_BACKWARD, t->params, t->grads);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "before_unit(%d, backward)", (int)u);
         zt_unit_call c = unit_call(t, u, ZT_UNIT_TRAIN, b);
@@ -482,6 +484,7 @@ static zt_status backward(trainer *t, const zt_batch *b, int last_micro, zt_erro
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "after_unit(%d, backward)", (int)u);
         cur = 1 - cur;
     }
+    t->dx_bottom = cur; /* the gradient of the lowest unit's input (a pipeline stage sends it back) */
     return ZT_OK;
 }
 
@@ -626,14 +629,18 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
         st = t->zero->begin_step(t->zero_lp->state, &a);
         if (st != ZT_OK) return zt_plugin_failed(t->zero_lp, st, err, "begin_step %lld", (long long)step);
     }
-    for (int64_t k = 0; k < t->set->accum; k++) {
-        zt_batch b = batch_of(t, &t->micro[k], counts[0]);
+    if (t->grid.pp_size > 1) {
+        st = tr_pipeline_step(t, counts[0], flags, &loss, &out->forward_s, &out->backward_s, err);
+        if (st != ZT_OK) return st;
+    }
+    for (int64_t k = 0; k < t->set->accum && t->grid.pp_size == 1; k++) {
+        zt_batch b = tr_batch_of(t, &t->micro[k], counts[0]);
         float part = 0;
         st = upload_batch(t, &b, err);
         double t0 = phase_clock(t, err, &st);
-        if (st == ZT_OK) st = forward(t, &b, flags, &part, err);
+        if (st == ZT_OK) st = tr_forward(t, &b, flags, &part, err);
         double t1 = phase_clock(t, err, &st);
-        if (st == ZT_OK) st = backward(t, &b, k == t->set->accum - 1, err);
+        if (st == ZT_OK) st = tr_backward(t, &b, k == t->set->accum - 1, err);
         double t2 = phase_clock(t, err, &st);
         if (st != ZT_OK) return st;
         out->forward_s += t1 - t0;
@@ -644,6 +651,12 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
         float shared = (float)loss;
         st = t->host->all_reduce(t->host->ctx, &t->dp, &shared, &shared, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
         if (st != ZT_OK) return tr_host_failed(t, st, err, "summing the loss over 'dp'");
+        loss = shared;
+    }
+    if (t->grid.pp_size > 1) { /* the last stage computed it; the others add 0 */
+        float shared = (float)loss;
+        st = t->host->all_reduce(t->host->ctx, &t->pp, &shared, &shared, 1, ZT_F32, ZT_REDUCE_SUM, NULL);
+        if (st != ZT_OK) return tr_host_failed(t, st, err, "sharing the loss over 'pp'");
         loss = shared;
     }
     out->loss = loss;
@@ -742,7 +755,7 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
         b.n_loss_tokens_global = 1; /* the model returns the sum; divided by the token count below */
         float part = 0;
         st = upload_batch(t, &b, err);
-        if (st == ZT_OK) st = forward(t, &b, 0, &part, err);
+        if (st == ZT_OK) st = tr_forward(t, &b, 0, &part, err);
         if (st != ZT_OK) return st;
         sum += part;
         tokens += lb->n_loss_tokens;
@@ -1047,7 +1060,6 @@ static zt_status prepare_output(trainer *t, zt_error *err)
     zt_status st = zt_mkdir_p(t->set->output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];
-    /* World ranks: with tensor or pipeline parallelism several ranks are data-parallel rank 0 */
     if (t->host->world_rank != 0) {
         /* One run, one output directory, which rank 0 writes; each other rank keeps its own records
          * (its memory and communication) beside rank 0's metrics.jsonl. */
@@ -1088,6 +1100,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     }
     if (st == ZT_OK) st = open_data(t, err);
     if (st == ZT_OK) st = alloc_buffers(t, err);
+    if (st == ZT_OK) st = tr_pipeline_setup(t, err);
     if (st != ZT_OK) return st;
 
     if (t->req->adapter_dir && (!t->req->model_dir || t->req->resume || !tr_adapter_spec(t)))
@@ -1108,7 +1121,8 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     else st = tr_load_master(t, tr_random_source, NULL, err);
     tr_drop_shard_buffer(t);
     if (st == ZT_OK) st = tr_agree_on_status(t, prepare_output(t, err), err, "preparing the output directory");
-    if (st == ZT_OK && t->req->export_dir) st = tr_export_prepare(t, err);
+    /* a pipeline's export is its first stage's, once every stage has shared its units' weights */
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_rank == 0) st = tr_export_prepare(t, err);
     if (st != ZT_OK) return st;
 
     zt_log(ZT_LOG_INFO, "training %lld parameters (%lld trainable) for %lld steps of %lld x %lld x %d sequences of "
@@ -1120,7 +1134,8 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
         zt_log(ZT_LOG_INFO, "the checkpoint is at step %lld and steps is %lld: nothing left to train",
                (long long)t->step, (long long)t->set->steps);
     st = train_loop(t, err);
-    if (st == ZT_OK && t->req->export_dir) st = tr_export_hf(t, err);
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_size > 1) st = tr_pipeline_share_weights(t, err);
+    if (st == ZT_OK && t->req->export_dir && t->grid.pp_rank == 0) st = tr_export_hf(t, err);
     if (st == ZT_OK && t->req->export_adapter_dir) st = tr_export_adapter(t, t->req->export_adapter_dir, err);
     return st;
 }

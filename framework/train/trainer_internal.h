@@ -66,7 +66,10 @@ typedef struct trainer {
     micro_batch device_micro;
     void **hidden;       /* [n_units - 1]: the output of unit u is hidden[u] (compute dtype) */
     void *dx[2];
+    int dx_bottom;       /* after a backward: dx[dx_bottom] is the gradient of its lowest unit's input */
     void **saved;        /* [n_units] */
+    zt_group pp;         /* pipeline parallel: the "pp" group of the parallel plugin */
+    struct tr_pipeline *pipeline; /* pipeline parallel: the schedule and the micro-batches' buffers */
     zt_tensor *params, *grads;
     int32_t max_unit_params;
     float *shard_buf;    /* one unit's shard while weights move in or out (hold_shard_buffer) */
@@ -125,6 +128,25 @@ zt_status tr_agree_on_status(trainer *t, zt_status mine, zt_error *err, const ch
  * shard is the whole unit) is read locally; a sharded one is read into the start of `full` and
  * all-gathered in place, which needs every rank. */
 zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err);
+
+/* ---- trainer.c: one micro-batch through this rank's units ----------------------------------------- */
+
+zt_batch tr_batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global);
+zt_status tr_forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err);
+zt_status tr_backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err);
+
+/* ---- pipeline.c: a pipeline stage's step (docs/parallel.md) --------------------------------------- */
+
+/* After the buffers: the schedule and one set of hidden-state buffers and saved slots per micro-batch. */
+zt_status tr_pipeline_setup(trainer *t, zt_error *err);
+/* This step's micro-batches (t->micro) through the plugin's instruction list; *loss: this stage's sum
+ * (0 off the last stage). */
+zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flags, double *loss, double *forward_s,
+                           double *backward_s, zt_error *err);
+void tr_pipeline_free(trainer *t);
+/* Every unit's trained weights from the stage that owns it into every rank's zero plugin (the
+ * others' copies of a unit are never trained), so the first stage can export the whole model. */
+zt_status tr_pipeline_share_weights(trainer *t, zt_error *err);
 
 /* ---- ranks.c: the data-parallel group, or the parallel plugin's grid and groups (t->dp, t->grid) ---- */
 

@@ -145,7 +145,9 @@ ZT_STATIC_ASSERT(ZT_ZERO_OPS_SIZE_1_0 == 88 && ZT_ZERO_OPS_SIZE_1_1 == 96 && ZT_
                  zt_zero_ops_sizes);
 ZT_ABI_SIZE(zt_rank_grid, 36);
 ZT_ABI_SIZE(zt_pp_action, 16);
-ZT_ABI_SIZE(zt_parallel_ops, 24);
+ZT_ABI_SIZE(zt_parallel_ops, 32); /* 1.4 appended plan */
+ZT_ABI_OFFSET(zt_parallel_ops, plan, 24);
+ZT_STATIC_ASSERT(ZT_PARALLEL_OPS_SIZE_1_0 == 24 && ZT_PARALLEL_OPS_SIZE_1_4 == 32, zt_parallel_ops_sizes);
 ZT_ABI_OFFSET(zt_parallel_ops, schedule, 16);
 ZT_ABI_SIZE(zt_plugin, 96);
 ZT_ABI_OFFSET(zt_plugin, kind, 12);

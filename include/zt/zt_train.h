@@ -283,7 +283,16 @@ typedef struct zt_parallel_ops {
      * array, sets *n to the number needed. Local, [training thread]; after setup. */
     zt_status (*schedule)(void *state, int32_t n_micro, zt_pp_action *actions, int32_t cap,
                           int32_t *n);
+    /* ABI 1.4 (read only when struct_size >= ZT_PARALLEL_OPS_SIZE_1_4): the grid of world rank `rank`
+     * in a job of `world` ranks, checked as setup checks it, without creating any group: what the
+     * memory estimator (zt-run --dry-run) lays out per rank. Local, [main thread], after init. */
+    zt_status (*plan)(void *state, const zt_model_info *model, int32_t world, int32_t rank,
+                      zt_rank_grid *out);
 } zt_parallel_ops;
+
+/* struct_size of a v1.0 zt_parallel_ops and of a 1.4 one (plan). */
+#define ZT_PARALLEL_OPS_SIZE_1_0 24u
+#define ZT_PARALLEL_OPS_SIZE_1_4 32u
 
 #ifdef __cplusplus
 }

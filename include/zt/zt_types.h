@@ -30,7 +30,7 @@ extern "C" {
                                     stats ops, free memory in the cache descriptor; the adapter kind,
                                     the model's adapt op, ZT_PARAM_ADAPTER, ZT_INIT_UNIFORM,
                                     ZT_OPT_LIST; 1.4: tensor parallelism, the model's parallelize and
-                                    param_shard ops) */
+                                    param_shard ops, the parallel plan op) */
 
 /* The one symbol a plugin exports (see zt_plugin.h). */
 #define ZT_ENTRY_SYMBOL "zt_plugin_entry"

@@ -65,17 +65,48 @@ static void members(const pp_layout *l, const zt_rank_grid *g, char dim, int32_t
                                       dim == 'p' ? i : g->pp_rank);
 }
 
-static zt_status parallel_setup(void *state, const zt_model_info *model, zt_rank_grid *out)
+/* The grid of world rank `rank` of `world`, checked against the job and the model. */
+static zt_status parallel_plan(void *state, const zt_model_info *model, int32_t world, int32_t rank,
+                               zt_rank_grid *out)
 {
     parallel_state *s = state;
     const zt_host *host = s->host;
     char why[1024];
-    s->layout.dp = 0;
-    if (pp_layout_check(&s->layout, model->n_layers, model->n_heads, model->n_kv_heads, model->intermediate_size,
-                        why, sizeof why) != 0) {
+    pp_layout l = s->layout;
+    l.world = world;
+    l.dp = 0;
+    if (!model || world < 1 || rank < 0 || rank >= world) {
+        host->error(host->ctx, ZT_ERR_INVALID_ARG, "plan: rank %d of %d ranks (or no model)", (int)rank, (int)world);
+        return ZT_ERR_INVALID_ARG;
+    }
+    if (pp_layout_check(&l, model->n_layers, model->n_heads, model->n_kv_heads, model->intermediate_size, why,
+                        sizeof why) != 0) {
         host->error(host->ctx, ZT_ERR_CONFIG, "parallel_config: %s", why);
         return ZT_ERR_CONFIG;
     }
+    zt_rank_grid g;
+    memset(&g, 0, sizeof g);
+    g.struct_size = sizeof g;
+    g.dp_size = l.dp;
+    g.tp_size = l.tp;
+    g.pp_size = l.pp;
+    pp_layout_coords(&l, rank, &g.dp_rank, &g.tp_rank, &g.pp_rank);
+    pp_stage_units(model->n_layers, g.pp_size, g.pp_rank, &g.first_unit, &g.last_unit);
+    uint32_t size = out->struct_size && out->struct_size < sizeof g ? out->struct_size : (uint32_t)sizeof g;
+    memcpy(out, &g, size);
+    out->struct_size = size;
+    return ZT_OK;
+}
+
+static zt_status parallel_setup(void *state, const zt_model_info *model, zt_rank_grid *out)
+{
+    parallel_state *s = state;
+    const zt_host *host = s->host;
+    zt_rank_grid g;
+    memset(&g, 0, sizeof g);
+    zt_status st = parallel_plan(s, model, host->world_size, host->world_rank, &g);
+    if (st != ZT_OK) return st;
+    s->layout.dp = g.dp_size;
     if (s->layout.virtual_stages > 1) {
         host->error(host->ctx, ZT_ERR_UNSUPPORTED,
                     "parallel.virtual_stages = %d: the trainer runs one model chunk per pipeline rank (the "
@@ -83,15 +114,6 @@ static zt_status parallel_setup(void *state, const zt_model_info *model, zt_rank
                     "parallel.virtual_stages to 1", (int)s->layout.virtual_stages);
         return ZT_ERR_UNSUPPORTED;
     }
-    zt_rank_grid g;
-    memset(&g, 0, sizeof g);
-    g.struct_size = sizeof g;
-    g.dp_size = s->layout.dp;
-    g.tp_size = s->layout.tp;
-    g.pp_size = s->layout.pp;
-    pp_layout_coords(&s->layout, host->world_rank, &g.dp_rank, &g.tp_rank, &g.pp_rank);
-    pp_stage_units(model->n_layers, g.pp_size, g.pp_rank, &g.first_unit, &g.last_unit);
-
     int32_t *ranks = malloc((size_t)s->layout.world * sizeof *ranks);
     if (!ranks) {
         host->error(host->ctx, ZT_ERR_OUT_OF_MEMORY, "out of memory creating the parallel groups");
@@ -103,7 +125,7 @@ static zt_status parallel_setup(void *state, const zt_model_info *model, zt_rank
         int32_t n;
         zt_group group;
         members(&s->layout, &g, dims[i], ranks, &n);
-        zt_status st = host->group_create(host->ctx, names[i], ranks, n, &group);
+        st = host->group_create(host->ctx, names[i], ranks, n, &group);
         if (st != ZT_OK) {
             free(ranks);
             host->error(host->ctx, st, "creating the process group '%s' of the %d x %d x %d (data x tensor x "
@@ -152,6 +174,7 @@ static const zt_parallel_ops k_ops = {
     .struct_size = sizeof(zt_parallel_ops),
     .setup = parallel_setup,
     .schedule = parallel_schedule,
+    .plan = parallel_plan,
 };
 
 static const zt_plugin k_plugin = {

@@ -187,17 +187,25 @@ zt_status zero_global_norm(zero_state *s, double *norm)
         zt_cpu_ctx cpu = {.parallel_for = h->parallel_for, .pool = h->ctx};
         local = zt_cpu_global_l2_norm(&cpu, s->n_ranges, s->norm_tensors, s->norm_sizes);
     }
-    if (STAGE == 0 || s->dp.size == 1) { /* every rank holds every reduced gradient */
-        *norm = local;
-        return zero_tp_norm(s, norm);
+    double sum = local * local;
+    if (STAGE != 0 && s->dp.size > 1) { /* stages 0: every rank holds every reduced gradient */
+        /* The doubles themselves (as bytes, which every backend moves exactly), added in rank order. */
+        double square = sum;
+        zt_status st = s->gpu ? zero_cuda_all_gather_double(h, s->gpu, &s->dp, square, s->norm_parts)
+                              : h->all_gather(h->ctx, &s->dp, &square, s->norm_parts, sizeof square, ZT_U8, NULL);
+        if (st != ZT_OK) return st;
+        sum = 0;
+        for (int32_t r = 0; r < s->dp.size; r++) sum += s->norm_parts[r];
     }
-    /* The doubles themselves (as bytes, which every backend moves exactly), added in rank order. */
-    double square = local * local;
-    zt_status st = s->gpu ? zero_cuda_all_gather_double(h, s->gpu, &s->dp, square, s->norm_parts)
-                          : h->all_gather(h->ctx, &s->dp, &square, s->norm_parts, sizeof square, ZT_U8, NULL);
-    if (st != ZT_OK) return st;
-    double sum = 0;
-    for (int32_t r = 0; r < s->dp.size; r++) sum += s->norm_parts[r];
+    /* A pipeline: each stage has the gradients of its own units only (the others' are zero here), so
+     * the stages' sums of squares add up, in stage order, to the whole model's (CPU ranks). */
+    if (s->pp.size > 1) {
+        double square = sum, parts[ZERO_MAX_PP];
+        zt_status st = h->all_gather(h->ctx, &s->pp, &square, parts, sizeof square, ZT_U8, NULL);
+        if (st != ZT_OK) return st;
+        sum = 0;
+        for (int32_t r = 0; r < s->pp.size; r++) sum += parts[r];
+    }
     *norm = sqrt(sum);
     return zero_tp_norm(s, norm);
 }

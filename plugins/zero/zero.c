@@ -669,6 +669,14 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
     s->compute16 = layout->compute_dtype == ZT_F16 ? ZT_F16 : ZT_BF16;
     zt_status st = h->group_get(h->ctx, "dp", &s->dp);
     if (st != ZT_OK) return st; /* the host's message names the missing group */
+    int64_t stages = 1;
+    if (h->cfg_int(h->ctx, "parallel_config.pipeline_stage", &stages) == ZT_OK && stages > 1) {
+        if (stages > ZERO_MAX_PP)
+            return fail(s, ZT_ERR_UNSUPPORTED, "adds the gradient norms of at most %d pipeline stages, not %lld; "
+                        "use fewer stages", ZERO_MAX_PP, (long long)stages);
+        st = h->group_get(h->ctx, "pp", &s->pp);
+        if (st != ZT_OK) return st;
+    }
     st = zero_sib_decide(s, gpu);
     if (st != ZT_OK) return st;
     if (s->sib.on)

@@ -169,6 +169,7 @@ typedef struct zero_state {
     void *opt_state;
     int32_t n_state;
     zt_group dp;
+    zt_group pp;             /* pipeline parallel ("pp" of the parallel plugin); size 0 without one */
     unit_store *units;      /* [n_units] */
     int32_t *storage;       /* [n_params] the parameter whose storage it uses (itself or tied owner) */
     int64_t *grad_view;     /* [n_params] offset of its gradient view in the unit's gradient buffer
@@ -298,5 +299,8 @@ zt_status zero_sib_finish_step(zero_state *s, const zt_step_args *a, zt_step_res
 
 /* estimate.c */
 zt_status zero_estimate(void *opaque, const zt_estimate_in *in, zt_mem_estimate *out);
+
+/* The most pipeline stages whose gradient norms zero_global_norm adds up. */
+#define ZERO_MAX_PP 256
 
 #endif

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism end to end through zt-run on CPU ranks (Open MPI's mpirun), gradient clipping on
 # (the default 1.0, which these steps reach): per-step losses and gradient norms of
-# tp2, tp4 (2 KV heads: each replicated on 2 ranks), tp2 with recompute, and dp2 x tp2 under ZeRO-1
-# and ZeRO-3, against the 1-rank run on the same global batch (fp32: 1e-5 relative), and their Hugging
+# tp2, tp4 (2 KV heads: each replicated on 2 ranks), tp2 with recompute, dp2 x tp2 under ZeRO-1
+# and ZeRO-3 and tp2 x pp2, against the 1-rank run on the same global batch (fp32: 1e-5 relative), and their Hugging
 # Face exports (assembled from the tp shards) against the 1-rank export (1e-4 relative L2 per tensor).
 #   tp_train.sh ZT_RUN ZT_PREP MPIEXEC SOURCE_DIR WORK_DIR
 set -u
@@ -62,6 +62,9 @@ for stage in 1 3; do
         --set zero_optimization.stage=$stage
     losses_match dp2_tp2_zero$stage
 done
+# tensor x pipeline: 2 x 2 on 4 ranks (the hidden states between stages are the same on every tp rank)
+run 4 tp2_pp2 "${one_dp[@]}" --set parallel_config.model_parallel=2 --set parallel_config.pipeline_stage=2
+losses_match tp2_pp2
 # what a tensor-parallel run refuses: a message naming the key
 expect_fail "checkpoint.every needs checkpoints of the tensor-parallel shards" -- "$mpiexec" -np 2 --oversubscribe \
     --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" --output-dir "$work/refused" \
