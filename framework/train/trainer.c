@@ -1060,6 +1060,7 @@ static zt_status prepare_output(trainer *t, zt_error *err)
     zt_status st = zt_mkdir_p(t->set->output_dir, "output", "choose another output_dir (--output-dir DIR)", err);
     if (st != ZT_OK) return st;
     char path[4096];
+    /* World ranks: with tensor or pipeline parallelism several ranks are data-parallel rank 0 */
     if (t->host->world_rank != 0) {
         /* One run, one output directory, which rank 0 writes; each other rank keeps its own records
          * (its memory and communication) beside rank 0's metrics.jsonl. */

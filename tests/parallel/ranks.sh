@@ -3,7 +3,7 @@
 #   - 8 ranks, data 2 x tensor 2 x pipeline 2: every rank's grid coordinates (its log line) are the
 #     formula's, world_rank = (pp_rank * dp + dp_rank) * tp + tp_rank, with pipeline stage p running
 #     its half of the units; the groups are created on all ranks; then every rank stops with the
-#     trainer's message (the trainer runs the whole model on each rank) instead of hanging;
+#     trainer's message (a tensor-parallel run refuses the end-of-run checkpoint) instead of hanging;
 #   - layouts that do not fit the job or the model stop every rank with the numbers;
 #   - 4 ranks with --plugins parallel and every size 1: the plugin's "dp" group trains exactly as the
 #     trainer's own (the same losses, bit for bit, as the plain 4-rank run).
