@@ -192,7 +192,7 @@ static zt_status plan_rank0(trainer *t, tr_export_plan *p, zt_error *err)
 zt_status tr_export_prepare(trainer *t, zt_error *err)
 {
     zt_status st = ZT_OK;
-    if (t->dp.rank == 0) {
+    if (t->host->world_rank == 0) { /* with tensor parallelism several ranks are dp rank 0: one writes */
         t->export_plan = calloc(1, sizeof *t->export_plan);
         st = t->export_plan ? plan_rank0(t, t->export_plan, err)
                             : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory planning the export");
@@ -228,14 +228,21 @@ static zt_status export_fill(void *opaque, size_t index, uint64_t elem_offset, u
     int32_t unit = t->info->params[owner].unit;
     if (x->loaded_unit != unit) {
         zt_status st = ZT_OK;
-        if (t->dp.size > 1) st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
-        if (st != ZT_OK) return tr_host_failed(t, st, err, "asking the ranks for a unit to export (broadcast over 'dp')");
+        if (t->tp_units) st = t->host->broadcast(t->host->ctx, &t->tp, &unit, 1, ZT_I32, 0, NULL);
+        if (st == ZT_OK && t->dp.size > 1) st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+        if (st != ZT_OK) return tr_host_failed(t, st, err, "asking the ranks for a unit to export (broadcast)");
         st = tr_gather_master(t, unit, t->shard_buf, err);
+        if (st == ZT_OK && t->tp_units) st = tr_tp_gather_unit(t, unit, t->shard_buf, t->tp_units, err);
         if (st != ZT_OK) return st;
         x->loaded_unit = unit;
     }
-    memcpy(dst, t->shard_buf + t->layout->param_offset[owner] + (int64_t)elem_offset, count * sizeof(float));
-    tr_adapter_merge(t, owner, t->shard_buf, elem_offset, count, dst); /* LoRA: W + scaling * B A */
+    if (t->tp_units) { /* the logical tensor from every tensor-parallel rank's shard, without padding */
+        tr_tp_assemble(t, owner, t->tp_units, t->layout->units[unit].padded_numel, (int64_t)elem_offset,
+                       (int64_t)count, dst);
+    } else {
+        memcpy(dst, t->shard_buf + t->layout->param_offset[owner] + (int64_t)elem_offset, count * sizeof(float));
+        tr_adapter_merge(t, owner, t->shard_buf, elem_offset, count, dst); /* LoRA: W + scaling * B A */
+    }
     /* IEEE half tops out at 65504: a larger weight would be exported as infinity */
     for (uint64_t k = 0; spec->dtype == ZT_ST_F16 && k < count; k++)
         if (fabsf(dst[k]) >= FP16_OVERFLOW)
@@ -306,9 +313,30 @@ zt_status tr_export_hf(trainer *t, zt_error *err)
     st = tr_agree_on_status(t, st, err, "holding a unit's weights for the export");
     if (st != ZT_OK) return st;
     int32_t unit = -1;
-    if (t->dp.rank == 0) {
+    /* Tensor parallelism: every tp rank's dp rank 0 gathers its shards over "dp" and the tp ranks
+     * all-gather the unit for rank 0 of the world, which writes the export (its tp rank 0 relays). */
+    if (st == ZT_OK && t->tp_shards) {
+        t->tp_units = malloc((size_t)t->layout->largest_unit_numel * (size_t)t->tp.size * sizeof(float));
+        if (!t->tp_units) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the export's tp units");
+    }
+    st = tr_agree_on_status(t, st, err, "holding the tensor-parallel units for the export");
+    if (st != ZT_OK) {
+        tr_drop_shard_buffer(t);
+        return st;
+    }
+    if (t->host->world_rank == 0) {
         st = export_rank0(t, err);
+        if (t->tp_units) t->host->broadcast(t->host->ctx, &t->tp, &unit, 1, ZT_I32, 0, NULL);
         if (t->dp.size > 1) t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+    } else if (t->dp.rank == 0 && t->tp_units) {
+        while (st == ZT_OK) {
+            st = t->host->broadcast(t->host->ctx, &t->tp, &unit, 1, ZT_I32, 0, NULL);
+            if (st == ZT_OK && t->dp.size > 1) st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
+            if (st != ZT_OK) st = tr_host_failed(t, st, err, "waiting for rank 0's export (broadcast)");
+            if (st != ZT_OK || unit < 0) break;
+            st = tr_gather_master(t, unit, t->shard_buf, err);
+            if (st == ZT_OK) st = tr_tp_gather_unit(t, unit, t->shard_buf, t->tp_units, err);
+        }
     } else {
         while (st == ZT_OK) {
             st = t->host->broadcast(t->host->ctx, &t->dp, &unit, 1, ZT_I32, 0, NULL);
@@ -318,5 +346,7 @@ zt_status tr_export_hf(trainer *t, zt_error *err)
         }
     }
     tr_drop_shard_buffer(t);
+    free(t->tp_units);
+    t->tp_units = NULL;
     return tr_agree_on_status(t, st, err, "exporting the model");
 }

@@ -242,6 +242,7 @@ static zt_status take_shard(const zt_model_info *model, const zt_layout_options 
     const zt_param_decl *p = &model->params[i];
     *out = (zt_param_shard){.struct_size = sizeof *out, .split_dim = -1, .extent = p->shape[0],
                             .valid = p->shape[0], .replicas = 1};
+    if (opt->shards && opt->shards[i].replicas > 1) out->replicas = opt->shards[i].replicas;
     if (!opt->shards || opt->shards[i].split_dim < 0) return ZT_OK;
     const zt_param_shard *sh = &opt->shards[i];
     int32_t dim = sh->split_dim;
@@ -261,7 +262,12 @@ static zt_status take_shard(const zt_model_info *model, const zt_layout_options 
 zt_status zt_layout_shard_runs(const zt_host_layout *l, int32_t param, int64_t begin, int64_t n,
                                zt_layout_run_fn fn, void *ctx)
 {
-    const zt_param_shard *sh = &l->shard[param];
+    return zt_layout_runs_of(l, param, &l->shard[param], begin, n, fn, ctx);
+}
+
+zt_status zt_layout_runs_of(const zt_host_layout *l, int32_t param, const zt_param_shard *sh, int64_t begin,
+                            int64_t n, zt_layout_run_fn fn, void *ctx)
+{
     const zt_param_decl *p = &l->logical->params[param];
     if (n <= 0) return ZT_OK;
     if (sh->split_dim < 0) return fn(ctx, begin, begin, n);
@@ -296,6 +302,7 @@ void zt_layout_free(zt_host_layout *l)
     free(l->numel);
     free(l->shard);
     free(l->local_decls);
+    free(l->tp_replicas);
     free(l->trainable_numel);
     free(l);
 }
@@ -398,6 +405,13 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
             if (l->owner[i] == (int32_t)i) l->local_info.n_parameters += l->numel[i];
         }
         l->layout.model = &l->local_info;
+        l->tp_replicas = malloc(np * sizeof *l->tp_replicas);
+        if (!l->tp_replicas) {
+            zt_layout_free(l);
+            return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory building the parameter layout");
+        }
+        for (size_t i = 0; i < np; i++) l->tp_replicas[i] = l->shard[i].replicas;
+        l->layout.tp_replicas = l->tp_replicas;
     }
     l->layout.units = l->units;
     l->layout.param_offset = l->param_offset;

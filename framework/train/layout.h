@@ -75,6 +75,7 @@ typedef struct zt_host_layout {
     int64_t *numel;               /* [n_params_decl] elements of this rank's tensor: the logical
                                      tensor, or its tensor-parallel shard */
     zt_param_shard *shard;        /* [n_params_decl] the shard (split_dim -1: the whole tensor) */
+    int32_t *tp_replicas;         /* [n_params_decl] shard[i].replicas, for zt_layout.tp_replicas */
     /* With shards, layout.model is local_info: the model's declarations with this rank's shapes (what
      * the zero plugin builds the model's views from); logical is always the model's own. */
     const zt_model_info *logical;
@@ -102,6 +103,9 @@ void zt_layout_free(zt_host_layout *l);
 typedef zt_status (*zt_layout_run_fn)(void *ctx, int64_t local, int64_t logical, int64_t count);
 zt_status zt_layout_shard_runs(const zt_host_layout *l, int32_t param, int64_t begin, int64_t n,
                                zt_layout_run_fn fn, void *ctx);
+/* The same for another rank's shard `sh` of the parameter (an export assembling every rank's). */
+zt_status zt_layout_runs_of(const zt_host_layout *l, int32_t param, const zt_param_shard *sh, int64_t begin,
+                            int64_t n, zt_layout_run_fn fn, void *ctx);
 
 /* Index of the parameter named `name`, or -1. */
 int32_t zt_layout_find(const zt_host_layout *l, const char *name);

@@ -82,11 +82,6 @@ static zt_status setup_parallel(trainer *t, zt_error *err)
                             (int)t->host->world_size,
                             (long long)t->set->data_parallel * t->grid.tp_size * t->grid.pp_size,
                             (int)t->grid.dp_size);
-    if (t->grid.tp_size > 1 && t->grid.pp_size > 1)
-        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                            "parallel_config: model_parallel = %d together with pipeline_stage = %d: the trainer runs "
-                            "tensor parallelism or a pipeline, not both in one run; set one of them to 1",
-                            (int)t->grid.tp_size, (int)t->grid.pp_size);
     /* tensor parallel: the model splits itself over "tp" and the layout holds its shards */
     st = tr_tensor_parallel(t, t->grid.tp_size, t->grid.tp_rank, 0, err);
     if (st != ZT_OK) return st;

@@ -6,22 +6,20 @@
 
 #include "train/trainer_internal.h"
 
-/* What a tensor-parallel run does not do: the global gradient norm over tensor shards (the zero
- * plugins reduce it over "dp"), and checkpoints and exports of a split layout (they would write each
- * rank's shards under the logical tensors' names). Refused before anything runs. */
+/* What a tensor-parallel run does not do: checkpoints of a split layout (they would write each
+ * rank's shards under the logical tensors' names) and adapter exports. Refused before anything runs. */
 static zt_status refuse_unsupported(const trainer *t, int32_t tp_size, zt_error *err)
 {
     const zt_train_request *q = t->req;
-    const char *what = t->set->clip > 0 ? "gradient_clipping" : q->export_dir || q->export_adapter_dir ? "--export"
+    const char *what = q->export_adapter_dir ? "--export-adapter"
                        : q->resume ? "--resume" : t->set->checkpoint_every > 0 ? "checkpoint.every"
                        : t->set->checkpoint_final ? "checkpoint.final" : NULL;
     if (!what) return ZT_OK;
     return zt_error_set(err, ZT_ERR_UNSUPPORTED,
                         "model_parallel %d: tensor-parallel training in this zt computes the steps only; %s needs "
-                        "the whole tensors (a global gradient norm, or checkpoints and exports gathered over the "
-                        "tensor-parallel ranks), which it does not assemble. Set gradient_clipping to 0, "
-                        "checkpoint.every to 0 and checkpoint.final to false and leave out --export and --resume, "
-                        "or train with model_parallel 1", (int)tp_size, what);
+                        "checkpoints of the tensor-parallel shards, which it does not write. Set checkpoint.every "
+                        "to 0 and checkpoint.final to false and leave out --resume and --export-adapter (--export "
+                        "works), or train with model_parallel 1", (int)tp_size, what);
 }
 
 zt_status tr_tensor_parallel(trainer *t, int32_t tp_size, int32_t tp_rank, int32_t seq_parallel, zt_error *err)
@@ -55,11 +53,52 @@ zt_status tr_tensor_parallel(trainer *t, int32_t tp_size, int32_t tp_rank, int32
         if (st != ZT_OK)
             return zt_plugin_failed(t->model_lp, st, err, "param_shard(%s)", t->info->params[i].name);
     }
+    t->tp_all_shards = calloc((size_t)n * (size_t)tp_size, sizeof *t->tp_all_shards);
+    if (!t->tp_all_shards) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the parameter shards");
+    st = t->host->all_gather(t->host->ctx, &t->tp, t->tp_shards, t->tp_all_shards,
+                             (uint64_t)n * sizeof *t->tp_shards, ZT_U8, NULL);
+    if (st != ZT_OK) return tr_host_failed(t, st, err, "gathering the tensor-parallel shards (all-gather over 'tp')");
     return ZT_OK;
+}
+
+zt_status tr_tp_gather_unit(trainer *t, int32_t unit, const float *local, float *all, zt_error *err)
+{
+    zt_status st = t->host->all_gather(t->host->ctx, &t->tp, local, all,
+                                       (uint64_t)t->layout->units[unit].padded_numel, ZT_F32, NULL);
+    return st == ZT_OK ? ZT_OK : tr_host_failed(t, st, err, "gathering a unit's shards (all-gather over 'tp')");
+}
+
+typedef struct assemble_ctx {
+    const float *rank_param; /* the parameter's storage in one rank's unit */
+    int64_t lo, hi;          /* the logical elements asked for */
+    float *dst;              /* logical element lo */
+} assemble_ctx;
+
+static zt_status assemble_run(void *ctx, int64_t local, int64_t logical, int64_t count)
+{
+    const assemble_ctx *a = ctx;
+    int64_t from = logical > a->lo ? logical : a->lo, to = logical + count < a->hi ? logical + count : a->hi;
+    if (from < to)
+        memcpy(a->dst + (from - a->lo), a->rank_param + local + (from - logical), (size_t)(to - from) * sizeof(float));
+    return ZT_OK;
+}
+
+void tr_tp_assemble(const trainer *t, int32_t param, const float *all, int64_t unit_numel, int64_t elem_offset,
+                    int64_t count, float *dst)
+{
+    int32_t n = t->info->n_params_decl;
+    for (int32_t k = 0; k < t->tp.size; k++) {
+        const zt_param_shard *sh = &t->tp_all_shards[(size_t)k * (size_t)n + (size_t)param];
+        assemble_ctx a = {all + (int64_t)k * unit_numel + t->layout->param_offset[param], elem_offset,
+                          elem_offset + count, dst};
+        zt_layout_runs_of(t->layout, param, sh, 0, t->layout->numel[param], assemble_run, &a);
+        if (sh->split_dim < 0) break; /* replicated: every rank holds the same */
+    }
 }
 
 void tr_tensor_parallel_free(trainer *t)
 {
     free(t->tp_shards);
-    t->tp_shards = NULL;
+    free(t->tp_all_shards);
+    t->tp_shards = t->tp_all_shards = NULL;
 }

@@ -39,6 +39,8 @@ typedef struct trainer {
      * parameter, which the layout allocates; tp_shards NULL: one tensor-parallel rank. */
     zt_group tp;
     zt_param_shard *tp_shards;
+    zt_param_shard *tp_all_shards; /* [tp.size * n_params_decl]: every tp rank's, for the export */
+    float *tp_units;               /* the export: one unit of every tp rank [tp.size * largest unit] */
 
     const zt_loaded_plugin *model_lp, *zero_lp, *opt_lp, *attention_lp;
     const zt_model_ops *model;
@@ -168,6 +170,12 @@ zt_status tr_load_hf(trainer *t, const char *dir, const char *adapter_dir, zt_er
  * t->tp_shards. tp_size 1 does nothing. A model without the ABI 1.4 ops is a message naming it. */
 zt_status tr_tensor_parallel(trainer *t, int32_t tp_size, int32_t tp_rank, int32_t seq_parallel, zt_error *err);
 void tr_tensor_parallel_free(trainer *t);
+/* Export with tensor parallelism: the unit in `local` (this rank's gathered master) from every tp rank
+ * into all [tp.size * padded_numel] (a collective over "tp"), and element range [elem_offset, +count)
+ * of parameter `param`'s logical tensor assembled from them into dst. */
+zt_status tr_tp_gather_unit(trainer *t, int32_t unit, const float *local, float *all, zt_error *err);
+void tr_tp_assemble(const trainer *t, int32_t param, const float *all, int64_t unit_numel, int64_t elem_offset,
+                    int64_t count, float *dst);
 
 /* ---- export.c ------------------------------------------------------------------------------------ */
 

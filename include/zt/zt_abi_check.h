@@ -119,9 +119,10 @@ ZT_STATIC_ASSERT(ZT_OPTIM_HPARAMS_SIZE_1_0 == 40 && ZT_OPTIM_HPARAMS_SIZE_1_1 ==
 ZT_ABI_SIZE(zt_optimizer_ops, 32);
 ZT_ABI_OFFSET(zt_optimizer_ops, step, 24);
 ZT_ABI_SIZE(zt_unit_layout, 24);
-ZT_ABI_SIZE(zt_layout, 64);
+ZT_ABI_SIZE(zt_layout, 72); /* 1.4 appended tp_replicas */
 ZT_ABI_OFFSET(zt_layout, trainable_numel, 56);
-ZT_STATIC_ASSERT(ZT_LAYOUT_SIZE_1_0 == 56 && ZT_LAYOUT_SIZE_1_3 == 64, zt_layout_sizes);
+ZT_ABI_OFFSET(zt_layout, tp_replicas, 64);
+ZT_STATIC_ASSERT(ZT_LAYOUT_SIZE_1_0 == 56 && ZT_LAYOUT_SIZE_1_3 == 64 && ZT_LAYOUT_SIZE_1_4 == 72, zt_layout_sizes);
 ZT_ABI_OFFSET(zt_layout, units, 16);
 ZT_ABI_OFFSET(zt_layout, compute_dtype, 48);
 ZT_ABI_SIZE(zt_step_args, 48);

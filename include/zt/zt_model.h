@@ -257,8 +257,9 @@ typedef struct zt_model_parallel {
 /* One rank's shard of a logical parameter: along split_dim (zt_param_decl.tp_split_dim; -1 the
  * whole tensor) it holds `extent` rows or columns starting at `offset`, of which the first `valid`
  * lie inside the logical tensor; the rest are padding (the vocabulary padded to a multiple of tp),
- * zero and never exported. replicas > 1: that many ranks hold the same slice (KV heads replicated
- * when tp exceeds them); the model sums their gradients, so the copies stay equal. */
+ * zero and never exported. replicas: how many tensor-parallel ranks hold the same values (tp_size
+ * for a replicated parameter, 1 for a split one; KV heads replicated when tp exceeds them are in
+ * between, and the model sums their gradients so the copies stay equal). */
 typedef struct zt_param_shard {
     uint32_t struct_size;
     int32_t split_dim;

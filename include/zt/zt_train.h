@@ -102,11 +102,18 @@ typedef struct zt_layout {
      * unit's trainable region (see zt_unit_layout); the frozen region follows it. A 1.0-1.2 layout
      * has no frozen region: the whole buffer is treated as trainable storage. */
     const int64_t *trainable_numel;
+    /* ABI 1.4 (read only when struct_size >= ZT_LAYOUT_SIZE_1_4): tensor parallelism. [n_params_decl]
+     * how many ranks of the "tp" group hold the same values of each parameter (the tp size for a
+     * replicated one, 1 for a split one, between for replicated KV heads; zt_param_shard.replicas);
+     * NULL without tensor parallelism. The global gradient norm counts every value once: the sum over
+     * "tp" of each rank's squares divided by their replicas. */
+    const int32_t *tp_replicas;
 } zt_layout;
 
-/* struct_size of a v1.0 zt_layout and of a 1.3 one. */
+/* struct_size of a v1.0 zt_layout, of a 1.3 one and of a 1.4 one. */
 #define ZT_LAYOUT_SIZE_1_0 56u
 #define ZT_LAYOUT_SIZE_1_3 64u
+#define ZT_LAYOUT_SIZE_1_4 72u
 
 /* ---- ZeRO ------------------------------------------------------------------------------------ */
 

@@ -77,6 +77,11 @@ zt_status llama_parallelize(llama_state *s, const zt_model_parallel *p)
                  "and ZeRO shard it)", (int)tp);
         return ZT_ERR_UNSUPPORTED;
     }
+    if (p->seq_parallel) {
+        h->error(h->ctx, ZT_ERR_UNSUPPORTED, "sequence parallelism (use_seq_parallel) is not something the llama "
+                 "plugin computes: its tensor-parallel units keep the whole sequence on every rank; leave it off");
+        return ZT_ERR_UNSUPPORTED;
+    }
     if (c->heads % tp) return refuse(s, "the attention heads (model.num_attention_heads)", c->heads, tp);
     if (c->intermediate % tp) return refuse(s, "the MLP width (model.intermediate_size)", c->intermediate, tp);
     if (tp <= c->kv_heads ? c->kv_heads % tp : tp % c->kv_heads) {
@@ -114,11 +119,11 @@ zt_status llama_parallelize(llama_state *s, const zt_model_parallel *p)
     if (tp > 1)
         h->log(h->ctx, ZT_LOG_INFO,
                "llama: tensor-parallel rank %d of %d: %lld of %lld heads, %lld key/value head(s) from %lld%s, "
-               "MLP %lld of %lld, vocabulary rows %lld..%lld (padded to %lld)%s",
+               "MLP %lld of %lld, vocabulary rows %lld..%lld (padded to %lld)",
                (int)t->rank, (int)tp, (long long)t->heads, (long long)c->heads, (long long)t->kv_heads,
                (long long)t->kv_first, t->kv_replicas > 1 ? " (replicated)" : "", (long long)t->ffn,
                (long long)c->intermediate, (long long)t->vocab_first, (long long)(t->vocab_first + t->vocab_valid),
-               (long long)(t->vocab * tp), t->seq_parallel ? ", sequence parallel" : "");
+               (long long)(t->vocab * tp));
     return ZT_OK;
 }
 
@@ -134,7 +139,7 @@ static split_rule rule_of(const llama_state *s, int32_t param)
 {
     const llama_tp *t = &s->tp;
     const zt_param_decl *d = &s->decls[param];
-    split_rule r = {-1, 0, 0, 0, 1};
+    split_rule r = {-1, 0, 0, 0, t->size}; /* replicated: every tp rank holds it */
     int32_t u = d->unit, k = param - s->unit_first_param[u];
     int64_t D = s->cfg.head_dim;
     if (t->size == 1 || (d->flags & ZT_PARAM_ADAPTER)) return r;

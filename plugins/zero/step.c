@@ -146,6 +146,21 @@ zt_status zero_grads_ready(void *opaque, int32_t unit, int32_t last_micro)
 
 /* ---- the step ------------------------------------------------------------------------------- */
 
+/* Tensor parallelism: this tensor rank's norm (of its shards, over "dp") into the model's, the squares
+ * of every tensor rank added in rank order, so all of them clip alike. */
+static zt_status zero_tp_norm(zero_state *s, double *norm)
+{
+    if (!s->has_tp || s->tp.size == 1) return ZT_OK;
+    const zt_host *h = s->host;
+    double square = *norm * *norm;
+    zt_status st = h->all_gather(h->ctx, &s->tp, &square, s->norm_tp_parts, sizeof square, ZT_U8, NULL);
+    if (st != ZT_OK) return st;
+    double sum = 0;
+    for (int32_t r = 0; r < s->tp.size; r++) sum += s->norm_tp_parts[r];
+    *norm = sqrt(sum);
+    return ZT_OK;
+}
+
 /* sqrt of the sum of squares of every trainable gradient of the whole model, the same on every rank. */
 zt_status zero_global_norm(zero_state *s, double *norm)
 {
@@ -160,6 +175,14 @@ zt_status zero_global_norm(zero_state *s, double *norm)
     if (s->gpu && !(s->off.on_gpu && SHARDED_GRADS)) {
         zt_status st = zero_cuda_global_norm(h, s->gpu, s->n_ranges, s->norm_tensors, s->norm_sizes, &local);
         if (st != ZT_OK) return st;
+    } else if (s->has_tp) { /* each value once: a range held by k tensor ranks counts 1/k on each */
+        zt_cpu_ctx cpu = {.parallel_for = h->parallel_for, .pool = h->ctx};
+        double sum = 0;
+        for (int32_t r = 0; r < s->n_ranges; r++) {
+            double part = zt_cpu_global_l2_norm(&cpu, 1, &s->norm_tensors[r], &s->norm_sizes[r]);
+            sum += part * part / s->ranges[r].replicas;
+        }
+        local = sqrt(sum);
     } else {
         zt_cpu_ctx cpu = {.parallel_for = h->parallel_for, .pool = h->ctx};
         local = zt_cpu_global_l2_norm(&cpu, s->n_ranges, s->norm_tensors, s->norm_sizes);
@@ -184,7 +207,7 @@ zt_status zero_global_norm(zero_state *s, double *norm)
         for (int32_t r = 0; r < s->pp.size; r++) sum += parts[r];
     }
     *norm = sqrt(sum);
-    return ZT_OK;
+    return zero_tp_norm(s, norm);
 }
 
 /* The optimizer on one range of this rank's slice: `grads` laid out as the unit's `grad`; `copy`

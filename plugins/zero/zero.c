@@ -402,6 +402,7 @@ static void zero_fini(void *opaque)
     h->free(h->ctx, s->norm_tensors);
     h->free(h->ctx, s->norm_sizes);
     h->free(h->ctx, s->norm_parts);
+    h->free(h->ctx, s->norm_tp_parts);
     h->free(h->ctx, s->reduce_staging);
     h->free(h->ctx, s->gather_staging);
     h->free(h->ctx, s->sib.norms);
@@ -563,12 +564,14 @@ static void plan_slices(zero_state *s)
             if (from >= to) continue;
             int64_t count = to - from, master = from - lo;
             opt_range *last = n_ranges ? &s->ranges[n_ranges - 1] : NULL;
-            if (last && last->unit == u && last->decay == (int32_t)l->decay[i] &&
+            int32_t replicas = l->struct_size >= ZT_LAYOUT_SIZE_1_4 && l->tp_replicas ? l->tp_replicas[i] : 1;
+            if (last && last->unit == u && last->decay == (int32_t)l->decay[i] && last->replicas == replicas &&
                 last->master_offset + last->count == master) {
                 last->count += count;
             } else {
                 s->ranges[n_ranges++] = (opt_range){.unit = u,
                                                     .decay = l->decay[i],
+                                                    .replicas = replicas,
                                                     .master_offset = master,
                                                     .grad_offset = STAGE == 0 ? packed : master,
                                                     .state_offset = packed,
@@ -712,6 +715,19 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
     s->norm_tensors = zero_alloc_table(s, (uint64_t)n_params * sizeof *s->norm_tensors, PLUGIN_NAME " norm");
     s->norm_sizes = zero_alloc_table(s, (uint64_t)n_params * sizeof *s->norm_sizes, PLUGIN_NAME " norm");
     s->norm_parts = zero_alloc_table(s, (uint64_t)s->dp.size * sizeof *s->norm_parts, PLUGIN_NAME " norm");
+    /* tensor parallelism: the norm also adds the other tensor ranks' shards */
+    if (layout->struct_size >= ZT_LAYOUT_SIZE_1_4 && layout->tp_replicas) {
+        if (gpu) {
+            h->error(h->ctx, ZT_ERR_UNSUPPORTED, PLUGIN_NAME ": tensor parallelism (a layout with tp_replicas) runs "
+                     "on CPU ranks only");
+            return ZT_ERR_UNSUPPORTED;
+        }
+        st = h->group_get(h->ctx, "tp", &s->tp);
+        if (st != ZT_OK) return st;
+        s->has_tp = 1;
+        s->norm_tp_parts = zero_alloc_table(s, (uint64_t)s->tp.size * sizeof *s->norm_tp_parts, PLUGIN_NAME " norm");
+        if (!s->norm_tp_parts) return ZT_ERR_OUT_OF_MEMORY;
+    }
     if (!s->units || !s->storage || !s->grad_view || !s->ranges || !s->norm_tensors || !s->norm_sizes ||
         !s->norm_parts)
         return ZT_ERR_OUT_OF_MEMORY;

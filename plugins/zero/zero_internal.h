@@ -51,6 +51,8 @@
 typedef struct opt_range {
     int32_t unit;
     int32_t decay;
+    int32_t replicas;   /* tensor parallelism: ranks of "tp" holding the same values (zt_layout.tp_replicas) */
+    int32_t reserved;
     int64_t master_offset;
     int64_t grad_offset;
     int64_t state_offset;
@@ -177,6 +179,9 @@ typedef struct zero_state {
     const float **norm_tensors; /* [n_params] scratch for the norm */
     int64_t *norm_sizes;
     double *norm_parts;     /* [dp] each rank's sum of squares */
+    zt_group tp;            /* tensor parallelism (zt_layout.tp_replicas): the norm is summed over it too */
+    int32_t has_tp;
+    double *norm_tp_parts;  /* [tp] */
     float *reduce_staging;  /* [dp * reduce_chunk] or NULL */
     float *gather_staging;  /* [dp * gather_chunk] or NULL */
     int64_t reduce_chunk, gather_chunk; /* elements per rank per collective */

@@ -75,7 +75,7 @@ static inline void fix_model_init(fix_model *m, int tied, int dp_size, int align
         ul->padded_numel = (ul->numel + quantum - 1) / quantum * quantum;
     }
     m->layout = (zt_layout){sizeof(zt_layout), FIX_UNITS, &m->info, m->units, m->param_offset,
-                            m->trainable, m->decay, ZT_F32, 0, NULL};
+                            m->trainable, m->decay, ZT_F32, 0, NULL, NULL};
 }
 
 /* Rank r's slice of unit u: [offset, offset + count). */

@@ -57,7 +57,7 @@ static char *save_llama(const char *root, const zt_hf_config *c)
                           .head_dim = (int32_t)c->head_dim,
                           .intermediate_size = (int32_t)c->intermediate_size,
                           .n_params_decl = (int32_t)list.n, .params = params};
-    zt_layout layout = {sizeof layout, n_units, &info, units, offsets, NULL, NULL, ZT_F32, 0, NULL};
+    zt_layout layout = {sizeof layout, n_units, &info, units, offsets, NULL, NULL, ZT_F32, 0, NULL, NULL};
 
     char *staging = NULL;
     ZT_CHECK_INT(zt_ckpt_stage(root, 5, &staging, &err), ZT_OK);

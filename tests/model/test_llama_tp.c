@@ -3,6 +3,8 @@
  *
  *   test_llama_tp PLUGINS_D CONFIG_JSON [seq_parallel]
  *
+ * With seq_parallel it checks instead that parallelize refuses sequence parallelism with a message.
+ *
  * Each rank loads the model twice: once whole (the reference) and once parallelized over "tp". Both
  * get the same weights (a fixed pseudo-random draw; the tp model its shards of it, through
  * param_shard) and the same packed batch. Checked: the loss (1e-5 relative), the logits gathered for
@@ -100,6 +102,14 @@ int main(int argc, char **argv)
     zt_status st = host->group_create(host->ctx, "tp", ranks, world, &mp.tp);
     free(ranks);
     if (st == ZT_OK) st = tp.model->parallelize(tp.model_state, &mp);
+    if (seq_parallel) {
+        const char *msg = mh_model_error(&tp);
+        int ok = st == ZT_ERR_UNSUPPORTED && strstr(msg, "use_seq_parallel") != NULL;
+        if (!ok) fprintf(stderr, "rank %d: FAIL: sequence parallelism: status %d, message '%s'\n", rank, (int)st, msg);
+        mh_close(&tp);
+        mh_close(&ref);
+        return ok ? 0 : 1;
+    }
     if (st != ZT_OK) {
         fprintf(stderr, "rank %d: FAIL: parallelize: %s\n", rank, mh_model_error(&tp));
         return 1;
@@ -195,8 +205,8 @@ int main(int argc, char **argv)
     int32_t bad = failures;
     host->all_reduce(host->ctx, &mp.tp, &bad, &bad, 1, ZT_I32, ZT_REDUCE_SUM, NULL);
     if (rank == 0)
-        printf("tensor parallel over %d ranks%s: loss %.7f (one rank %.7f), %d parameters checked: %s\n", (int)world,
-               seq_parallel ? " (sequence parallel)" : "", run_tp.loss, run_ref.loss, (int)n, bad ? "FAIL" : "ok");
+        printf("tensor parallel over %d ranks: loss %.7f (one rank %.7f), %d parameters checked: %s\n", (int)world,
+               run_tp.loss, run_ref.loss, (int)n, bad ? "FAIL" : "ok");
     mh_run_free(&run_ref);
     mh_run_free(&run_tp);
     mh_run_free(&run_rc);
