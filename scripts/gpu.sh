@@ -23,8 +23,9 @@
 #   ZT_GPU_BENCH_FINETUNE=1    run bench/finetune/run.py: 7B LoRA r16 and last-two-layers next to the
 #                              peer at b8 x 512, then both under --gpu-mem-limit 24G (unset or 0: not run);
 #                              ZT_GPU_BENCH_FINETUNE_ARGS: more arguments for both (e.g. --recompute off);
-#                              ZT_GPU_BENCH_FINETUNE_LIMIT=24G: the 24 GB card's --gpu-mem-limit (zt's pools;
-#                              e.g. 23G leaves the CUDA context room), the process checked below 24G
+#                              ZT_GPU_BENCH_FINETUNE_LIMIT=24G: the 24 GB card's --gpu-mem-limit (the whole
+#                              card: zt keeps gpu_context_reserve of it for the CUDA context), the process
+#                              checked below 24G
 #   ZT_GPU_BENCH_GENERATE=...  run bench/generate/run.py (the seed's generation table, 7B) with these
 #                              arguments, e.g. "--deadline 480" or "--batches 1,32" (unset: not run)
 #   ZT_GPU_SANITIZE=1          run the attention test under compute-sanitizer memcheck and racecheck

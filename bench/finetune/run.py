@@ -25,8 +25,8 @@ library workspaces included), and zt / peer ratios of tokens/s and peak memory.
 micro-batch the estimator says fits (zt-run --dry-run --gpu-mem-limit, which exits 1 when it does not:
 doubling from 1, then bisecting), trained under --gpu-mem-limit, with the process's device memory from
 nvidia-smi checked below the card's size (--card, default the limit; the run fails the check
-otherwise). gpu_mem_limit caps zt's pools, and the CUDA context and library workspaces come on top:
-`--gpu-mem-limit 23G --card 24G` leaves them room on a 24 GB card.
+otherwise). The CUDA context and kernels outside zt's pools are gpu_context_reserve (1.5 GiB), which
+zt takes from the limit, so `--gpu-mem-limit 24G` is the 24 GB card whole.
 
 --dry prints the command lines and runs nothing (no GPU needed). --smoke-cpu runs each zt command
 line for 2 steps on the CPU with the tiny preset instead (device cpu, naive attention, batch 1), to

@@ -165,7 +165,12 @@ static const zt_option k_host_options[] = {
      "zt-run --generate --prompts: the most sequences decoded together (continuous batching); the "
      "attention plugin's KV cache may hold fewer (docs/generate.md)."},
     {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
-     "Cap on GPU memory zt allocates per device, e.g. \"20GiB\"; unset: no cap."},
+     "Make each GPU behave like a card of this size, e.g. \"24GiB\": zt's pools get it less "
+     "gpu_context_reserve; unset: no cap."},
+    {"gpu_context_reserve", ZT_OPT_BYTES, 0, "1610612736", 0, 0, NULL,
+     "GPU memory a process holds outside zt's pools (the CUDA context, loaded kernels, library "
+     "workspaces; 1.0-1.3 GiB measured on an H200 with CUDA 13), counted against gpu_mem_limit or the "
+     "GPU's memory by the dry run and the allocator. Default 1.5 GiB."},
     {"device", ZT_OPT_ENUM, 0, "auto", 0, 0, k_devices,
      "Where training computes: cpu (fp32), cuda (bf16 on the GPU, fp32 master weights), or auto: cuda "
      "when a GPU is present and every plugin of the run can run on it, else cpu (docs/gpu.md)."},

@@ -170,6 +170,15 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     int64_t limit = 0;
     READ_OPTIONAL(zt_config_get_int, "gpu_mem_limit", &has, &limit);
     s->gpu_mem_limit = has && limit > 0 ? (uint64_t)limit : 0;
+    int64_t reserve = 0;
+    READ(zt_config_get_int, "gpu_context_reserve", &reserve);
+    s->gpu_context_reserve = (uint64_t)reserve;
+    if (s->gpu_mem_limit && s->gpu_mem_limit <= s->gpu_context_reserve)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "gpu_mem_limit (%lld bytes) leaves nothing for zt's pools after gpu_context_reserve "
+                            "(%lld bytes, the CUDA context and kernels outside the pools): give the card's whole "
+                            "memory as the limit (e.g. --gpu-mem-limit 24G), or lower gpu_context_reserve",
+                            (long long)s->gpu_mem_limit, (long long)s->gpu_context_reserve);
     const char *device;
     READ(zt_config_get_string, "device", &device);
     s->device = !strcmp(device, "cpu") ? ZT_DEVICE_SETTING_CPU

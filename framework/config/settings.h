@@ -95,6 +95,7 @@ typedef struct zt_host_settings {
     int64_t threads;             /* 0: one per online core */
     int64_t generate_max_seqs;   /* zt-run --generate --prompts: sequences decoded together */
     uint64_t gpu_mem_limit;      /* 0: no cap */
+    uint64_t gpu_context_reserve; /* what the process holds outside the pools (CUDA context, kernels) */
     int32_t device;              /* ZT_DEVICE_SETTING_* */
 
     /* parallelism (MindFormers' names) */
@@ -126,5 +127,13 @@ zt_status zt_micro_batch_num_apply(zt_config *cfg, const zt_host_settings *s, zt
 /* The settings of a config with nothing but the host's schema at its defaults: for runtimes made
  * without a run config (zt-run --list-plugins, --env, probing in a child). */
 zt_status zt_host_settings_defaults(zt_host_settings *out, zt_error *err);
+
+/* The cap on zt's device pools: gpu_mem_limit less gpu_context_reserve (what the process holds outside
+ * the pools), so a run under --gpu-mem-limit 24G fits a 24 GiB card whole; 0 (no cap) without a limit.
+ * zt_host_settings_read refuses a limit at or below the reserve. */
+static inline uint64_t zt_device_pool_limit(const zt_host_settings *s)
+{
+    return s->gpu_mem_limit > s->gpu_context_reserve ? s->gpu_mem_limit - s->gpu_context_reserve : 0;
+}
 
 #endif

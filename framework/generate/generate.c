@@ -307,7 +307,7 @@ static zt_status start_plugins(gen_run *g, zt_error *err)
      * tokens are exact, where training would pick the GPU. */
     if (g->settings.device == ZT_DEVICE_SETTING_CUDA) {
         st = zt_select_device(&g->settings, &g->set, &ro.device_type, err);
-        ro.device_mem_limit = g->settings.gpu_mem_limit;
+        ro.device_mem_limit = zt_device_pool_limit(&g->settings);
     }
     g->model.on_gpu = ro.device_type == ZT_DEVICE_CUDA;
     g->model.dtype = !g->model.on_gpu ? ZT_F32 : g->settings.fp16 ? ZT_F16 : ZT_BF16;

@@ -153,7 +153,7 @@ static void estimate_alternative(const zt_dry_run_request *req, estimate_row *ro
 typedef struct gpu_limit {
     double bytes;
     int enforced;
-    char label[160];
+    char label[224];
 } gpu_limit;
 
 static void find_gpu_limit(const zt_dry_run_request *req, gpu_limit *out)
@@ -174,6 +174,15 @@ static void find_gpu_limit(const zt_dry_run_request *req, gpu_limit *out)
         snprintf(out->label, sizeof out->label,
                  "an assumed %s card (no GPU here and no gpu_mem_limit: set --gpu-mem-limit for yours)",
                  zt_estimate_format_bytes(out->bytes, b));
+    }
+    /* The card also holds what the process keeps outside the pools (the CUDA context, kernels): the
+     * pools, which the rows add up, get the rest. */
+    double reserve = (double)req->settings->gpu_context_reserve;
+    if (reserve > 0) {
+        out->bytes = out->bytes > reserve ? out->bytes - reserve : 0;
+        size_t n = strlen(out->label);
+        snprintf(out->label + n, sizeof out->label - n, " less the %s gpu_context_reserve",
+                 zt_estimate_format_bytes(reserve, b));
     }
 }
 
@@ -749,8 +758,8 @@ zt_status zt_dry_run(const zt_dry_run_request *req, FILE *out, zt_error *err)
             (long long)e->micro, (long long)e->seq_len, e->recompute ? "on" : "off", zero->desc.name,
             e->gpu ? "GPU run: bf16 compute copy and activations, fp32 master, gradients and optimizer state.\n"
                      "Workspace: the model's backward scratch, the LM-head logits chunk and cuBLASLt's workspace. "
-                     "Not estimated:\nthe CUDA context (about 0.5 GiB per GPU, outside zt's pools) and small tables "
-                     "(pool other)."
+                     "The CUDA context and\nkernels outside zt's pools are the gpu_context_reserve, "
+                     "taken from the card. Not estimated: small tables (pool other)."
                    : "Not estimated: the model's scratch (pool workspace)\nand small tables (pool other).");
     char fits[400] = "", title[640];
     if (e->host.bytes)
@@ -830,7 +839,7 @@ zt_status zt_memory_check(const zt_dry_run_request *req, zt_error *err)
         char name[160], how[320], s_t[32];
         int n = snprintf(msg, ZT_ERROR_MSG_MAX,
                          "The estimate made before the run (zt-run --dry-run) was, per GPU: %s, total %s, against %s "
-                         "(not counted: the CUDA context, fragmentation)",
+                         "(not counted: fragmentation)",
                          dev, zt_estimate_format_bytes(row_total(chosen, 1), t), e->limit.label);
         if (smallest && smallest != chosen && n > 0 && n < ZT_ERROR_MSG_MAX)
             snprintf(msg + n, ZT_ERROR_MSG_MAX - n, ". The smallest choice is %s, about %s per GPU: %s",
