@@ -1,15 +1,19 @@
 /* Sampling on the device (zt_cuda_sample): the CPU sampler's rules (framework/generate/sampler.c) on
  * one thread block per row, so the host never waits for logits.
  *
- * The CPU sampler sorts the vocabulary for top-p; here no sort is needed. Tokens are ordered by a
- * monotone 32-bit key of their logit (probabilities are monotone in it), ties to the lower id, and the
+ * The rule both follow: tokens rank by logit value (a float comparison: -0 equals +0), ties to the
+ * lower id. The CPU sampler sorts the vocabulary for top-p; here no sort is needed. Tokens are ordered
+ * by a 32-bit key that is monotone in the logit's value (-0 takes +0's key: as raw bits they would
+ * rank apart, and a cut inside the tie group at 0 would then keep other tokens than the CPU's), and the
  * cut of top-k (the k-th token) and of top-p (the first token at which the kept mass reaches top_p) is
  * found by building the cut key bit by bit from the top, one block-wide count or mass per bit (radix
  * select). Within the tie group at the cut, the lowest ids are taken, as the sort's order would.
  * Each thread owns a contiguous range of ids, so a scan over thread totals gives id-order prefix sums:
  * the draw walks the kept tokens in id order and returns the first whose cumulative probability
- * exceeds u, as the CPU does. Probabilities are fp64 like the CPU's; only the summation order differs
- * (the chance that u falls within those last-bit differences of a boundary is about 1e-15 a draw).
+ * exceeds u, as the CPU does. Probabilities are fp64 like the CPU's; they may differ in the last bits
+ * only (summation order, and CUDA's fp64 exp within 1 ulp of glibc's), which changes a token only when
+ * u or the top-p mass lies within those bits of a boundary (about 1e-15 a draw; tests/cuda/test_decode.c
+ * counts such rows apart).
  */
 #include <math.h>
 
@@ -21,7 +25,7 @@ constexpr int SAMPLE_THREADS = 1024;
 
 __device__ __forceinline__ uint32_t order_key(float x)
 {
-    uint32_t bits = __float_as_uint(x);
+    uint32_t bits = x == 0.0f ? 0u : __float_as_uint(x); /* -0 ties with +0, as in a float comparison */
     return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 

@@ -51,6 +51,11 @@ static void check_distributions(void)
     /* equal probabilities are ordered by id */
     const float ties[V] = {0, 1, 1, 0};
     expect_distribution("ties, top-p 0.3", 1, 0.3, ties, (const double[]){0, 1, 0, 0});
+    /* -0 and +0 are one logit value (the device sampler ranks the same way): the lower id comes first */
+    const float zeros[V] = {-1, -0.0f, 0.0f, -1};
+    expect_distribution("signed zeros, top-p 0.3", 1, 0.3, zeros, (const double[]){0, 1, 0, 0});
+    const float zeros_up[V] = {-1, 0.0f, -0.0f, -1};
+    expect_distribution("signed zeros swapped, top-p 0.3", 1, 0.3, zeros_up, (const double[]){0, 1, 0, 0});
     /* greedy: the first of equal maxima, as torch.argmax */
     expect_distribution("greedy", 0, 1, ties, (const double[]){0, 1, 0, 0});
 }
