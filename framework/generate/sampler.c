@@ -90,11 +90,21 @@ void zt_sampler_distribution(zt_sampler *s, const float *logits, double *probs)
     memcpy(probs, s->prob, (size_t)s->vocab * sizeof *probs);
 }
 
+double zt_sampler_draw_u(zt_sampler *s)
+{
+    return s->temperature == 0 ? 0.0 : (double)(zt_splitmix64(&s->state) >> 11) * 0x1p-53;
+}
+
 int32_t zt_sampler_next(zt_sampler *s, const float *logits)
+{
+    return zt_sampler_pick(s, logits, zt_sampler_draw_u(s));
+}
+
+int32_t zt_sampler_pick(zt_sampler *s, const float *logits, double u)
 {
     if (s->temperature == 0) return argmax(logits, s->vocab);
     distribution(s, logits);
-    double u = (double)(zt_splitmix64(&s->state) >> 11) * 0x1p-53, cumulative = 0;
+    double cumulative = 0;
     int32_t last = 0;
     for (int32_t i = 0; i < s->vocab; i++) {
         if (s->prob[i] == 0) continue;

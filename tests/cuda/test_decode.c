@@ -22,7 +22,6 @@
 #include <string.h>
 #include <cuda_runtime_api.h>
 
-#include "base/random.h"
 #include "cuda_test.h"
 #include "generate/generate.h"
 #include "ztest.h"
@@ -331,19 +330,19 @@ static void test_sample(zt_cuda_ctx *ctx)
                     if (r % 5 == 2 && test_randint(0, 10) == 0) x[i] = -INFINITY;
                 }
                 if (r % 4 == 3) x[test_randint(0, V)] = spread + 4; /* one dominant token */
-                uint64_t seed = test_random_u64(), state = seed;
-                double u = (double)(zt_splitmix64(&state) >> 11) * 0x1p-53;
-                rows[r] = (zt_cuda_sample_row){c->temperature, c->top_p, u, c->top_k};
                 float *masked = malloc(sizeof(float) * (size_t)V);
                 memcpy(masked, x, sizeof(float) * (size_t)V);
                 mask_top_k(masked, V, c->top_k);
                 zt_sampler s;
                 zt_error err = {0};
-                if (zt_sampler_init(&s, V, c->temperature, c->top_p, seed, &err) != ZT_OK) {
+                if (zt_sampler_init(&s, V, c->temperature, c->top_p, test_random_u64(), &err) != ZT_OK) {
                     printf("sampler init failed: %s\n", err.msg);
                     exit(1);
                 }
-                want[r] = zt_sampler_next(&s, masked);
+                /* the u the host draws for a record, as generation hands it to the device */
+                double u = c->temperature > 0 ? zt_sampler_draw_u(&s) : test_uniform(0.0f, 1.0f);
+                rows[r] = (zt_cuda_sample_row){c->temperature, c->top_p, u, c->top_k};
+                want[r] = zt_sampler_pick(&s, masked, u);
                 zt_sampler_free(&s);
                 margin[r] = boundary_distance(masked, V, c->temperature, c->top_p, u);
                 free(masked);
