@@ -303,6 +303,46 @@ static double boundary_distance(const float *masked, int32_t V, double temperatu
     return nearest;
 }
 
+/* Rows with a NaN or +inf among the drawable logits get -1 (greedy and sampled); the same values past
+ * n_draw are never read; bad arguments are refused by message. */
+static void test_sample_broken(zt_cuda_ctx *ctx)
+{
+    enum { N = 6, VB = 300, DRAW = 290 };
+    float *logits = host_f32((int64_t)N * VB);
+    zt_cuda_sample_row rows[N];
+    const int32_t want[N] = {-1, -1, -1, -1, 7, 7};
+    for (int32_t r = 0; r < N; r++) {
+        float *x = logits + (int64_t)r * VB;
+        for (int32_t i = 0; i < VB; i++) x[i] = test_uniform(-1.0f, 1.0f);
+        x[7] = 50; /* so the good rows' token is 7 whatever the draw */
+        rows[r] = (zt_cuda_sample_row){r % 2 ? 1.0 : 0.0, 1.0, 0.5, 0};
+    }
+    logits[0 * VB + 100] = NAN;
+    logits[1 * VB + 289] = NAN;
+    logits[2 * VB + 3] = INFINITY;
+    logits[3 * VB + 0] = INFINITY;
+    logits[4 * VB + 290] = NAN; /* past n_draw */
+    logits[5 * VB + 299] = INFINITY;
+    float *dlogits = device_f32(logits, (int64_t)N * VB);
+    zt_cuda_sample_row *drows = device_alloc(sizeof rows);
+    ZT_CHECK(cudaMemcpy(drows, rows, sizeof rows, cudaMemcpyHostToDevice) == cudaSuccess);
+    int32_t *dtokens = device_alloc(sizeof(int32_t) * N), got[N];
+    ZT_CHECK(check_ok("zt_cuda_sample broken rows", zt_cuda_sample(ctx, NULL, dlogits, N, VB, DRAW, drows, dtokens)));
+    ZT_CHECK(cudaMemcpy(got, dtokens, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (int32_t r = 0; r < N; r++) {
+        printf("%s sample broken row %d: token %d, want %d\n", got[r] == want[r] ? "ok  " : "FAIL", r, got[r], want[r]);
+        ZT_CHECK_INT(got[r], want[r]);
+    }
+    ZT_CHECK(check_fails("n_draw past the vocabulary", zt_cuda_sample(ctx, NULL, dlogits, N, VB, VB + 1, drows, dtokens),
+                         ZT_ERR_INVALID_ARG, "n_draw 301"));
+    ZT_CHECK(check_fails("n_draw 0", zt_cuda_sample(ctx, NULL, dlogits, N, VB, 0, drows, dtokens), ZT_ERR_INVALID_ARG,
+                         "n_draw 0"));
+    device_free(dlogits);
+    device_free(drows);
+    device_free(dtokens);
+    free(logits);
+}
+
 static void test_sample(zt_cuda_ctx *ctx)
 {
     int32_t boundary_rows = 0;
@@ -313,7 +353,7 @@ static void test_sample(zt_cuda_ctx *ctx)
     static const int32_t vocabs[] = {1000, 32000};
     const int32_t n = 96;
     for (size_t vi = 0; vi < sizeof vocabs / sizeof vocabs[0]; vi++) {
-        int32_t V = vocabs[vi];
+        int32_t V = vocabs[vi], n_draw = vi ? V - 10 : V; /* a padded vocabulary: the last 10 never drawn */
         for (size_t ci = 0; ci < sizeof configs / sizeof configs[0]; ci++) {
             const sample_config *c = &configs[ci];
             float *logits = host_f32((int64_t)n * V);
@@ -332,6 +372,7 @@ static void test_sample(zt_cuda_ctx *ctx)
                 if (r % 4 == 3) x[test_randint(0, V)] = spread + 4; /* one dominant token */
                 float *masked = malloc(sizeof(float) * (size_t)V);
                 memcpy(masked, x, sizeof(float) * (size_t)V);
+                for (int32_t i = n_draw; i < V; i++) masked[i] = -INFINITY; /* as generation masks them */
                 mask_top_k(masked, V, c->top_k);
                 zt_sampler s;
                 zt_error err = {0};
@@ -351,7 +392,7 @@ static void test_sample(zt_cuda_ctx *ctx)
             zt_cuda_sample_row *drows = device_alloc(sizeof *rows * (size_t)n);
             cudaMemcpy(drows, rows, sizeof *rows * (size_t)n, cudaMemcpyHostToDevice);
             int32_t *dtokens = device_alloc(sizeof(int32_t) * (size_t)n);
-            ZT_CHECK(check_ok("zt_cuda_sample", zt_cuda_sample(ctx, NULL, dlogits, n, V, drows, dtokens)));
+            ZT_CHECK(check_ok("zt_cuda_sample", zt_cuda_sample(ctx, NULL, dlogits, n, V, n_draw, drows, dtokens)));
             int32_t *got = malloc(sizeof(int32_t) * (size_t)n);
             ZT_CHECK(cudaMemcpy(got, dtokens, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost) == cudaSuccess);
             int32_t mismatches = 0, near = 0;
@@ -387,6 +428,7 @@ static void test_sample(zt_cuda_ctx *ctx)
     printf("sample: %d rows within %g of a boundary in all (at most %d allowed)\n", boundary_rows, BOUNDARY_MARGIN,
            MAX_BOUNDARY_ROWS);
     ZT_CHECK(boundary_rows <= MAX_BOUNDARY_ROWS);
+    test_sample_broken(ctx);
 }
 
 static void run_pass(int32_t dtype)
