@@ -696,13 +696,14 @@ static zt_status check_layout(trainer *t, const zt_ckpt *c, const char *dir, zt_
                                     w->dp_size == now.dp_size && w->tp_size == now.tp_size && w->pp_size == now.pp_size))
         return ZT_OK;
     return zt_error_set(err, ZT_ERR_CONFIG,
-                        "checkpoint %s was written by %d ranks as data_parallel %d x model_parallel %d x "
-                        "pipeline_stage %d under ZeRO stage %d; this run has %d ranks as data_parallel %d x "
+                        "checkpoint %s was written by %d rank%s as data_parallel %d x model_parallel %d x "
+                        "pipeline_stage %d under ZeRO stage %d; this run has %d rank%s as data_parallel %d x "
                         "model_parallel %d x pipeline_stage %d under ZeRO stage %d, and auto_trans_ckpt is false, "
                         "so the checkpoint is not resharded. Set auto_trans_ckpt to true (the default) to load it "
                         "into this layout, or run with the checkpoint's layout",
-                        dir, (int)w->world_size, (int)w->dp_size, (int)w->tp_size, (int)w->pp_size, (int)w->zero_stage,
-                        (int)now.world_size, (int)now.dp_size, (int)now.tp_size, (int)now.pp_size, (int)now.zero_stage);
+                        dir, (int)w->world_size, w->world_size == 1 ? "" : "s", (int)w->dp_size, (int)w->tp_size,
+                        (int)w->pp_size, (int)w->zero_stage, (int)now.world_size, now.world_size == 1 ? "" : "s",
+                        (int)now.dp_size, (int)now.tp_size, (int)now.pp_size, (int)now.zero_stage);
 }
 
 zt_status tr_resume(trainer *t, zt_error *err)

@@ -81,7 +81,7 @@ compare tp2pp2-on-1
 run 2 tp2-on-tp2 "${dp1[@]}" $(layout 2 1) --resume "$(saved tp2)" --set auto_trans_ckpt=false
 compare tp2-on-tp2
 expect_fail "was written by 2 ranks as data_parallel 1 x model_parallel 2 x pipeline_stage 1 under ZeRO stage" \
-    "this run has 1 ranks as data_parallel 1 x model_parallel 1 x pipeline_stage 1" "auto_trans_ckpt is false" -- \
+    "this run has 1 rank as data_parallel 1 x model_parallel 1 x pipeline_stage 1" "auto_trans_ckpt is false" -- \
     "$zt_run" "${common[@]}" "${dp1[@]}" --output-dir "$work/refused" --resume "$(saved tp2)" \
     --set auto_trans_ckpt=false
 
