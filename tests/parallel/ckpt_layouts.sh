@@ -25,9 +25,11 @@ common=(--data "$work/data" --set model.hidden_size=32 --set model.intermediate_
 # 4 sequences per step: 1 data-parallel rank x 4 micro-batches, or 2 x 2
 dp1=(--set gradient_accumulation_steps=4 --set parallel_config.micro_batch_num=4)
 dp2=(--set gradient_accumulation_steps=2 --set parallel_config.micro_batch_num=2)
-layout() { # layout TP PP: the parallel_config keys
-    echo "--set parallel_config.model_parallel=$1 --set parallel_config.pipeline_stage=$2"
-}
+# the layouts: model_parallel (tensor) x pipeline_stage
+tp2=(--set parallel_config.model_parallel=2)
+tp4=(--set parallel_config.model_parallel=4)
+pp2=(--set parallel_config.pipeline_stage=2)
+pp4=(--set parallel_config.pipeline_stage=4)
 run() { # run RANKS NAME ARGS...: zt-run on RANKS ranks into WORK/NAME, exporting the final weights
     local ranks=$1 name=$2
     shift 2
@@ -48,37 +50,29 @@ said() { # said TEXT: the last run's output has TEXT
 
 run 1 reference "${dp1[@]}" --plugins zero0
 # the writers: a checkpoint at step 2, each rank writing its own shards
-# shellcheck disable=SC2046
-run 2 tp2 "${dp1[@]}" $(layout 2 1) --set checkpoint.every=2
-# shellcheck disable=SC2046
-run 2 pp2 "${dp1[@]}" $(layout 1 2) --set checkpoint.every=2 --plugins zero1
-# shellcheck disable=SC2046
-run 4 tp2pp2 "${dp1[@]}" $(layout 2 2) --set checkpoint.every=2 --plugins zero3 --set checkpoint.final=true
+run 2 tp2 "${dp1[@]}" "${tp2[@]}" --set checkpoint.every=2
+run 2 pp2 "${dp1[@]}" "${pp2[@]}" --set checkpoint.every=2 --plugins zero1
+run 4 tp2pp2 "${dp1[@]}" "${tp2[@]}" "${pp2[@]}" --set checkpoint.every=2 --plugins zero3 --set checkpoint.final=true
 expect_ok '"tp_size": 2' '"pp_size": 1' '"rank-00001.bin"' -- cat "$(saved tp2)/checkpoint.json"
 expect_ok '"tp_size": 2' '"pp_size": 2' '"rank-00003.bin"' -- cat "$(saved tp2pp2)/checkpoint.json"
 
-# shellcheck disable=SC2046
 run 1 tp2-on-tp1 "${dp1[@]}" --resume "$(saved tp2)"
 said "resumed from $(saved tp2) at step 2"
 compare tp2-on-tp1
-# shellcheck disable=SC2046
-run 4 tp2-on-tp4 "${dp1[@]}" $(layout 4 1) --resume "$(saved tp2)"
+run 4 tp2-on-tp4 "${dp1[@]}" "${tp4[@]}" --resume "$(saved tp2)"
 compare tp2-on-tp4
-# shellcheck disable=SC2046
-run 4 tp2-on-dp2tp2 "${dp2[@]}" $(layout 2 1) --resume "$(saved tp2)" --plugins zero2
+run 4 tp2-on-dp2tp2 "${dp2[@]}" "${tp2[@]}" --resume "$(saved tp2)" --plugins zero2
 said "the checkpoint was written by 1 data-parallel ranks, this run has 2: the data continues at sample 8"
 compare tp2-on-dp2tp2
 run 1 pp2-on-pp1 "${dp1[@]}" --resume "$(saved pp2)"
 compare pp2-on-pp1
-# shellcheck disable=SC2046
-run 4 pp2-on-pp4 "${dp1[@]}" $(layout 1 4) --resume "$(saved pp2)" --plugins zero3
+run 4 pp2-on-pp4 "${dp1[@]}" "${pp4[@]}" --resume "$(saved pp2)" --plugins zero3
 compare pp2-on-pp4
 run 1 tp2pp2-on-1 "${dp1[@]}" --resume "$(saved tp2pp2)"
 compare tp2pp2-on-1
 
 # auto_trans_ckpt false: the same layout resumes, another is refused with both layouts named
-# shellcheck disable=SC2046
-run 2 tp2-on-tp2 "${dp1[@]}" $(layout 2 1) --resume "$(saved tp2)" --set auto_trans_ckpt=false
+run 2 tp2-on-tp2 "${dp1[@]}" "${tp2[@]}" --resume "$(saved tp2)" --set auto_trans_ckpt=false
 compare tp2-on-tp2
 expect_fail "was written by 2 ranks as data_parallel 1 x model_parallel 2 x pipeline_stage 1 under ZeRO stage" \
     "this run has 1 rank as data_parallel 1 x model_parallel 1 x pipeline_stage 1" "auto_trans_ckpt is false" -- \
@@ -87,7 +81,7 @@ expect_fail "was written by 2 ranks as data_parallel 1 x model_parallel 2 x pipe
 
 # generation from the tp2 x pp2 run's final checkpoint (step 4) on one rank: the greedy tokens of the
 # uninterrupted 1-rank run's export
-gen=("$zt_run" --generate --set threads=1 --prompt-ids 1,15,27,3 --max-new-tokens 6 --print-ids)
+gen=("$zt_run" --generate --set threads=1 --prompt-ids "1,15,27,3" --max-new-tokens 6 --print-ids)
 want=$("${gen[@]}" --model "$work/reference/hf" 2>/dev/null)
 got=$("${gen[@]}" --resume "$work/tp2pp2/checkpoints" --data "$work/data" 2>/dev/null)
 if [ -z "$want" ] || [ "$want" != "$got" ]; then
