@@ -89,13 +89,52 @@ typedef struct save_ctx {
     const char *group;
 } save_ctx;
 
+/* One run of a tensor-parallel shard: the logical elements it holds, under the logical tensor's name. */
+typedef struct shard_run {
+    zt_ckpt_rank_writer *w;  /* saving; NULL: reading from ckpt */
+    zt_ckpt *ckpt;
+    const char *name, *group;
+    float *param;            /* the parameter's storage, from its first element */
+    zt_error *err;
+} shard_run;
+
+static zt_status save_run(void *ctx, int64_t local, int64_t logical, int64_t count)
+{
+    const shard_run *r = ctx;
+    return zt_ckpt_rank_writer_add_shard(r->w, r->name, r->group, logical, count, r->param + local, r->err);
+}
+
+static zt_status read_run(void *ctx, int64_t local, int64_t logical, int64_t count)
+{
+    const shard_run *r = ctx;
+    return zt_ckpt_read(r->ckpt, r->name, r->group, logical, count, r->param + local, r->err);
+}
+
+/* With tensor parallelism a parameter's storage is this rank's shard of it: its runs of logical
+ * elements (train/layout.h) are what a checkpoint stores, so any other layout reads them back. A
+ * parameter replicated over "tp" is saved by tp rank 0 only. */
 static zt_status save_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
                             zt_error *err)
 {
     save_ctx *s = ctx;
     if (!t->layout->trainable[param] && (strcmp(s->group, ZT_CKPT_GROUP_PARAM) != 0 || t->set->checkpoint_only_trainable))
         return ZT_OK; /* no state; with checkpoint.only_trainable no weights either */
-    return zt_ckpt_rank_writer_add_shard(s->w, t->info->params[param].name, s->group, elem_offset, n, slice_at, err);
+    const char *name = t->info->params[param].name;
+    if (!t->tp_shards) return zt_ckpt_rank_writer_add_shard(s->w, name, s->group, elem_offset, n, slice_at, err);
+    if (t->tp_shards[param].split_dim < 0 && t->tp.rank != 0) return ZT_OK;
+    shard_run run = {s->w, NULL, name, s->group, slice_at - elem_offset, err};
+    return zt_layout_shard_runs(t->layout, param, elem_offset, n, save_run, &run);
+}
+
+/* Elements [elem_offset, elem_offset + n) of this rank's storage of `param` from the checkpoint's
+ * logical tensor (with tensor parallelism, the runs of logical elements the rank's shard holds). */
+static zt_status read_param(trainer *t, zt_ckpt *c, int32_t param, const char *group, int64_t elem_offset,
+                            int64_t n, float *slice_at, zt_error *err)
+{
+    const char *name = t->info->params[param].name;
+    if (!t->tp_shards) return zt_ckpt_read(c, name, group, elem_offset, n, slice_at, err);
+    shard_run run = {NULL, c, name, group, slice_at - elem_offset, err};
+    return zt_layout_shard_runs(t->layout, param, elem_offset, n, read_run, &run);
 }
 
 static char *resolved_config_json(trainer *t, zt_error *err)
@@ -143,11 +182,12 @@ static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, 
                                  zt_ckpt_rank_result *result, zt_error *err)
 {
     zt_ckpt_rank_writer *w;
-    zt_status st = zt_ckpt_rank_writer_open(staging, t->dp.rank, &w, err);
+    zt_status st = zt_ckpt_rank_writer_open(staging, t->world.rank, &w, err);
     if (st != ZT_OK) return st;
     void *zs = t->zero_lp->state;
     int32_t n_state = n_opt_state(t);
-    for (int32_t u = 0; u < t->info->n_units && st == ZT_OK; u++) {
+    /* a pipeline stage saves the units it trains; the others' copies on it are stale */
+    for (int32_t u = t->grid.first_unit; u <= t->grid.last_unit && st == ZT_OK; u++) {
         unit_region r[2];
         int n;
         tr_unit_regions(t, u, r, &n);
@@ -171,8 +211,11 @@ static zt_status write_rank_file(trainer *t, const char *staging, int64_t step, 
     char position[512], blob_name[64];
     zt_loader_position_to_json(pos, position, sizeof position);
     snprintf(blob_name, sizeof blob_name, "loader_position.rank-%05d", (int)t->dp.rank);
-    if (st == ZT_OK) st = zt_ckpt_rank_writer_add_blob(w, blob_name, position, strlen(position), err);
-    if (st == ZT_OK && t->dp.rank == 0) {
+    /* every (tp, pp) position of a data-parallel rank loads the same batches: one of them saves it */
+    int loader_writer = t->grid.tp_rank == 0 && t->grid.pp_rank == 0;
+    if (st == ZT_OK && loader_writer)
+        st = zt_ckpt_rank_writer_add_blob(w, blob_name, position, strlen(position), err);
+    if (st == ZT_OK && t->world.rank == 0) {
         char *state = trainer_state_json(t, step);
         st = state ? zt_ckpt_rank_writer_add_blob(w, TRAINER_STATE_BLOB, state, strlen(state), err)
                    : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory writing the trainer state");
@@ -192,17 +235,17 @@ static zt_status gather_rank_results(trainer *t, const zt_ckpt_rank_result *mine
 {
     const zt_host *h = t->host;
     zt_status st = ZT_OK;
-    if (t->dp.rank != 0) {
+    if (t->world.rank != 0) {
         int64_t header[2] = {(int64_t)mine->n_pieces, (int64_t)mine->file_size};
-        st = h->send(h->ctx, &t->dp, header, 2, ZT_I64, 0, NULL);
+        st = h->send(h->ctx, &t->world, header, 2, ZT_I64, 0, NULL);
         if (st == ZT_OK && mine->n_pieces)
-            st = h->send(h->ctx, &t->dp, mine->pieces, mine->n_pieces * sizeof *mine->pieces, ZT_U8, 0, NULL);
+            st = h->send(h->ctx, &t->world, mine->pieces, mine->n_pieces * sizeof *mine->pieces, ZT_U8, 0, NULL);
         return st == ZT_OK ? ZT_OK : tr_host_failed(t, st, err, "sending this rank's checkpoint description to rank 0");
     }
     all[0] = *mine;
-    for (int32_t r = 1; r < t->dp.size && st == ZT_OK; r++) {
+    for (int32_t r = 1; r < t->world.size && st == ZT_OK; r++) {
         int64_t header[2];
-        st = h->recv(h->ctx, &t->dp, header, 2, ZT_I64, r, NULL);
+        st = h->recv(h->ctx, &t->world, header, 2, ZT_I64, r, NULL);
         if (st != ZT_OK) break;
         all[r].rank = r;
         all[r].file_size = (uint64_t)header[1];
@@ -212,7 +255,7 @@ static zt_status gather_rank_results(trainer *t, const zt_ckpt_rank_result *mine
             return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory receiving rank %d's checkpoint description",
                                 (int)r);
         if (all[r].n_pieces)
-            st = h->recv(h->ctx, &t->dp, all[r].pieces, all[r].n_pieces * sizeof *all[r].pieces, ZT_U8, r, NULL);
+            st = h->recv(h->ctx, &t->world, all[r].pieces, all[r].n_pieces * sizeof *all[r].pieces, ZT_U8, r, NULL);
     }
     return st == ZT_OK ? ZT_OK : tr_host_failed(t, st, err, "receiving the ranks' checkpoint descriptions");
 }
@@ -227,32 +270,32 @@ zt_status tr_save_checkpoint(trainer *t, int64_t step, const zt_loader_position 
     char *staging = NULL, *config = NULL;
     char staging_path[4096] = "";
     zt_ckpt_rank_result result = {0};
-    zt_ckpt_rank_result *all = calloc((size_t)t->dp.size, sizeof *all);
+    zt_ckpt_rank_result *all = calloc((size_t)t->world.size, sizeof *all);
     size_t n_decls = 0;
     zt_ckpt_tensor_decl *decls = NULL;
     zt_status st = all ? tr_hold_shard_buffer(t, err)
                        : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory saving a checkpoint");
-    if (st == ZT_OK && t->set->checkpoint_only_trainable && t->dp.rank == 0 && !t->base_hash_known)
+    if (st == ZT_OK && t->set->checkpoint_only_trainable && t->world.rank == 0 && !t->base_hash_known)
         st = zt_error_set(err, ZT_ERR_INTERNAL, "checkpoint.only_trainable: the base weights were never hashed");
-    if (st == ZT_OK && t->dp.rank == 0) st = zt_ckpt_stage(t->set->checkpoint_dir, step, &staging, err);
+    if (st == ZT_OK && t->world.rank == 0) st = zt_ckpt_stage(t->set->checkpoint_dir, step, &staging, err);
     if (st == ZT_OK && staging && strlen(staging) >= sizeof staging_path)
         st = zt_error_set(err, ZT_ERR_CONFIG, "checkpoint.dir is too long: %s", staging);
     if (st == ZT_OK && staging) memcpy(staging_path, staging, strlen(staging) + 1);
-    st = tr_agree_on_status(t, st, err, "creating the checkpoint's directory");
-    if (st == ZT_OK && t->dp.size > 1) {
-        st = t->host->broadcast(t->host->ctx, &t->dp, staging_path, sizeof staging_path, ZT_U8, 0, NULL);
-        if (st != ZT_OK) st = tr_host_failed(t, st, err, "sharing the checkpoint's directory (broadcast over 'dp')");
+    st = tr_agree_on_status_in(t, &t->world, st, err, "creating the checkpoint's directory");
+    if (st == ZT_OK && t->world.size > 1) {
+        st = t->host->broadcast(t->host->ctx, &t->world, staging_path, sizeof staging_path, ZT_U8, 0, NULL);
+        if (st != ZT_OK) st = tr_host_failed(t, st, err, "sharing the checkpoint's directory (broadcast over 'world')");
     }
     if (st == ZT_OK) st = write_rank_file(t, staging_path, step, pos, &result, err);
-    st = tr_agree_on_status(t, st, err, "writing the checkpoint's rank files");
+    st = tr_agree_on_status_in(t, &t->world, st, err, "writing the checkpoint's rank files");
     if (st == ZT_OK) st = gather_rank_results(t, &result, all, err);
-    if (st == ZT_OK && t->dp.rank == 0) {
+    if (st == ZT_OK && t->world.rank == 0) {
         if (!(decls = checkpoint_decls(t, &n_decls)))
             st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory listing the checkpoint's tensors");
         else if (!(config = resolved_config_json(t, err)))
             st = err->status;
     }
-    if (st == ZT_OK && t->dp.rank == 0) {
+    if (st == ZT_OK && t->world.rank == 0) {
         zt_ckpt_commit_args a = {.root = t->set->checkpoint_dir,
                                  .staging_dir = staging,
                                  .step = step,
@@ -260,21 +303,21 @@ zt_status tr_save_checkpoint(trainer *t, int64_t step, const zt_loader_position 
                                  .layout = {.world_size = t->host->world_size,
                                             .zero_stage = t->zero->stage,
                                             .dp_size = t->dp.size,
-                                            .tp_size = 1,
-                                            .pp_size = 1},
+                                            .tp_size = t->grid.tp_size,
+                                            .pp_size = t->grid.pp_size},
                                  .tensors = decls,
                                  .n_tensors = n_decls,
                                  .ranks = all,
-                                 .n_ranks = (size_t)t->dp.size,
+                                 .n_ranks = (size_t)t->world.size,
                                  .keep_last = (int32_t)t->set->checkpoint_keep};
         zt_ckpt_model_shape_from_info(t->info, &a.model);
         st = zt_ckpt_commit(&a, final_dir, err);
     }
-    st = tr_agree_on_status(t, st, err, "publishing the checkpoint");
+    st = tr_agree_on_status_in(t, &t->world, st, err, "publishing the checkpoint");
     if (st != ZT_OK && staging) zt_ckpt_discard_stage(staging);
     if (st == ZT_OK) zt_log(ZT_LOG_INFO, "checkpoint of step %lld saved to %s (%.1f s)", (long long)step,
                             final_dir && *final_dir ? *final_dir : t->set->checkpoint_dir, zt_now_s() - started);
-    for (int32_t r = 1; all && r < t->dp.size; r++) zt_ckpt_rank_result_free(&all[r]);
+    for (int32_t r = 1; all && r < t->world.size; r++) zt_ckpt_rank_result_free(&all[r]);
     zt_ckpt_rank_result_free(&result);
     free(all);
     free(staging);
@@ -290,11 +333,21 @@ typedef struct resume_ctx {
     int64_t missing;   /* optimizer-state elements the checkpoint lacks (newly trainable parameters) */
 } resume_ctx;
 
+static zt_status param_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n, float *slice_at,
+                             zt_error *err)
+{
+    resume_ctx *r = ctx;
+    return read_param(t, r->ckpt, param, ZT_CKPT_GROUP_PARAM, elem_offset, n, slice_at, err);
+}
+
 static zt_status ckpt_param_source(trainer *t, void *ctx, int32_t unit, int64_t offset, int64_t count, float *dst,
                                    zt_error *err)
 {
     resume_ctx *r = ctx;
-    return zt_ckpt_read_unit_shard(r->ckpt, &t->layout->layout, unit, ZT_CKPT_GROUP_PARAM, offset, count, dst, err);
+    if (!t->tp_shards)
+        return zt_ckpt_read_unit_shard(r->ckpt, &t->layout->layout, unit, ZT_CKPT_GROUP_PARAM, offset, count, dst, err);
+    memset(dst, 0, (size_t)count * sizeof *dst); /* a tensor-parallel shard's padding */
+    return tr_for_each_piece(t, unit, offset, count, dst, param_piece, ctx, err);
 }
 
 static zt_status resume_state_piece(trainer *t, void *ctx, int32_t param, int64_t elem_offset, int64_t n,
@@ -307,7 +360,7 @@ static zt_status resume_state_piece(trainer *t, void *ctx, int32_t param, int64_
         r->missing += n; /* stays zero: a fresh optimizer state, as for a parameter never trained */
         return ZT_OK;
     }
-    return zt_ckpt_read(r->ckpt, name, r->group, elem_offset, n, slice_at, err);
+    return read_param(t, r->ckpt, param, r->group, elem_offset, n, slice_at, err);
 }
 
 /* The JSON number of `key` in object text, or fallback. */
@@ -449,7 +502,7 @@ static zt_status restore_loader(trainer *t, zt_ckpt *c, zt_error *err)
  * only the space, so it is a warning. */
 void tr_remove_stale_staging(trainer *t)
 {
-    if (t->dp.rank != 0) return;
+    if (t->host->world_rank != 0) return;
     zt_error err;
     if (zt_ckpt_remove_stale_staging(t->set->checkpoint_dir, NULL, NULL, &err) != ZT_OK)
         zt_log(ZT_LOG_WARN, "could not look for stale checkpoint staging directories: %s", err.msg);
@@ -591,7 +644,7 @@ static zt_status mixed_piece(trainer *t, void *ctx, int32_t param, int64_t elem_
     const mixed_ctx *m = ctx;
     const zt_param_decl *p = &t->info->params[param];
     if (t->layout->trainable[param])
-        return zt_ckpt_read(m->ckpt, p->name, ZT_CKPT_GROUP_PARAM, elem_offset, n, slice_at, err);
+        return read_param(t, m->ckpt, param, ZT_CKPT_GROUP_PARAM, elem_offset, n, slice_at, err);
     return zt_hf_model_read(m->base, p->name, p->ndim, p->shape, (uint64_t)elem_offset, (uint64_t)n, slice_at, err);
 }
 
@@ -633,6 +686,26 @@ static zt_status resume_weights(trainer *t, zt_ckpt *c, const char *dir, zt_erro
     return st;
 }
 
+/* auto_trans_ckpt false (MindFormers' key): the checkpoint must have been written under this run's
+ * layout, ranks and ZeRO stage; true (the default) reads it under any (the logical tensors). */
+static zt_status check_layout(trainer *t, const zt_ckpt *c, const char *dir, zt_error *err)
+{
+    const zt_ckpt_layout *w = zt_ckpt_written_layout(c);
+    zt_ckpt_layout now = {t->host->world_size, t->zero->stage, t->dp.size, t->grid.tp_size, t->grid.pp_size};
+    if (t->set->auto_trans_ckpt || (w->world_size == now.world_size && w->zero_stage == now.zero_stage &&
+                                    w->dp_size == now.dp_size && w->tp_size == now.tp_size && w->pp_size == now.pp_size))
+        return ZT_OK;
+    return zt_error_set(err, ZT_ERR_CONFIG,
+                        "checkpoint %s was written by %d rank%s as data_parallel %d x model_parallel %d x "
+                        "pipeline_stage %d under ZeRO stage %d; this run has %d rank%s as data_parallel %d x "
+                        "model_parallel %d x pipeline_stage %d under ZeRO stage %d, and auto_trans_ckpt is false, "
+                        "so the checkpoint is not resharded. Set auto_trans_ckpt to true (the default) to load it "
+                        "into this layout, or run with the checkpoint's layout",
+                        dir, (int)w->world_size, w->world_size == 1 ? "" : "s", (int)w->dp_size, (int)w->tp_size,
+                        (int)w->pp_size, (int)w->zero_stage, (int)now.world_size, now.world_size == 1 ? "" : "s",
+                        (int)now.dp_size, (int)now.tp_size, (int)now.pp_size, (int)now.zero_stage);
+}
+
 zt_status tr_resume(trainer *t, zt_error *err)
 {
     char *dir = NULL;
@@ -640,6 +713,7 @@ zt_status tr_resume(trainer *t, zt_error *err)
     if (st != ZT_OK) return st;
     zt_ckpt *c = NULL;
     st = zt_ckpt_open(dir, &c, err);
+    if (st == ZT_OK) st = check_layout(t, c, dir, err);
     if (st == ZT_OK) st = resume_weights(t, c, dir, err);
     resume_ctx r = {c, ZT_CKPT_GROUP_PARAM, 0};
     void *zs = t->zero_lp->state;

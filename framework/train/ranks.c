@@ -15,6 +15,7 @@ static zt_status data_parallel_group(trainer *t, zt_error *err)
     zt_status st = t->host->group_create(t->host->ctx, "dp", ranks, world, &t->dp);
     free(ranks);
     if (st != ZT_OK) return tr_host_failed(t, st, err, "creating the data-parallel group 'dp'");
+    t->world = t->dp;
     t->grid = (zt_rank_grid){.struct_size = sizeof t->grid, .dp_size = t->dp.size, .tp_size = 1, .pp_size = 1,
                              .dp_rank = t->dp.rank, .last_unit = t->info->n_units - 1};
     /* Unset, parallel_config.data_parallel is whatever the launch gave; set, it must agree. */
@@ -45,9 +46,6 @@ static zt_status check_pipeline(trainer *t, zt_error *err)
         why = "evaluation runs the whole model on one rank; set eval.every to 0";
     else if (t->req->export_adapter_dir)
         why = "the adapter export reads every unit on rank 0 of 'dp'; leave --export-adapter out";
-    else if (s->checkpoint_every > 0 || s->checkpoint_final)
-        why = "checkpoints are written per data-parallel rank, and each stage holds its own units' trained weights; "
-              "set checkpoint.every to 0 and checkpoint.final to false";
     else if (s->trainable_params && s->trainable_params[0])
         why = "freezing (trainable_params) stops the backward below the lowest trainable unit on one rank; train "
               "every parameter";
@@ -82,6 +80,13 @@ static zt_status setup_parallel(trainer *t, zt_error *err)
                             (int)t->host->world_size,
                             (long long)t->set->data_parallel * t->grid.tp_size * t->grid.pp_size,
                             (int)t->grid.dp_size);
+    /* every rank: a checkpoint's writers (each (tp, pp) position writes its own shards) */
+    int32_t world = t->host->world_size, *all = malloc((size_t)world * sizeof *all);
+    if (!all) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory creating group 'world'");
+    for (int32_t r = 0; r < world; r++) all[r] = r;
+    st = t->host->group_create(t->host->ctx, "world", all, world, &t->world);
+    free(all);
+    if (st != ZT_OK) return tr_host_failed(t, st, err, "creating the group 'world' (every rank)");
     /* tensor parallel: the model splits itself over "tp" and the layout holds its shards */
     st = tr_tensor_parallel(t, t->grid.tp_size, t->grid.tp_rank, 0, err);
     if (st != ZT_OK) return st;

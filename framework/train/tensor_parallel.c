@@ -6,20 +6,16 @@
 
 #include "train/trainer_internal.h"
 
-/* What a tensor-parallel run does not do: checkpoints of a split layout (they would write each
- * rank's shards under the logical tensors' names) and adapter exports. Refused before anything runs. */
+/* What a tensor-parallel run does not do: the adapter export (it reads the whole adapter on rank 0 of
+ * "dp", which holds only its tensor shard; a LoRA adapter is refused with model_parallel above 1
+ * anyway, by the llama plugin). Refused before anything runs. */
 static zt_status refuse_unsupported(const trainer *t, int32_t tp_size, zt_error *err)
 {
-    const zt_train_request *q = t->req;
-    const char *what = q->export_adapter_dir ? "--export-adapter"
-                       : q->resume ? "--resume" : t->set->checkpoint_every > 0 ? "checkpoint.every"
-                       : t->set->checkpoint_final ? "checkpoint.final" : NULL;
-    if (!what) return ZT_OK;
+    if (!t->req->export_adapter_dir) return ZT_OK;
     return zt_error_set(err, ZT_ERR_UNSUPPORTED,
-                        "model_parallel %d: tensor-parallel training in this zt computes the steps only; %s needs "
-                        "checkpoints of the tensor-parallel shards, which it does not write. Set checkpoint.every "
-                        "to 0 and checkpoint.final to false and leave out --resume and --export-adapter (--export "
-                        "works), or train with model_parallel 1", (int)tp_size, what);
+                        "model_parallel %d: --export-adapter reads the whole adapter on one rank, which holds only its "
+                        "tensor-parallel shard, and adapters train with model_parallel 1 only: leave --export-adapter "
+                        "out (--export works), or train with model_parallel 1", (int)tp_size);
 }
 
 zt_status tr_tensor_parallel(trainer *t, int32_t tp_size, int32_t tp_rank, int32_t seq_parallel, zt_error *err)

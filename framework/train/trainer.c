@@ -781,9 +781,14 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
  * its own message; the others get one naming the lowest failing rank (its message is in its output). */
 zt_status tr_agree_on_status(trainer *t, zt_status mine, zt_error *err, const char *what)
 {
-    if (t->dp.size == 1) return mine;
-    int64_t first = mine == ZT_OK ? INT64_MAX : (int64_t)t->dp.rank * 256 + (int64_t)mine;
-    zt_status st = t->host->all_reduce(t->host->ctx, &t->dp, &first, &first, 1, ZT_I64, ZT_REDUCE_MIN, NULL);
+    return tr_agree_on_status_in(t, &t->dp, mine, err, what);
+}
+
+zt_status tr_agree_on_status_in(trainer *t, const zt_group *g, zt_status mine, zt_error *err, const char *what)
+{
+    if (g->size == 1) return mine;
+    int64_t first = mine == ZT_OK ? INT64_MAX : (int64_t)g->rank * 256 + (int64_t)mine;
+    zt_status st = t->host->all_reduce(t->host->ctx, g, &first, &first, 1, ZT_I64, ZT_REDUCE_MIN, NULL);
     if (st != ZT_OK) return mine != ZT_OK ? mine : tr_host_failed(t, st, err, what);
     if (mine != ZT_OK || first == INT64_MAX) return mine;
     return zt_error_set(err, (zt_status)(first % 256), "%s failed on rank %d (its message is in that rank's output)",

@@ -34,6 +34,7 @@ typedef struct trainer {
     double weight_decay;          /* optimizer.params.weight_decay, 0 when the optimizer has none */
     const zt_host *host; /* the trainer's own services table: collectives */
     zt_group dp;         /* the data-parallel group: every rank, or the parallel plugin's "dp" */
+    zt_group world;      /* every rank (a checkpoint's writers): "dp" itself without a parallel plugin */
     zt_rank_grid grid;   /* this rank in the data x tensor x pipeline grid (1 x 1 without a parallel plugin) */
     /* Tensor parallelism (tensor_parallel.c): the "tp" group and this rank's shard of every
      * parameter, which the layout allocates; tp_shards NULL: one tensor-parallel rank. */
@@ -124,6 +125,8 @@ void tr_drop_shard_buffer(trainer *t);
  * learns whether all succeeded, so none waits in a collective the others skip. A failing rank keeps
  * its own message; the others get one naming the lowest failing rank (its message is in its output). */
 zt_status tr_agree_on_status(trainer *t, zt_status mine, zt_error *err, const char *what);
+/* The same over group g (a checkpoint agrees over t->world). */
+zt_status tr_agree_on_status_in(trainer *t, const zt_group *g, zt_status mine, zt_error *err, const char *what);
 /* A unit's whole fp32 master [padded] into `full` on every rank. A replicated unit (the zero plugin's
  * shard is the whole unit) is read locally; a sharded one is read into the start of `full` and
  * all-gathered in place, which needs every rank. */

@@ -65,8 +65,8 @@ done
 # tensor x pipeline: 2 x 2 on 4 ranks (the hidden states between stages are the same on every tp rank)
 run 4 tp2_pp2 "${one_dp[@]}" --set parallel_config.model_parallel=2 --set parallel_config.pipeline_stage=2
 losses_match tp2_pp2
-# what a tensor-parallel run refuses: a message naming the key
-expect_fail "checkpoint.every needs checkpoints of the tensor-parallel shards" -- "$mpiexec" -np 2 --oversubscribe \
-    --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" --output-dir "$work/refused" \
-    --set parallel_config.model_parallel=2 --set checkpoint.every=1
+# what a tensor-parallel run refuses: a message naming the option
+expect_fail "model_parallel 2: --export-adapter reads the whole adapter on one rank" -- "$mpiexec" -np 2 \
+    --oversubscribe --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" --output-dir "$work/refused" \
+    --set parallel_config.model_parallel=2 --export-adapter "$work/refused/adapter"
 finish
