@@ -35,7 +35,7 @@ static zt_model_info model(zt_param_decl *params)
 static zt_status build(const zt_model_info *m, int dp, const char *trainable, uint32_t no_decay,
                        zt_host_layout **out, zt_error *err)
 {
-    zt_layout_options o = {dp, trainable, no_decay, NULL, NULL, NULL};
+    zt_layout_options o = {dp, trainable, no_decay, NULL, NULL, NULL, 0, 0, 0};
     return zt_layout_build(m, &o, out, err);
 }
 
@@ -297,7 +297,7 @@ static void test_tensor_parallel_shards(void)
         {sizeof(zt_param_shard), 1, 3, 3, 3, 1, 0},
         {sizeof(zt_param_shard), -1, 0, 4, 4, 1, 0},
     };
-    zt_layout_options o = {1, NULL, 0, NULL, NULL, sh};
+    zt_layout_options o = {1, NULL, 0, NULL, NULL, sh, 0, 0, 0};
     ZT_CHECK_INT(zt_layout_build(&m, &o, &shard, &err), ZT_OK);
     ZT_CHECK_INT(shard->numel[0], 16);
     ZT_CHECK_INT(shard->numel[1], 9);
