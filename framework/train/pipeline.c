@@ -5,7 +5,14 @@
  * as many slots as its list keeps micro-batches live (slot 0 is the trainer's own). Activations and
  * gradients cross between neighbouring stages over the "pp" group, and each stage computes and stores
  * only its units (t->grid). Every stage loads the same micro-batches (the loader is sharded over "dp"
- * only), so the first stage has the tokens and the last the targets. */
+ * only), so the first stage has the tokens and the last the targets.
+ *
+ * Every step each rank appends its instructions' times to OUTPUT_DIR/pipeline.rank<R>.jsonl: one line
+ * {"step":N,"stage":S,"stages":P,"micro_batches":M,"list_s":T,"compute_s":C,"idle_share":1-C/T,
+ * "actions":[["F",micro,start_s,end_s],...]} (F forward, B backward, SA/RA send/receive activations,
+ * SG/RG gradients), so the measured bubble (the stage's idle share of its list) can be read against
+ * (p-1)/(m+p-1) (bench/parallel). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +29,9 @@ typedef struct tr_pipeline {
     float **grad_in;     /* [n_slots]: the gradient of this stage's output, received */
     float **grad_out;    /* [n_slots]: the gradient of its input, to send */
     uint64_t count;      /* elements of one micro-batch's hidden states */
+    double *times;       /* [n_actions][2]: each instruction's start and end in the step, seconds */
+    FILE *timing;        /* OUTPUT_DIR/pipeline.rank<R>.jsonl, opened at the first step */
+    int timing_opened;
 } tr_pipeline;
 
 /* Slots for the list's micro-batches: the lowest free one at a micro-batch's first instruction, freed
@@ -82,6 +92,8 @@ zt_status tr_pipeline_setup(trainer *t, zt_error *err)
     st = ops->schedule(lp->state, p->n_micro, p->actions, need, &p->n_actions);
     if (st != ZT_OK) return zt_plugin_failed(lp, st, err, "schedule");
     if ((st = assign_slots(p, err)) != ZT_OK) return st;
+    p->times = calloc((size_t)(p->n_actions > 0 ? p->n_actions : 1) * 2, sizeof *p->times);
+    if (!p->times) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the pipeline's timings");
     int32_t n_units = t->info->n_units, first = t->grid.first_unit, last = t->grid.last_unit, n = p->n_slots;
     p->count = (uint64_t)t->set->micro_batch * (uint64_t)t->set->seq_len * (uint64_t)t->info->hidden_size;
     uint64_t bytes = p->count * sizeof(float);
@@ -128,9 +140,45 @@ void tr_pipeline_free(trainer *t)
         if (p->hidden) free(p->hidden[k]);
         if (p->saved) free(p->saved[k]);
     }
-    free(p->hidden), free(p->saved), free(p->grad_in), free(p->grad_out), free(p->actions), free(p->slot);
+    free(p->hidden), free(p->saved), free(p->grad_in), free(p->grad_out), free(p->actions), free(p->slot), free(p->times);
+    if (p->timing) fclose(p->timing);
     free(p);
     t->pipeline = NULL;
+}
+
+/* The step's line of OUTPUT_DIR/pipeline.rank<R>.jsonl (above). A file that cannot be written costs
+ * the measurement only, with a warning, never the run. */
+static void write_timing(trainer *t, tr_pipeline *p, double list_s)
+{
+    static const char *const names[] = {[ZT_PP_FORWARD] = "F", [ZT_PP_BACKWARD] = "B",
+                                        [ZT_PP_SEND_ACTIVATION] = "SA", [ZT_PP_RECV_ACTIVATION] = "RA",
+                                        [ZT_PP_SEND_GRADIENT] = "SG", [ZT_PP_RECV_GRADIENT] = "RG"};
+    if (!p->timing) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/pipeline.rank%d.jsonl", t->set->output_dir, (int)t->host->world_rank);
+        p->timing = fopen(path, p->timing_opened ? "a" : "w");
+        if (!p->timing) {
+            if (!p->timing_opened) zt_log(ZT_LOG_WARN, "cannot write the pipeline's timings to %s", path);
+            p->timing_opened = 1;
+            return;
+        }
+        p->timing_opened = 1;
+    }
+    double compute = 0;
+    for (int32_t i = 0; i < p->n_actions; i++)
+        if (p->actions[i].op == ZT_PP_FORWARD || p->actions[i].op == ZT_PP_BACKWARD)
+            compute += p->times[2 * i + 1] - p->times[2 * i];
+    fprintf(p->timing, "{\"step\":%lld,\"stage\":%d,\"stages\":%d,\"micro_batches\":%d,\"list_s\":%.9g,"
+            "\"compute_s\":%.9g,\"idle_share\":%.9g,\"actions\":[", (long long)t->step + 1, (int)t->grid.pp_rank,
+            (int)t->grid.pp_size, (int)p->n_micro, list_s, compute, list_s > 0 ? 1.0 - compute / list_s : 0.0);
+    for (int32_t i = 0; i < p->n_actions; i++) {
+        int op = (int)p->actions[i].op;
+        fprintf(p->timing, "%s[\"%s\",%d,%.9g,%.9g]", i ? "," : "",
+                op >= 0 && op < (int)(sizeof names / sizeof names[0]) && names[op] ? names[op] : "?",
+                (int)p->actions[i].micro, p->times[2 * i], p->times[2 * i + 1]);
+    }
+    fputs("]}\n", p->timing);
+    fflush(p->timing);
 }
 
 zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flags, double *loss, double *forward_s,
@@ -141,6 +189,7 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
     int32_t first = t->grid.first_unit, last = t->grid.last_unit;
     void **own_hidden = t->hidden, **own_saved = t->saved;
     zt_status st = ZT_OK;
+    double begin = zt_now_s();
     *loss = 0;
     for (int32_t i = 0; i < p->n_actions && st == ZT_OK; i++) {
         const zt_pp_action *a = &p->actions[i];
@@ -181,9 +230,12 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
         default:
             st = zt_error_set(err, ZT_ERR_INTERNAL, "the pipeline schedule has an unknown instruction %d", (int)a->op);
         }
+        p->times[2 * i] = t0 - begin;
+        p->times[2 * i + 1] = zt_now_s() - begin;
     }
     t->hidden = own_hidden;
     t->saved = own_saved;
+    if (st == ZT_OK) write_timing(t, p, zt_now_s() - begin);
     return st;
 }
 
