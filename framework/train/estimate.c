@@ -310,7 +310,7 @@ static zt_status compute_rows(const zt_dry_run_request *req, estimate_set *e, zt
     int32_t fp16 = req->settings->fp16;
     /* The frozen parameters cost only their compute copy (zero plugins of ABI 1.3 count that) */
     zt_layout_options lo = {req->dp_size, req->settings->trainable_params, req->settings->no_decay_flags,
-                            req->settings->freeze_include, req->settings->freeze_exclude, NULL};
+                            req->settings->freeze_include, req->settings->freeze_exclude, NULL, 0, 0, 0};
     zt_status lst = zt_layout_build(reported, &lo, &e->layout, err);
     if (lst != ZT_OK) return lst;
     int32_t lowest = e->layout->lowest_trainable_unit;

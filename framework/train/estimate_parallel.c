@@ -4,7 +4,8 @@
  * its tp_split_dim into tp parts (rounded up, as the padded vocabulary is), and the zero plugin
  * estimates that view over the data-parallel ranks. Activations: 1F1B keeps min(p - i, m) micro-batches
  * in flight on stage i, each with its layers' saved activations (and the LM head's on the last stage,
- * its logits split over tp), plus the stage's hidden-state buffers once; GPU workspace: one unsplit
+ * its logits split over tp), plus the hidden-state buffers of the trainer's slots (one more than in
+ * flight after the first stage: the next input arrives early) and two gradient buffers; GPU workspace: one unsplit
  * layer's scratch (an upper bound under tensor parallelism). KV heads replicated over more tensor
  * ranks than heads are counted at 1/tp, as if split. */
 #include <math.h>
@@ -102,11 +103,17 @@ zt_status zt_estimate_parallel(const zt_dry_run_request *req, const zt_estimate_
         /* one micro-batch's activations on this stage, as zt_estimate_activations counts a whole model's */
         int last = g.last_unit == m->n_units - 1;
         double head = !last ? 0 : gpu ? hidden + 4.0 : eb * (ceil((double)m->vocab_size / tp) + m->hidden_size + 1);
-        double per_micro = base->recompute ? tokens * (e->layers + 1) * hidden
-                                           : tokens * (e->layers * m->act_bytes_per_token_layer + head);
+        /* what the trainer allocates (train/pipeline.c): per micro-batch in flight its layers' saved
+         * activations (each layer's output counted in the slot below); per slot its input and its
+         * layers' outputs, and the gradients it receives and sends; the two hidden-state gradients
+         * once. A stage after the first also has a slot for the next micro-batch's activations, which
+         * arrive before its backward frees one (the list's transfer order). */
+        int32_t slots = e->in_flight + (stage > 0 && e->in_flight < out->n_micro);
         double recomputed = m->act_bytes_per_token_layer - hidden;
-        double buffers = tokens * (3.0 * hidden + (base->recompute ? (recomputed > head ? recomputed : head) : 0));
-        e->activations = e->in_flight * per_micro + buffers;
+        double saved = base->recompute ? 0 : e->layers * recomputed + head;
+        double slot = hidden * (e->layers + 1 + (stage > 0) + (stage + 1 < pp));
+        double once = 2.0 * hidden + (base->recompute ? (recomputed > head ? recomputed : head) : 0);
+        e->activations = tokens * (e->in_flight * saved + slots * slot + once);
         e->mem.struct_size = sizeof e->mem;
         const zt_zero_ops *zo = zero->plugin->ops;
         st = zo->estimate ? zo->estimate(zero->state, &in, &e->mem) : ZT_ERR_UNSUPPORTED;

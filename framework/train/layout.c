@@ -307,6 +307,12 @@ void zt_layout_free(zt_host_layout *l)
     free(l);
 }
 
+/* Whether this rank stores unit u's parameters (all of them, unless it is a pipeline stage). */
+static int holds_unit(const zt_layout_options *opt, int32_t u)
+{
+    return !opt->held_range || (u >= opt->held_first && u <= opt->held_last);
+}
+
 zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *opt, zt_host_layout **out,
                           zt_error *err)
 {
@@ -348,6 +354,7 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
             zt_layout_free(l);
             return st;
         }
+        if (!holds_unit(opt, p->unit)) l->numel[i] = 0; /* another pipeline stage's */
         l->owner[i] = (p->flags & ZT_PARAM_TIED) ? find_param(model, p->tied_to) : i;
         l->decay[i] = (p->flags & opt->no_decay_flags) == 0;
     }
@@ -390,7 +397,7 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
     l->layout.n_units = model->n_units;
     l->layout.model = model;
     l->logical = model;
-    if (opt->shards) {
+    if (opt->shards || opt->held_range) {
         l->local_decls = malloc(np * sizeof *l->local_decls);
         if (!l->local_decls) {
             zt_layout_free(l);
@@ -402,9 +409,12 @@ zt_status zt_layout_build(const zt_model_info *model, const zt_layout_options *o
         l->local_info.n_parameters = 0;
         for (size_t i = 0; i < np; i++) {
             if (l->shard[i].split_dim >= 0) l->local_decls[i].shape[l->shard[i].split_dim] = l->shard[i].extent;
+            if (!holds_unit(opt, model->params[i].unit)) l->local_decls[i].shape[0] = 0;
             if (l->owner[i] == (int32_t)i) l->local_info.n_parameters += l->numel[i];
         }
         l->layout.model = &l->local_info;
+    }
+    if (opt->shards) {
         l->tp_replicas = malloc(np * sizeof *l->tp_replicas);
         if (!l->tp_replicas) {
             zt_layout_free(l);

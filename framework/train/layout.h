@@ -37,6 +37,11 @@
  * parameter's storage is this rank's shard of it (rows or columns of the logical tensor, padding rows
  * zero), numel counts the shard, and zt_layout_shard_runs maps its elements to the logical tensor's.
  *
+ * Pipeline stages: with held_range, the parameters of units outside [held_first, held_last] take no
+ * storage (numel 0, and shape[0] 0 in the declarations the zero plugin sees), so a stage's zero plugin
+ * allocates weights, gradients and optimizer state for its own units only; the held units' geometry
+ * (offsets, padded sizes) is the same as in the whole model's layout.
+ *
  * Initialisation is a pure function of (seed, parameter name, logical element index): a counter-based
  * generator, so the values do not depend on the unit layout, the padding, the number of ranks, the
  * tensor-parallel split or which rank fills which slice (a tp run starts from the one-rank run's
@@ -61,6 +66,8 @@ typedef struct zt_layout_options {
     const char *freeze_exclude;   /* pet_config.freeze_exclude patterns; NULL: none */
     const zt_param_shard *shards; /* [n_params_decl] this rank's tensor-parallel shard of each
                                      parameter (zt_model_ops.param_shard); NULL: whole tensors */
+    int held_range;               /* a pipeline stage: storage only for units [held_first, held_last] */
+    int32_t held_first, held_last;
 } zt_layout_options;
 
 /* The host's layout: the ABI view plus the arrays it points at. */

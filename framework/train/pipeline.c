@@ -1,24 +1,70 @@
 /* A pipeline stage's step (trainer_internal.h; docs/parallel.md, "Execution"): the parallel plugin's
- * instruction list for the step's micro-batches, run as it is. Each micro-batch has its own
- * hidden-state buffers and saved slots (slot 0 is the trainer's own), since 1F1B keeps several in
- * flight; activations and gradients cross between neighbouring stages over the "pp" group, and each
- * stage computes only its units (t->grid). Every stage loads the same micro-batches (the loader is
- * sharded over "dp" only), so the first stage has the tokens and the last the targets. */
+ * instruction list for the step's micro-batches, run as it is. A micro-batch in flight has its own
+ * hidden-state buffers and saved slots, since 1F1B keeps several in flight (p - i on stage i): each
+ * micro-batch takes a free slot at its first instruction and frees it after its last, so a stage holds
+ * as many slots as its list keeps micro-batches live (slot 0 is the trainer's own). Activations and
+ * gradients cross between neighbouring stages over the "pp" group, and each stage computes and stores
+ * only its units (t->grid). Every stage loads the same micro-batches (the loader is sharded over "dp"
+ * only), so the first stage has the tokens and the last the targets.
+ *
+ * Every step each rank appends its instructions' times to OUTPUT_DIR/pipeline.rank<R>.jsonl: one line
+ * {"step":N,"stage":S,"stages":P,"micro_batches":M,"list_s":T,"compute_s":C,"idle_share":1-C/T,
+ * "actions":[["F",micro,start_s,end_s],...]} (F forward, B backward, SA/RA send/receive activations,
+ * SG/RG gradients), so the measured bubble (the stage's idle share of its list) can be read against
+ * (p-1)/(m+p-1) (bench/parallel). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "train/trainer_internal.h"
 
 typedef struct tr_pipeline {
     zt_pp_action *actions;
-    int32_t n_actions, n_micro;
-    void ***hidden;      /* [n_micro][n_units]: slot 0 is t->hidden */
-    void ***saved;       /* [n_micro][n_units]: slot 0 is t->saved */
-    float **grad_in;     /* [n_micro]: the gradient of this stage's output, received */
-    float **grad_out;    /* [n_micro]: the gradient of its input, to send */
+    int32_t n_actions, n_micro, n_slots;
+    int32_t *slot;       /* [n_actions]: the slot of each instruction's micro-batch */
+    void ***hidden;      /* [n_slots][n_units]: slot 0 is t->hidden */
+    void ***saved;       /* [n_slots][n_units]: slot 0 is t->saved */
+    float **grad_in;     /* [n_slots]: the gradient of this stage's output, received */
+    float **grad_out;    /* [n_slots]: the gradient of its input, to send */
     uint64_t count;      /* elements of one micro-batch's hidden states */
+    double *times;       /* [n_actions][2]: each instruction's start and end in the step, seconds */
+    FILE *timing;        /* OUTPUT_DIR/pipeline.rank<R>.jsonl, opened at the first step */
+    int timing_opened;
 } tr_pipeline;
+
+/* Slots for the list's micro-batches: the lowest free one at a micro-batch's first instruction, freed
+ * after its last. */
+static zt_status assign_slots(tr_pipeline *p, zt_error *err)
+{
+    int32_t *last = malloc((size_t)p->n_micro * sizeof *last), *of = malloc((size_t)p->n_micro * sizeof *of);
+    uint8_t *busy = calloc((size_t)p->n_micro, 1);
+    p->slot = calloc((size_t)(p->n_actions > 0 ? p->n_actions : 1), sizeof *p->slot);
+    zt_status st = last && of && busy && p->slot ? ZT_OK : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int32_t k = 0; st == ZT_OK && k < p->n_micro; k++) last[k] = -1, of[k] = -1;
+    for (int32_t i = 0; st == ZT_OK && i < p->n_actions; i++) {
+        int32_t k = p->actions[i].micro;
+        if (k < 0 || k >= p->n_micro)
+            return zt_error_set(err, ZT_ERR_INTERNAL, "the pipeline schedule names micro-batch %d of %d", (int)k,
+                                (int)p->n_micro);
+        last[k] = i;
+    }
+    for (int32_t i = 0; st == ZT_OK && i < p->n_actions; i++) {
+        int32_t k = p->actions[i].micro;
+        if (of[k] < 0) {
+            int32_t s = 0;
+            while (busy[s]) s++;
+            busy[s] = 1, of[k] = s;
+            if (s + 1 > p->n_slots) p->n_slots = s + 1;
+        }
+        p->slot[i] = of[k];
+        if (last[k] == i) busy[of[k]] = 0;
+    }
+    if (p->n_slots < 1) p->n_slots = 1;
+    free(last), free(of), free(busy);
+    return st;
+}
 
 static void *pipe_alloc(trainer *t, uint64_t bytes, const char *tag, zt_error *err)
 {
@@ -45,19 +91,23 @@ zt_status tr_pipeline_setup(trainer *t, zt_error *err)
     if (!p->actions) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the pipeline schedule");
     st = ops->schedule(lp->state, p->n_micro, p->actions, need, &p->n_actions);
     if (st != ZT_OK) return zt_plugin_failed(lp, st, err, "schedule");
-    int32_t n_units = t->info->n_units, first = t->grid.first_unit, last = t->grid.last_unit;
+    if ((st = assign_slots(p, err)) != ZT_OK) return st;
+    p->times = calloc((size_t)(p->n_actions > 0 ? p->n_actions : 1) * 2, sizeof *p->times);
+    if (!p->times) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the pipeline's timings");
+    int32_t n_units = t->info->n_units, first = t->grid.first_unit, last = t->grid.last_unit, n = p->n_slots;
     p->count = (uint64_t)t->set->micro_batch * (uint64_t)t->set->seq_len * (uint64_t)t->info->hidden_size;
     uint64_t bytes = p->count * sizeof(float);
-    p->hidden = calloc((size_t)p->n_micro, sizeof *p->hidden);
-    p->saved = calloc((size_t)p->n_micro, sizeof *p->saved);
-    p->grad_in = calloc((size_t)p->n_micro, sizeof *p->grad_in);
-    p->grad_out = calloc((size_t)p->n_micro, sizeof *p->grad_out);
+    p->hidden = calloc((size_t)n, sizeof *p->hidden);
+    p->saved = calloc((size_t)n, sizeof *p->saved);
+    p->grad_in = calloc((size_t)n, sizeof *p->grad_in);
+    p->grad_out = calloc((size_t)n, sizeof *p->grad_out);
     if (!p->hidden || !p->saved || !p->grad_in || !p->grad_out)
         return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the pipeline's buffers");
-    for (int32_t k = 0; k < p->n_micro; k++) {
-        p->grad_in[k] = pipe_alloc(t, bytes, "pipeline: received output gradient", err);
-        p->grad_out[k] = pipe_alloc(t, bytes, "pipeline: input gradient to send", err);
-        if (!p->grad_in[k] || !p->grad_out[k]) return ZT_ERR_OUT_OF_MEMORY;
+    for (int32_t k = 0; k < n; k++) {
+        /* the first stage sends no input gradient, the last receives no output gradient */
+        if (last + 1 < n_units) p->grad_in[k] = pipe_alloc(t, bytes, "pipeline: received output gradient", err);
+        if (first > 0) p->grad_out[k] = pipe_alloc(t, bytes, "pipeline: input gradient to send", err);
+        if ((last + 1 < n_units && !p->grad_in[k]) || (first > 0 && !p->grad_out[k])) return ZT_ERR_OUT_OF_MEMORY;
         if (k == 0) {
             p->hidden[0] = t->hidden;
             p->saved[0] = t->saved;
@@ -71,6 +121,8 @@ zt_status tr_pipeline_setup(trainer *t, zt_error *err)
             if (!p->hidden[k][u]) return ZT_ERR_OUT_OF_MEMORY;
         }
     }
+    zt_log(ZT_LOG_INFO, "pipeline stage %d of %d: units %d..%d, %d of %d micro-batches in flight", (int)t->grid.pp_rank,
+           (int)t->grid.pp_size, (int)first, (int)last, (int)n, (int)p->n_micro);
     return ZT_OK;
 }
 
@@ -78,7 +130,7 @@ void tr_pipeline_free(trainer *t)
 {
     tr_pipeline *p = t->pipeline;
     if (!p) return;
-    for (int32_t k = 0; k < p->n_micro; k++) {
+    for (int32_t k = 0; k < p->n_slots; k++) {
         if (p->grad_in) zt_runtime_free(t->rt, p->grad_in[k]);
         if (p->grad_out) zt_runtime_free(t->rt, p->grad_out[k]);
         if (k == 0) continue;
@@ -88,9 +140,45 @@ void tr_pipeline_free(trainer *t)
         if (p->hidden) free(p->hidden[k]);
         if (p->saved) free(p->saved[k]);
     }
-    free(p->hidden), free(p->saved), free(p->grad_in), free(p->grad_out), free(p->actions);
+    free(p->hidden), free(p->saved), free(p->grad_in), free(p->grad_out), free(p->actions), free(p->slot), free(p->times);
+    if (p->timing) fclose(p->timing);
     free(p);
     t->pipeline = NULL;
+}
+
+/* The step's line of OUTPUT_DIR/pipeline.rank<R>.jsonl (above). A file that cannot be written costs
+ * the measurement only, with a warning, never the run. */
+static void write_timing(trainer *t, tr_pipeline *p, double list_s)
+{
+    static const char *const names[] = {[ZT_PP_FORWARD] = "F", [ZT_PP_BACKWARD] = "B",
+                                        [ZT_PP_SEND_ACTIVATION] = "SA", [ZT_PP_RECV_ACTIVATION] = "RA",
+                                        [ZT_PP_SEND_GRADIENT] = "SG", [ZT_PP_RECV_GRADIENT] = "RG"};
+    if (!p->timing) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/pipeline.rank%d.jsonl", t->set->output_dir, (int)t->host->world_rank);
+        p->timing = fopen(path, p->timing_opened ? "a" : "w");
+        if (!p->timing) {
+            if (!p->timing_opened) zt_log(ZT_LOG_WARN, "cannot write the pipeline's timings to %s", path);
+            p->timing_opened = 1;
+            return;
+        }
+        p->timing_opened = 1;
+    }
+    double compute = 0;
+    for (int32_t i = 0; i < p->n_actions; i++)
+        if (p->actions[i].op == ZT_PP_FORWARD || p->actions[i].op == ZT_PP_BACKWARD)
+            compute += p->times[2 * i + 1] - p->times[2 * i];
+    fprintf(p->timing, "{\"step\":%lld,\"stage\":%d,\"stages\":%d,\"micro_batches\":%d,\"list_s\":%.9g,"
+            "\"compute_s\":%.9g,\"idle_share\":%.9g,\"actions\":[", (long long)t->step + 1, (int)t->grid.pp_rank,
+            (int)t->grid.pp_size, (int)p->n_micro, list_s, compute, list_s > 0 ? 1.0 - compute / list_s : 0.0);
+    for (int32_t i = 0; i < p->n_actions; i++) {
+        int op = (int)p->actions[i].op;
+        fprintf(p->timing, "%s[\"%s\",%d,%.9g,%.9g]", i ? "," : "",
+                op >= 0 && op < (int)(sizeof names / sizeof names[0]) && names[op] ? names[op] : "?",
+                (int)p->actions[i].micro, p->times[2 * i], p->times[2 * i + 1]);
+    }
+    fputs("]}\n", p->timing);
+    fflush(p->timing);
 }
 
 zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flags, double *loss, double *forward_s,
@@ -101,12 +189,13 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
     int32_t first = t->grid.first_unit, last = t->grid.last_unit;
     void **own_hidden = t->hidden, **own_saved = t->saved;
     zt_status st = ZT_OK;
+    double begin = zt_now_s();
     *loss = 0;
     for (int32_t i = 0; i < p->n_actions && st == ZT_OK; i++) {
         const zt_pp_action *a = &p->actions[i];
-        int32_t k = a->micro;
-        t->hidden = p->hidden[k];
-        t->saved = p->saved[k];
+        int32_t k = a->micro, slot = p->slot[i];
+        t->hidden = p->hidden[slot];
+        t->saved = p->saved[slot];
         zt_batch b = tr_batch_of(t, &t->micro[k], loss_tokens_global);
         double t0 = zt_now_s();
         float part = 0;
@@ -117,9 +206,9 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
             *forward_s += zt_now_s() - t0;
             break;
         case ZT_PP_BACKWARD:
-            if (last + 1 < t->info->n_units) memcpy(t->dx[0], p->grad_in[k], p->count * sizeof(float));
+            if (last + 1 < t->info->n_units) memcpy(t->dx[0], p->grad_in[slot], p->count * sizeof(float));
             st = tr_backward(t, &b, k == p->n_micro - 1, err);
-            if (st == ZT_OK && first > 0) memcpy(p->grad_out[k], t->dx[t->dx_bottom], p->count * sizeof(float));
+            if (st == ZT_OK && first > 0) memcpy(p->grad_out[slot], t->dx[t->dx_bottom], p->count * sizeof(float));
             *backward_s += zt_now_s() - t0;
             break;
         case ZT_PP_SEND_ACTIVATION:
@@ -131,68 +220,67 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "receiving a micro-batch's activations over 'pp'");
             break;
         case ZT_PP_SEND_GRADIENT:
-            st = h->send(h->ctx, &t->pp, p->grad_out[k], p->count, ZT_F32, a->peer, NULL);
+            st = h->send(h->ctx, &t->pp, p->grad_out[slot], p->count, ZT_F32, a->peer, NULL);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "sending a micro-batch's gradients over 'pp'");
             break;
         case ZT_PP_RECV_GRADIENT:
-            st = h->recv(h->ctx, &t->pp, p->grad_in[k], p->count, ZT_F32, a->peer, NULL);
+            st = h->recv(h->ctx, &t->pp, p->grad_in[slot], p->count, ZT_F32, a->peer, NULL);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "receiving a micro-batch's gradients over 'pp'");
             break;
         default:
             st = zt_error_set(err, ZT_ERR_INTERNAL, "the pipeline schedule has an unknown instruction %d", (int)a->op);
         }
+        p->times[2 * i] = t0 - begin;
+        p->times[2 * i + 1] = zt_now_s() - begin;
     }
     t->hidden = own_hidden;
     t->saved = own_saved;
+    if (st == ZT_OK) write_timing(t, p, zt_now_s() - begin);
     return st;
 }
 
 /* ---- sharing the trained weights ---------------------------------------------------------------- */
 
-typedef struct share_ctx {
-    float *full;              /* one whole unit */
-    int32_t unit;             /* whose weights are in full; -1 none */
-    int32_t *first, *last;    /* [pp]: each stage's units */
-} share_ctx;
-
-/* tr_load_master's source: unit u gathered over "dp" on every stage and broadcast over "pp" from the
- * stage that trained it (every rank asks for the units in the same order). */
-static zt_status share_source(trainer *t, void *opaque, int32_t unit, int64_t offset, int64_t count, float *dst,
-                              zt_error *err)
-{
-    share_ctx *c = opaque;
-    if (c->unit != unit) {
-        int32_t owner = 0;
-        while (owner + 1 < t->grid.pp_size && unit > c->last[owner]) owner++;
-        zt_status st = tr_gather_master(t, unit, c->full, err);
-        if (st != ZT_OK) return st;
-        st = t->host->broadcast(t->host->ctx, &t->pp, c->full, (uint64_t)t->layout->units[unit].padded_numel, ZT_F32,
-                                owner, NULL);
-        if (st != ZT_OK) return tr_host_failed(t, st, err, "sharing a unit's trained weights (broadcast over 'pp')");
-        c->unit = unit;
-    }
-    memcpy(dst, c->full + offset, (size_t)count * sizeof(float));
-    return ZT_OK;
-}
-
+/* Unit by unit (every rank in the same order): the owning stage gathers it over "dp" and broadcasts it
+ * over "pp"; the first stage keeps it for the export. The other stages hold only their own units. */
 zt_status tr_pipeline_share_weights(trainer *t, zt_error *err)
 {
-    int32_t p = t->grid.pp_size, mine[2] = {t->grid.first_unit, t->grid.last_unit};
-    share_ctx c = {.unit = -1};
+    const zt_host_layout *whole = t->whole_layout;
+    int32_t p = t->grid.pp_size, n_units = t->info->n_units, mine[2] = {t->grid.first_unit, t->grid.last_unit};
     int32_t *units = malloc((size_t)p * 2 * sizeof *units);
-    c.full = malloc((size_t)t->layout->largest_unit_numel * sizeof(float));
-    if (!units || !c.full) {
-        free(units), free(c.full);
-        return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory sharing the pipeline's weights");
+    float *scratch = malloc((size_t)whole->largest_unit_numel * sizeof(float));
+    float **kept = t->grid.pp_rank == 0 ? calloc((size_t)n_units, sizeof *kept) : NULL;
+    zt_status st = units && scratch && (kept || t->grid.pp_rank != 0)
+                       ? ZT_OK : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory sharing the pipeline's weights");
+    if (st == ZT_OK && (st = t->host->all_gather(t->host->ctx, &t->pp, mine, units, 2, ZT_I32, NULL)) != ZT_OK)
+        st = tr_host_failed(t, st, err, "sharing the stages' units (all-gather over 'pp')");
+    for (int32_t u = 0, owner = 0; st == ZT_OK && u < n_units; u++) {
+        while (owner + 1 < p && u > units[2 * owner + 1]) owner++;
+        uint64_t count = (uint64_t)whole->units[u].padded_numel;
+        float *buf = scratch;
+        if (kept && !(buf = kept[u] = malloc((size_t)(count ? count : 1) * sizeof(float))))
+            st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory keeping unit %d for the export", (int)u);
+        if (st == ZT_OK && owner == t->grid.pp_rank) st = tr_gather_master(t, u, buf, err);
+        if (st == ZT_OK && count && (st = t->host->broadcast(t->host->ctx, &t->pp, buf, count, ZT_F32, owner, NULL)) != ZT_OK)
+            st = tr_host_failed(t, st, err, "sharing a unit's trained weights (broadcast over 'pp')");
     }
-    zt_status st = t->host->all_gather(t->host->ctx, &t->pp, mine, units, 2, ZT_I32, NULL);
-    if (st != ZT_OK) st = tr_host_failed(t, st, err, "sharing the stages' units (all-gather over 'pp')");
-    c.first = malloc((size_t)p * sizeof *c.first);
-    c.last = malloc((size_t)p * sizeof *c.last);
-    for (int32_t s = 0; st == ZT_OK && c.first && c.last && s < p; s++) c.first[s] = units[2 * s], c.last[s] = units[2 * s + 1];
-    if (st == ZT_OK && (!c.first || !c.last)) st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st == ZT_OK) st = tr_load_master(t, share_source, &c, err);
-    tr_drop_shard_buffer(t);
-    free(units), free(c.full), free(c.first), free(c.last);
+    free(units), free(scratch);
+    t->export_units = kept;
+    if (kept) { /* the first stage exports through the whole model's layout */
+        zt_host_layout *own = t->layout;
+        t->layout = t->whole_layout;
+        t->whole_layout = own;
+    }
     return st;
+}
+
+void tr_pipeline_export_done(trainer *t)
+{
+    if (!t->export_units) return;
+    for (int32_t u = 0; u < t->info->n_units; u++) free(t->export_units[u]);
+    free(t->export_units);
+    t->export_units = NULL;
+    zt_host_layout *whole = t->layout;
+    t->layout = t->whole_layout;
+    t->whole_layout = whole;
 }

@@ -336,7 +336,9 @@ static zt_status alloc_buffers(trainer *t, zt_error *err)
         }
     }
     uint64_t hidden_bytes = (uint64_t)rows * (uint64_t)m->hidden_size * (t->on_gpu ? 2u : sizeof(float));
-    for (int32_t u = 0; u + 1 < n_units; u++) {
+    /* a pipeline stage's units read the previous stage's output and write their own */
+    int32_t first = t->grid.first_unit > 0 ? t->grid.first_unit - 1 : 0;
+    for (int32_t u = first; u + 1 < n_units && u <= t->grid.last_unit; u++) {
         char tag[64];
         snprintf(tag, sizeof tag, "unit %d output (kept for backward)", (int)u);
         t->hidden[u] = compute_alloc(t, ZT_POOL_ACTIVATIONS, hidden_bytes, tag, err);
@@ -800,6 +802,10 @@ zt_status tr_agree_on_status_in(trainer *t, const zt_group *g, zt_status mine, z
  * a sharded one is read into the region's start and all-gathered in place, which needs every rank. */
 zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
 {
+    if (t->export_units) { /* a pipeline's first stage, exporting: the unit as its stage shared it */
+        memcpy(full, t->export_units[unit], (size_t)t->layout->units[unit].padded_numel * sizeof(float));
+        return ZT_OK;
+    }
     void *zs = t->zero_lp->state;
     unit_region r[2];
     int n;
@@ -1097,7 +1103,12 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     if (st == ZT_OK && t->host->world_rank > 0) zt_log_set_level(ZT_LOG_WARN);
     if (st == ZT_OK) st = zt_schedule_for_run(&t->set->schedule, t->set->steps, t->req->cfg, &t->schedule, err);
     zt_layout_options lo = {t->dp.size, t->set->trainable_params, t->set->no_decay_flags, t->set->freeze_include,
-                            t->set->freeze_exclude, t->tp_shards};
+                            t->set->freeze_exclude, t->tp_shards, 0, 0, 0};
+    /* a pipeline stage stores its own units only; the whole model's layout is the export's */
+    if (st == ZT_OK && t->grid.pp_size > 1) st = zt_layout_build(t->info, &lo, &t->whole_layout, err);
+    lo.held_range = t->grid.pp_size > 1;
+    lo.held_first = t->grid.first_unit;
+    lo.held_last = t->grid.last_unit;
     if (st == ZT_OK) st = zt_layout_build(t->info, &lo, &t->layout, err);
     if (st == ZT_OK && t->on_gpu) t->layout->layout.compute_dtype = t->compute16;
     if (st == ZT_OK) {
@@ -1142,6 +1153,7 @@ static zt_status setup_and_train(trainer *t, zt_error *err)
     st = train_loop(t, err);
     if (st == ZT_OK && t->req->export_dir && t->grid.pp_size > 1) st = tr_pipeline_share_weights(t, err);
     if (st == ZT_OK && t->req->export_dir && t->grid.pp_rank == 0) st = tr_export_hf(t, err);
+    tr_pipeline_export_done(t);
     if (st == ZT_OK && t->req->export_adapter_dir) st = tr_export_adapter(t, t->req->export_adapter_dir, err);
     return st;
 }
@@ -1164,7 +1176,9 @@ zt_status zt_train_run(const zt_train_request *req, zt_error *err)
     zt_loader_close(t.val_loader);
     /* The zero plugin holds the layout (and the layout the model's info) until its fini. */
     zt_plugin_set_unload(req->plugins);
+    tr_pipeline_export_done(&t);
     zt_layout_free(t.layout);
+    zt_layout_free(t.whole_layout);
     tr_tensor_parallel_free(&t);
     return st;
 }

@@ -51,6 +51,11 @@ typedef struct trainer {
     zt_attention_binding attention;
 
     zt_host_layout *layout;
+    /* A pipeline stage: the whole model's layout (its units' geometry, no storage), which the first
+     * stage exports through, with every unit's trained weights in export_units [n_units][padded]
+     * (tr_pipeline_share_weights until tr_pipeline_export_done). */
+    zt_host_layout *whole_layout;
+    float **export_units;
     zt_schedule schedule;
     zt_loader *train_loader, *val_loader;
     const zt_loader_info *data_info;
@@ -140,16 +145,19 @@ zt_status tr_backward(trainer *t, const zt_batch *b, int last_micro, zt_error *e
 
 /* ---- pipeline.c: a pipeline stage's step (docs/parallel.md) --------------------------------------- */
 
-/* After the buffers: the schedule and one set of hidden-state buffers and saved slots per micro-batch. */
+/* After the buffers: the schedule, and hidden-state buffers and saved slots for as many micro-batches
+ * as the schedule keeps in flight on this stage (slot 0 is the trainer's own). */
 zt_status tr_pipeline_setup(trainer *t, zt_error *err);
 /* This step's micro-batches (t->micro) through the plugin's instruction list; *loss: this stage's sum
  * (0 off the last stage). */
 zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flags, double *loss, double *forward_s,
                            double *backward_s, zt_error *err);
 void tr_pipeline_free(trainer *t);
-/* Every unit's trained weights from the stage that owns it into every rank's zero plugin (the
- * others' copies of a unit are never trained), so the first stage can export the whole model. */
+/* Every unit's trained weights from the stage that owns it (gathered over "dp", broadcast over "pp")
+ * into the first stage's export_units, whose t->layout becomes the whole model's, so it can export
+ * the whole model; tr_pipeline_export_done gives the stage its own layout back. */
 zt_status tr_pipeline_share_weights(trainer *t, zt_error *err);
+void tr_pipeline_export_done(trainer *t);
 
 /* ---- ranks.c: the data-parallel group, or the parallel plugin's grid and groups (t->dp, t->grid) ---- */
 

@@ -4,7 +4,8 @@ the seed's examples (LLaMA 7B on 8 cards as data 2 x model 4; 4 nodes x 8 cards 
 x pipeline 4) and an uneven pipeline split. Per stage: its units (the split policy of docs/parallel.md),
 one rank's parameters after the tensor split (counted here from LLaMA's shapes), ZeRO-1's GPU pools
 (docs/zero.md: params 2N + 4N/d, grads 4N, optimizer 4kN/d with AdamW's k = 2), the micro-batches in
-flight under 1F1B (min(p - stage, m)), their activations against the whole-model dry run's, and the
+flight under 1F1B (min(p - stage, m)), their activations against the whole-model dry run's with the
+pipeline's buffers counted here (measured against real runs by tests/parallel/stage_memory.py), and the
 bubble (p-1)/(m+p-1).
 
 usage: estimate.py ZT_RUN WORK_DIR"""
@@ -101,7 +102,12 @@ def check_layout(name, m, preset, world, tp, pp, micro, seq, m_micro):
             check(abs(dev[pool] - want) <= 1e-9 * want, f"{name} stage {s}: {pool} {dev[pool]}, expected {want}")
         in_flight = min(pp - s, m_micro)
         check(st["in_flight"] == in_flight, f"{name} stage {s}: {st['in_flight']} in flight, expected {in_flight}")
-        act = n_tok * (in_flight * (counts[s] * a + (head_gpu if last else 0)) + 3 * h2)
+        # the trainer's buffers (docs/parallel.md, "Memory"): per micro-batch in flight its layers' saved
+        # activations (outputs apart), per slot (one more after the first stage) its input, its layers'
+        # outputs and the gradients it receives and sends, and two gradient buffers once
+        slots = in_flight + (s > 0 and in_flight < m_micro)
+        slot = h2 * (counts[s] + 1 + (s > 0) + (not last))
+        act = n_tok * (in_flight * (counts[s] * (a - h2) + (head_gpu if last else 0)) + slots * slot + 2 * h2)
         check(abs(st["activations"] - act) <= 1e-6 * act, f"{name} stage {s}: activations {st['activations']}, "
               f"expected {act}")
         layer0 += counts[s]

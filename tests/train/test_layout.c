@@ -1,6 +1,8 @@
 /* The flat parameter layout: offsets and padding worked out by hand, trainable_params patterns,
- * decay flags, declaration checks, and initialisation that does not depend on the layout. */
+ * decay flags, declaration checks, initialisation that does not depend on the layout, and a pipeline
+ * stage's layout that stores its own units only. */
 #include <math.h>
+#include <string.h>
 
 #include "train/layout.h"
 #include "ztest.h"
@@ -35,7 +37,7 @@ static zt_model_info model(zt_param_decl *params)
 static zt_status build(const zt_model_info *m, int dp, const char *trainable, uint32_t no_decay,
                        zt_host_layout **out, zt_error *err)
 {
-    zt_layout_options o = {dp, trainable, no_decay, NULL, NULL, NULL};
+    zt_layout_options o = {dp, trainable, no_decay, NULL, NULL, NULL, 0, 0, 0};
     return zt_layout_build(m, &o, out, err);
 }
 
@@ -297,7 +299,7 @@ static void test_tensor_parallel_shards(void)
         {sizeof(zt_param_shard), 1, 3, 3, 3, 1, 0},
         {sizeof(zt_param_shard), -1, 0, 4, 4, 1, 0},
     };
-    zt_layout_options o = {1, NULL, 0, NULL, NULL, sh};
+    zt_layout_options o = {1, NULL, 0, NULL, NULL, sh, 0, 0, 0};
     ZT_CHECK_INT(zt_layout_build(&m, &o, &shard, &err), ZT_OK);
     ZT_CHECK_INT(shard->numel[0], 16);
     ZT_CHECK_INT(shard->numel[1], 9);
@@ -323,8 +325,44 @@ static void test_tensor_parallel_shards(void)
     zt_layout_free(whole);
 }
 
+/* A pipeline stage holding unit 1 only: the other units take no storage and reach the zero plugin
+ * with no elements; unit 1's offsets, padding and initial values are the whole layout's (worked out
+ * by hand in test_offsets_and_padding). */
+static void test_pipeline_stage(void)
+{
+    zt_model_info m = model(k_params);
+    zt_host_layout *whole, *stage;
+    zt_error err;
+    ZT_CHECK_INT(build(&m, 2, NULL, ZT_PARAM_NO_DECAY, &whole, &err), ZT_OK);
+    zt_layout_options o = {2, NULL, ZT_PARAM_NO_DECAY, NULL, NULL, NULL, 1, 1, 1};
+    ZT_CHECK_INT(zt_layout_build(&m, &o, &stage, &err), ZT_OK);
+    const zt_layout *v = &stage->layout;
+    ZT_CHECK_INT(v->units[0].numel, 0);
+    ZT_CHECK_INT(v->units[0].padded_numel, 0);
+    ZT_CHECK_INT(v->units[2].numel, 0);
+    ZT_CHECK_INT(v->units[2].padded_numel, 0);
+    ZT_CHECK_INT(v->units[1].numel, 21);
+    ZT_CHECK_INT(v->units[1].padded_numel, 32); /* next multiple of 2 x 16 */
+    ZT_CHECK_INT(stage->largest_unit_numel, 32);
+    ZT_CHECK_INT(whole->largest_unit_numel, 64);
+    for (int i = Q; i <= DOWN; i++) ZT_CHECK_INT(v->param_offset[i], whole->layout.param_offset[i]);
+    ZT_CHECK_INT(v->model->params[EMBED].shape[0], 0);
+    ZT_CHECK_INT(v->model->params[NORM].shape[0], 0);
+    ZT_CHECK_INT(v->model->params[Q].shape[0], 3);
+    ZT_CHECK_INT(v->model->n_parameters, 21);
+    ZT_CHECK_INT(stage->n_trainable, 21);
+    ZT_CHECK(m.params[EMBED].shape[0] == 10); /* the model's own declarations are untouched */
+    float a[32], b[32];
+    zt_layout_init_range(whole, NULL, 1, 7, 0, 32, a);
+    zt_layout_init_range(stage, NULL, 1, 7, 0, 32, b);
+    ZT_CHECK(memcmp(a, b, sizeof a) == 0);
+    zt_layout_free(whole);
+    zt_layout_free(stage);
+}
+
 int main(void)
 {
+    test_pipeline_stage();
     test_tensor_parallel_shards();
     test_offsets_and_padding();
     test_decay();

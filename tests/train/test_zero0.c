@@ -123,7 +123,7 @@ static void open_env(const char *so, env *e)
     e->model.n_params_decl = N_PARAMS;
     e->model.params = k_params;
     e->model.n_parameters = 100 + 231 + 5 + 2049 + 3;
-    zt_layout_options lo = {1, "embed_tokens,q,w,extra", ZT_PARAM_NO_DECAY, NULL, NULL, NULL};
+    zt_layout_options lo = {1, "embed_tokens,q,w,extra", ZT_PARAM_NO_DECAY, NULL, NULL, NULL, 0, 0, 0};
     if (zt_layout_build(&e->model, &lo, &e->layout, &err) != ZT_OK) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
