@@ -11,6 +11,13 @@
  * With more ranks than key/value heads, each rank holds one KV head and tp / kv_heads ranks share it
  * (Megatron's replication); their gradients of k and v are summed so the copies stay equal. Norms are
  * replicated: their inputs and input gradients are the same on every rank, so are their gradients.
+ *
+ * Sequence parallelism (zt_model_parallel.seq_parallel, Megatron's sequence_parallel): inside a layer
+ * and the head the norms and residual adds run on this rank's N / tp tokens; an all-gather over "tp"
+ * gives the column-parallel linears the whole sequence, and a reduce-scatter replaces the all-reduce
+ * after the row-parallel ones. A norm weight's gradient then comes from the rank's tokens only and is
+ * all-reduced over "tp". The units' boundaries stay whole (the host passes [N, hidden] between
+ * units), so a layer ends with an all-gather of its output (the backward: of its input gradient).
  * This file holds the split rules (what parallelize and param_shard answer, the local shapes the unit
  * checks expect) and the CPU path's collectives and vocab-parallel math; layers.c calls them.
  */
@@ -75,11 +82,6 @@ zt_status llama_parallelize(llama_state *s, const zt_model_parallel *p)
         h->error(h->ctx, ZT_ERR_UNSUPPORTED, "tensor parallel (model_parallel %d) with a LoRA adapter is not "
                  "something the llama plugin computes; train the adapter with model_parallel 1 (data parallel "
                  "and ZeRO shard it)", (int)tp);
-        return ZT_ERR_UNSUPPORTED;
-    }
-    if (p->seq_parallel) {
-        h->error(h->ctx, ZT_ERR_UNSUPPORTED, "sequence parallelism (use_seq_parallel) is not something the llama "
-                 "plugin computes: its tensor-parallel units keep the whole sequence on every rank; leave it off");
         return ZT_ERR_UNSUPPORTED;
     }
     if (c->heads % tp) return refuse(s, "the attention heads (model.num_attention_heads)", c->heads, tp);
@@ -236,6 +238,69 @@ zt_status llama_tp_sum_kv_replicas(const llama_call *r, float *dk, float *dv)
     }
     free(all);
     return st;
+}
+
+int llama_tp_seq_parallel(const llama_state *s)
+{
+    return s->tp.size > 1 && s->tp.seq_parallel;
+}
+
+zt_status llama_tp_seq_rows(const llama_call *r, int64_t *rows, int64_t *first)
+{
+    const llama_state *s = r->s;
+    *rows = r->tokens;
+    *first = 0;
+    if (!llama_tp_seq_parallel(s)) return ZT_OK;
+    const zt_batch *b = r->c->batch;
+    if (r->tokens % s->tp.size) {
+        s->host->error(s->host->ctx, ZT_ERR_CONFIG,
+                       "%s: sequence parallelism (parallel_config.use_seq_parallel) over %d tensor-parallel ranks "
+                       "splits the micro-batch's %lld x %lld = %lld tokens into equal shards, and %lld does not "
+                       "divide by %d: make seq_length (or the micro-batch size) a multiple of %d, or turn "
+                       "use_seq_parallel off", r->name, (int)s->tp.size, (long long)b->batch, (long long)b->seq_len,
+                       (long long)r->tokens, (long long)r->tokens, (int)s->tp.size, (int)s->tp.size);
+        return ZT_ERR_CONFIG;
+    }
+    *rows = r->tokens / s->tp.size;
+    *first = s->tp.rank * *rows;
+    return ZT_OK;
+}
+
+static zt_status collective_failed(const llama_call *r, zt_status st, const char *op, const char *what)
+{
+    r->s->host->error(r->s->host->ctx, st, "%s: the sequence-parallel %s of %s over \"tp\" failed (the "
+                      "collective's message is above)", r->name, op, what);
+    return st;
+}
+
+zt_status llama_tp_reduce_rows(const llama_call *r, float *partial, float *dst, int64_t width, const char *what)
+{
+    const llama_state *s = r->s;
+    if (!llama_tp_seq_parallel(s)) return llama_tp_all_reduce(r, partial, r->tokens * width, ZT_REDUCE_SUM, what);
+    uint64_t count = (uint64_t)(r->tokens / s->tp.size * width);
+    zt_status st = s->host->reduce_scatter(s->host->ctx, &s->tp.group, partial, dst, count, ZT_F32, ZT_REDUCE_SUM,
+                                           NULL);
+    return st == ZT_OK ? ZT_OK : collective_failed(r, st, "reduce-scatter", what);
+}
+
+zt_status llama_tp_gather_rows(const llama_call *r, const float *shard, float *full, int64_t width, const char *what)
+{
+    const llama_state *s = r->s;
+    if (!llama_tp_seq_parallel(s)) {
+        if (full != shard) memcpy(full, shard, (size_t)(r->tokens * width) * sizeof(float));
+        return ZT_OK;
+    }
+    uint64_t count = (uint64_t)(r->tokens / s->tp.size * width);
+    zt_status st = s->host->all_gather(s->host->ctx, &s->tp.group, shard, full, count, ZT_F32, NULL);
+    return st == ZT_OK ? ZT_OK : collective_failed(r, st, "all-gather", what);
+}
+
+zt_status llama_tp_norm_grad(const llama_call *r, float *gw, float *dw, int64_t n, const char *what)
+{
+    zt_status st = llama_tp_all_reduce(r, gw, n, ZT_REDUCE_SUM, what);
+    if (st != ZT_OK) return st;
+    for (int64_t i = 0; i < n; i++) dw[i] += gw[i];
+    return ZT_OK;
 }
 
 /* A token id outside the vocabulary: its index, or -1. */
