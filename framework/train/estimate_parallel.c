@@ -6,7 +6,9 @@
  * in flight on stage i, each with its layers' saved activations (and the LM head's on the last stage,
  * its logits split over tp), plus the stage's hidden-state buffers once; GPU workspace: one unsplit
  * layer's scratch (an upper bound under tensor parallelism). KV heads replicated over more tensor
- * ranks than heads are counted at 1/tp, as if split. */
+ * ranks than heads are counted at 1/tp, as if split. Sequence parallelism (use_seq_parallel, CPU
+ * ranks) keeps each layer's two norms and residual ([hidden] and a 1/rms each, per token) and the
+ * head's norm on tokens / tp rows: their other (tp - 1) / tp leave every saved layer and the head. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,9 +104,11 @@ zt_status zt_estimate_parallel(const zt_dry_run_request *req, const zt_estimate_
         /* one micro-batch's activations on this stage, as zt_estimate_activations counts a whole model's */
         int last = g.last_unit == m->n_units - 1;
         double head = !last ? 0 : gpu ? hidden + 4.0 : eb * (ceil((double)m->vocab_size / tp) + m->hidden_size + 1);
-        double per_micro = base->recompute ? tokens * (e->layers + 1) * hidden
-                                           : tokens * (e->layers * m->act_bytes_per_token_layer + head);
-        double recomputed = m->act_bytes_per_token_layer - hidden;
+        double sp_share = s->seq_parallel && tp > 1 && !gpu ? 1.0 - 1.0 / tp : 0.0;
+        double layer = m->act_bytes_per_token_layer - sp_share * eb * (3.0 * m->hidden_size + 2.0);
+        if (last) head -= sp_share * eb * (m->hidden_size + 1.0);
+        double per_micro = base->recompute ? tokens * (e->layers + 1) * hidden : tokens * (e->layers * layer + head);
+        double recomputed = layer - hidden;
         double buffers = tokens * (3.0 * hidden + (base->recompute ? (recomputed > head ? recomputed : head) : 0));
         e->activations = e->in_flight * per_micro + buffers;
         e->mem.struct_size = sizeof e->mem;

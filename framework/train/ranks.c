@@ -83,7 +83,7 @@ static zt_status setup_parallel(trainer *t, zt_error *err)
                             (long long)t->set->data_parallel * t->grid.tp_size * t->grid.pp_size,
                             (int)t->grid.dp_size);
     /* tensor parallel: the model splits itself over "tp" and the layout holds its shards */
-    st = tr_tensor_parallel(t, t->grid.tp_size, t->grid.tp_rank, 0, err);
+    st = tr_tensor_parallel(t, t->grid.tp_size, t->grid.tp_rank, t->set->seq_parallel, err);
     if (st != ZT_OK) return st;
     if (t->grid.pp_size > 1) return check_pipeline(t, err);
     return ZT_OK;
