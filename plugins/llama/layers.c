@@ -225,17 +225,30 @@ static int lora_dropping(const llama_call *r)
     return r->s->lora.dropout > 0 && (r->c->flags & ZT_UNIT_TRAIN);
 }
 
-/* dst = dropout(src) [N, in] with linear k's mask (dst may be src). */
+/* o_proj and down_proj: row-parallel, their inputs split by columns under tensor parallelism. */
+static int row_parallel(int k)
+{
+    return k == LAYER_O || k == LAYER_DOWN;
+}
+
+/* dst = dropout(src) [N, in] with linear k's mask (dst may be src). The input of a row-parallel linear
+ * under tensor parallelism is this rank's `in` columns of tp * in: each element draws the mask of its
+ * place in the whole input, as on one rank. */
 static void lora_dropout(const llama_call *r, int k, int64_t in, const float *src, float *dst)
 {
     const zt_batch *b = r->c->batch;
+    const llama_tp *t = &r->s->tp;
     uint64_t h = llama_lora_mask_start(&r->s->lora, r->c->unit, k);
     for (int64_t i = 0; i < r->tokens; i++)
         h = llama_lora_mix64(h ^ ((uint64_t)(uint32_t)b->tokens[i] | (uint64_t)(uint32_t)b->positions[i] << 32));
     uint64_t cut = (uint64_t)((double)r->s->lora.dropout * 16777216.0); /* on 24 bits */
     float keep = 1.0f / (1.0f - r->s->lora.dropout);
-    for (int64_t e = 0; e < r->tokens * in; e++)
-        dst[e] = (llama_lora_mix64(h + LLAMA_LORA_GOLDEN * (uint64_t)e) >> 40) >= cut ? src[e] * keep : 0.0f;
+    int64_t whole = row_parallel(k) ? in * t->size : in, col0 = row_parallel(k) ? in * t->rank : 0;
+    for (int64_t n = 0; n < r->tokens; n++)
+        for (int64_t j = 0; j < in; j++) {
+            uint64_t e = (uint64_t)(n * whole + col0 + j);
+            dst[n * in + j] = (llama_lora_mix64(h + LLAMA_LORA_GOLDEN * e) >> 40) >= cut ? src[n * in + j] * keep : 0.0f;
+        }
 }
 
 /* x itself, or with dropout a new buffer dropout(x) in *owned (freed by the caller); NULL: out of memory. */
@@ -275,7 +288,14 @@ static zt_status lora_forward(const llama_call *r, int k, int64_t in, int64_t ou
 }
 
 /* The adapter's part of linear k's backward, before the base linear overwrites its input gradient:
- * dB += dy^T u, du = scaling * dy B into du [N, r], dA += du^T dropout(x). */
+ * dB += dy^T u, du = scaling * dy B into du [N, r], dA += du^T dropout(x).
+ *
+ * Under tensor parallelism (tp.c's split: B's rows of a column-parallel linear, A's columns of a
+ * row-parallel one) the replicated factor's gradient is a partial sum on each rank: A's of a
+ * column-parallel linear (du comes from this rank's rows of B), B's of a row-parallel one (u from
+ * this rank's columns of A). It is computed apart, summed over "tp" and then added, so every rank
+ * holds the one-rank gradient. du stays partial for a column-parallel linear: the input gradient it
+ * adds to is all-reduced (or reduce-scattered) with the base linear's. */
 static zt_status lora_backward_weights(const llama_call *r, int k, int64_t in, int64_t out, const float *x,
                                        const float *u, const float *dy, float *du)
 {
@@ -283,17 +303,24 @@ static zt_status lora_backward_weights(const llama_call *r, int k, int64_t in, i
     if (a < 0) return ZT_OK;
     const zt_cpu_ctx *ctx = &r->s->cpu;
     int64_t N = r->tokens, R = r->s->lora.r;
-    float *gA = grad(r, a), *gB = grad(r, a + 1);
+    float *gA = grad(r, a), *gB = grad(r, a + 1), *part = NULL;
+    int split = r->s->tp.size > 1, sum_b = split && row_parallel(k) && gB, sum_a = split && !row_parallel(k) && gA;
+    if ((sum_a || sum_b) && !(part = calloc((size_t)(R * (sum_b ? out : in)), sizeof *part)))
+        return ZT_ERR_OUT_OF_MEMORY;
     zt_status st = ZT_OK;
-    if (gB) st = zt_cpu_linear_backward_weight(ctx, N, out, R, dy, u, gB);
+    if (gB) st = zt_cpu_linear_backward_weight(ctx, N, out, R, dy, u, sum_b ? part : gB);
+    if (st == ZT_OK && sum_b) st = llama_tp_sum_grad(r, part, gB, out * R, "a LoRA B's gradient");
     if (st == ZT_OK) st = zt_cpu_linear_backward_input(ctx, N, out, R, dy, param(r, a + 1), du);
-    if (st != ZT_OK) return st;
+    if (st != ZT_OK) goto done;
     zt_cpu_scale(ctx, N * R, r->s->lora.scaling, du);
-    if (!gA) return st;
+    if (!gA) goto done;
     float *owned;
     const float *xd = lora_input(r, k, in, x, &owned);
-    st = xd ? zt_cpu_linear_backward_weight(ctx, N, R, in, du, xd, gA) : ZT_ERR_OUT_OF_MEMORY;
+    st = xd ? zt_cpu_linear_backward_weight(ctx, N, R, in, du, xd, sum_a ? part : gA) : ZT_ERR_OUT_OF_MEMORY;
     free(owned);
+    if (st == ZT_OK && sum_a) st = llama_tp_sum_grad(r, part, gA, R * in, "a LoRA A's gradient");
+done:
+    free(part);
     return st;
 }
 
@@ -586,7 +613,7 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     if (sp && g) memset(d.norm_weight, 0, (size_t)H * sizeof(float));
     zt_cpu_rmsnorm_backward(ctx, Ns, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, dnorm, dresid,
                             sp && g ? d.norm_weight : g);
-    if (sp && g && (st = llama_tp_norm_grad(r, d.norm_weight, g, H, "the post-attention norm's weight gradient")) != ZT_OK)
+    if (sp && g && (st = llama_tp_sum_grad(r, d.norm_weight, g, H, "the post-attention norm's weight gradient")) != ZT_OK)
         goto done;
     zt_cpu_add(ctx, Ns * H, dy + first * H, dresid); /* the residual path */
     if ((st = llama_tp_gather_rows(r, dresid, d.resid, H, "the residual gradient")) != ZT_OK) goto done;
@@ -639,7 +666,7 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     if (sp && g) memset(d.norm_weight, 0, (size_t)H * sizeof(float));
     zt_cpu_rmsnorm_backward(ctx, Ns, H, (const float *)c->x_in.data + first * H, param(r, LAYER_INPUT_NORM),
                             a.rstd1, dnorm, dx, sp && g ? d.norm_weight : g);
-    if (sp && g && (st = llama_tp_norm_grad(r, d.norm_weight, g, H, "the input norm's weight gradient")) != ZT_OK)
+    if (sp && g && (st = llama_tp_sum_grad(r, d.norm_weight, g, H, "the input norm's weight gradient")) != ZT_OK)
         goto done;
     zt_cpu_add(ctx, Ns * H, dresid, dx);
     st = llama_tp_gather_rows(r, dx, c->dx_in.data, H, "the layer's input gradient");
@@ -764,7 +791,7 @@ static zt_status head_backward(llama_state *s, const zt_unit_call *c)
     if (sp && g) memset(norm_weight, 0, (size_t)H * sizeof(float));
     zt_cpu_rmsnorm_backward(&s->cpu, Ns, H, (const float *)c->x_in.data + first * H, param(r, HEAD_NORM), a.rstd,
                             dnorm, dx, sp && g ? norm_weight : g);
-    if (sp && g && (st = llama_tp_norm_grad(r, norm_weight, g, H, "the final norm's weight gradient")) != ZT_OK)
+    if (sp && g && (st = llama_tp_sum_grad(r, norm_weight, g, H, "the final norm's weight gradient")) != ZT_OK)
         goto done;
     st = llama_tp_gather_rows(r, dx, c->dx_in.data, H, "the head's input gradient");
 done:

@@ -19,9 +19,10 @@ zt_status llama_tp_reduce_rows(const llama_call *r, float *partial, float *dst, 
  * (all-gather) with sequence parallelism; otherwise shard is already the whole (copied when the two
  * differ). */
 zt_status llama_tp_gather_rows(const llama_call *r, const float *shard, float *full, int64_t width, const char *what);
-/* A replicated norm weight's gradient from this rank's sequence shard: gw [n] summed over "tp", then
- * added to dw (every rank then holds the same gradient). */
-zt_status llama_tp_norm_grad(const llama_call *r, float *gw, float *dw, int64_t n, const char *what);
+/* A replicated weight's gradient from this rank's part of the computation (a norm's from the rank's
+ * sequence shard, a LoRA factor's from the rank's split of the other): gw [n] summed over "tp", then
+ * added to dw, so every rank holds the same gradient. */
+zt_status llama_tp_sum_grad(const llama_call *r, float *gw, float *dw, int64_t n, const char *what);
 /* buf[0, n) reduced in place over "tp" with op (zt_reduce_op); a no-op on one rank. */
 zt_status llama_tp_all_reduce(const llama_call *r, float *buf, int64_t n, int32_t op, const char *what);
 /* With replicated KV heads: dk and dv [N, D] summed over the ranks that share this rank's head. */

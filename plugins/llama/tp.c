@@ -78,11 +78,16 @@ zt_status llama_parallelize(llama_state *s, const zt_model_parallel *p)
                  "train with device = cpu, or with model_parallel 1 on GPUs", (int)tp);
         return ZT_ERR_UNSUPPORTED;
     }
-    if (tp > 1 && s->lora.r > 0) {
-        h->error(h->ctx, ZT_ERR_UNSUPPORTED, "tensor parallel (model_parallel %d) with a LoRA adapter is not "
-                 "something the llama plugin computes; train the adapter with model_parallel 1 (data parallel "
-                 "and ZeRO shard it)", (int)tp);
-        return ZT_ERR_UNSUPPORTED;
+    if (tp > c->kv_heads && s->lora.r > 0) {
+        for (int32_t l = 0; l < (int32_t)c->layers; l++)
+            if (s->lora.slot[l * LLAMA_LINEARS + LAYER_K] >= 0 || s->lora.slot[l * LLAMA_LINEARS + LAYER_V] >= 0) {
+                h->error(h->ctx, ZT_ERR_UNSUPPORTED,
+                         "tensor parallel over %d ranks replicates the model's %lld key/value heads, and LoRA on "
+                         "k_proj or v_proj (layer %d) of a replicated head is not something the llama plugin "
+                         "computes: leave k_proj and v_proj out of lora.target_modules, or use a model_parallel that "
+                         "divides %lld", (int)tp, (long long)c->kv_heads, (int)l, (long long)c->kv_heads);
+                return ZT_ERR_UNSUPPORTED;
+            }
     }
     if (c->heads % tp) return refuse(s, "the attention heads (model.num_attention_heads)", c->heads, tp);
     if (c->intermediate % tp) return refuse(s, "the MLP width (model.intermediate_size)", c->intermediate, tp);
@@ -137,6 +142,17 @@ typedef struct split_rule {
     int32_t replicas;
 } split_rule;
 
+/* The linear (LAYER_*) that the adapter parameter k of layer unit u adapts: the adapted linears'
+ * A and B follow the layer's own parameters in LAYER_* order (lora.c). */
+static int32_t lora_base(const llama_state *s, int32_t u, int32_t k)
+{
+    for (int32_t j = 0; j < LLAMA_LINEARS; j++) {
+        int32_t a = s->lora.slot[(u - 1) * LLAMA_LINEARS + j];
+        if (a >= 0 && (k == a || k == a + 1)) return j;
+    }
+    return -1; /* not reached: every adapter parameter belongs to an adapted linear */
+}
+
 static split_rule rule_of(const llama_state *s, int32_t param)
 {
     const llama_tp *t = &s->tp;
@@ -144,7 +160,15 @@ static split_rule rule_of(const llama_state *s, int32_t param)
     split_rule r = {-1, 0, 0, 0, t->size}; /* replicated: every tp rank holds it */
     int32_t u = d->unit, k = param - s->unit_first_param[u];
     int64_t D = s->cfg.head_dim;
-    if (t->size == 1 || (d->flags & ZT_PARAM_ADAPTER)) return r;
+    if (t->size == 1) return r;
+    if (d->flags & ZT_PARAM_ADAPTER) {
+        /* LoRA (peft with Megatron's layers): the factor next to the split dimension of the base weight
+         * splits with it, the other one is replicated: B's rows of a column-parallel linear, A's columns
+         * of a row-parallel one */
+        int32_t base = lora_base(s, u, k), is_b = (k - LAYER_PARAMS) % 2;
+        split_rule b = rule_of(s, s->unit_first_param[u] + base);
+        return b.dim == (is_b ? 0 : 1) ? b : r;
+    }
     if (u == 0 || (u == s->info.n_units - 1 && k == HEAD_LM)) {
         r = (split_rule){0, t->vocab_first, t->vocab, t->vocab_valid, 1};
     } else if (u > 0 && u < s->info.n_units - 1) {
@@ -295,7 +319,7 @@ zt_status llama_tp_gather_rows(const llama_call *r, const float *shard, float *f
     return st == ZT_OK ? ZT_OK : collective_failed(r, st, "all-gather", what);
 }
 
-zt_status llama_tp_norm_grad(const llama_call *r, float *gw, float *dw, int64_t n, const char *what)
+zt_status llama_tp_sum_grad(const llama_call *r, float *gw, float *dw, int64_t n, const char *what)
 {
     zt_status st = llama_tp_all_reduce(r, gw, n, ZT_REDUCE_SUM, what);
     if (st != ZT_OK) return st;

@@ -38,8 +38,9 @@ run() { # run RANKS NAME ARGS...: zt-run on RANKS ranks into WORK/NAME
         --export-dtype fp32 "$@"
 }
 
-losses_match() { # losses_match NAME: its per-step losses against the reference's
-    if ! python3 - "$work/reference/metrics.jsonl" "$work/$1/metrics.jsonl" "$1" <<'PY'
+losses_match() { # losses_match NAME [REFERENCE]: its per-step losses against the reference's
+    local ref=${2:-reference}
+    if ! python3 - "$work/$ref/metrics.jsonl" "$work/$1/metrics.jsonl" "$1" <<'PY'
 import json, sys
 def records(path):
     return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(path)) if r.get("type") == "train"]
@@ -51,7 +52,7 @@ print(("FAIL: " if bad else "") + f"{name}: (loss, grad_norm) {got}, one rank {w
 sys.exit(1 if bad else 0)
 PY
     then zt_failures=$((zt_failures + 1)); fi
-    python3 "$here/compare_weights.py" "$work/reference/hf" "$work/$1/hf" || zt_failures=$((zt_failures + 1))
+    python3 "$here/compare_weights.py" "$work/$ref/hf" "$work/$1/hf" || zt_failures=$((zt_failures + 1))
 }
 
 run 1 reference "${one_dp[@]}" --plugins zero0
@@ -101,6 +102,25 @@ then zt_failures=$((zt_failures + 1)); fi
 expect_fail "does not divide by 2: make data.seq_len a multiple of 2" -- "$mpiexec" -np 2 --oversubscribe \
     --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" --output-dir "$work/sp_odd" \
     --set parallel_config.model_parallel=2 "${sp[@]}" --set data.seq_len=127 --set train_micro_batch_size_per_gpu=1
+# LoRA under tensor parallelism (A of q/k/v/gate/up replicated, B split by rows; A of o/down split by
+# columns, B replicated) against the 1-rank LoRA run, with dropout (0.1), and the exports merged (W + s B A)
+lora=(--set lora.r=4 --set lora.lora_alpha=8 --set lora.target_modules=all-linear
+      --set lora.lora_dropout=0.1 --plugins llama,lora)
+run 1 lora_reference "${one_dp[@]}" "${lora[@]:0:8}" --plugins llama,lora,zero0
+run 2 lora_tp2 "${one_dp[@]}" "${lora[@]}" --set parallel_config.model_parallel=2
+losses_match lora_tp2 lora_reference
+run 2 lora_tp2_sp "${one_dp[@]}" "${lora[@]}" --set parallel_config.model_parallel=2 "${sp[@]}"
+losses_match lora_tp2_sp lora_reference
+# dropout draws its masks from each micro-batch's tokens, so data parallelism (other micro-batches) is
+# compared without it
+run 1 lora_reference_p0 "${one_dp[@]}" "${lora[@]:0:6}" --plugins llama,lora,zero0
+run 4 lora_dp2_tp2_zero3 "${two_dp[@]}" "${lora[@]:0:6}" --plugins llama,lora --set parallel_config.model_parallel=2 \
+    --set zero_optimization.stage=3
+losses_match lora_dp2_tp2_zero3 lora_reference_p0
+# tp4 replicates the 2 KV heads: LoRA on k_proj / v_proj of a replicated head is refused
+expect_fail "leave k_proj and v_proj out of lora.target_modules" -- "$mpiexec" -np 4 --oversubscribe \
+    --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" "${lora[@]}" --output-dir "$work/lora_tp4" \
+    --set parallel_config.model_parallel=4
 # what a tensor-parallel run refuses: a message naming the key
 expect_fail "checkpoint.every needs checkpoints of the tensor-parallel shards" -- "$mpiexec" -np 2 --oversubscribe \
     --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" --output-dir "$work/refused" \
