@@ -4,8 +4,8 @@
 # tp2, tp4 (2 KV heads: each replicated on 2 ranks), tp2 with recompute, dp2 x tp2 under ZeRO-1
 # and ZeRO-3 and tp2 x pp2, against the 1-rank run on the same global batch (fp32: 1e-5 relative), and their Hugging
 # Face exports (assembled from the tp shards) against the 1-rank export (1e-4 relative L2 per tensor).
-# Sequence parallelism (use_seq_parallel) the same way: tp2, tp4, tp2 with recompute and dp2 x tp2
-# under ZeRO-3, and the peak of its activations pool against tp2's less what the norms' and the
+# Sequence parallelism (use_seq_parallel) the same way: tp2, tp4, tp2 with recompute, dp2 x tp2
+# under ZeRO-3 and tp2 x pp2, and the peak of its activations pool against tp2's less what the norms' and the
 # residual's rows on 1 / tp of the tokens save (counted from the shapes); a seq_len that does not
 # divide by model_parallel refused.
 #   tp_train.sh ZT_RUN ZT_PREP MPIEXEC SOURCE_DIR WORK_DIR
@@ -81,6 +81,9 @@ losses_match tp2_sp_recompute
 run 4 dp2_tp2_zero3_sp "${two_dp[@]}" --set parallel_config.model_parallel=2 --set zero_optimization.stage=3 \
     "${sp[@]}"
 losses_match dp2_tp2_zero3_sp
+run 4 tp2_pp2_sp "${one_dp[@]}" --set parallel_config.model_parallel=2 --set parallel_config.pipeline_stage=2 \
+    "${sp[@]}"
+losses_match tp2_pp2_sp
 # its activations: the records of one micro-batch (2 x 128 tokens) are held at the peak; each of the 2
 # layers keeps 3 arrays [N, 32] and 2 [N] on N / 2 rows instead of N, the head 1 and 1 (the plugin
 # carves each array to a multiple of 16 floats)
