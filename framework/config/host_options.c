@@ -182,6 +182,9 @@ static const zt_option k_host_options[] = {
      "Tensor-parallel ranks each layer is split across."},
     {"parallel_config.pipeline_stage", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_RANKS, NULL,
      "Pipeline stages the layers are split into."},
+    {"parallel_config.use_seq_parallel", ZT_OPT_BOOL, 0, "false", 0, 0, NULL,
+     "Sequence parallelism with tensor parallelism: norms and residual adds on each tensor rank's share of "
+     "the micro-batch's tokens (docs/parallel.md); no effect with model_parallel 1."},
     {"parallel_config.micro_batch_num", ZT_OPT_INT, MIN_MAX, "1", 1, MAX_BATCH, NULL,
      "Micro-batches in flight through the pipeline per step."},
     {"auto_trans_ckpt", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,

@@ -820,7 +820,6 @@ static const mf_rule k_rules[] = {
     {"parallel_config.auto_trans_ckpt", RENAME, "auto_trans_ckpt", NULL, NULL},
     {"parallel_config.only_trainable_params", RENAME, "checkpoint.only_trainable", NULL, NULL},
     OFF("parallel.strategy_ckpt_config.only_trainable_params", "false", k_strategy),
-    OFF("parallel_config.use_seq_parallel", "false", "sequence parallelism is not implemented"),
     OFF("parallel_config.expert_parallel", "1", "zt has no mixture-of-experts models"),
     OFF("parallel_config.context_parallel", "1", "context parallelism is not implemented"),
     NO_EFFECT("parallel_config.vocab_emb_dp", "zt's parallel plugin decides how the embedding is split"),

@@ -189,6 +189,7 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     s->has_data_parallel = zt_config_is_set(cfg, "parallel_config.data_parallel");
     READ(zt_config_get_int, "parallel_config.model_parallel", &s->model_parallel);
     READ(zt_config_get_int, "parallel_config.pipeline_stage", &s->pipeline_stage);
+    READ(read_bool, "parallel_config.use_seq_parallel", &s->seq_parallel);
     READ(zt_config_get_int, "parallel_config.micro_batch_num", &s->micro_batch_num);
     /* micro_batch_num (MindFormers) is the pipeline's micro-batches per step; without a pipeline it means
      * what gradient_accumulation_steps means: both count the micro-batches of one optimizer step. Set

@@ -102,6 +102,7 @@ typedef struct zt_host_settings {
     int32_t has_data_parallel;   /* unset: the launch's rank count */
     int64_t data_parallel, model_parallel, pipeline_stage, micro_batch_num;
     int32_t auto_trans_ckpt;
+    int32_t seq_parallel; /* parallel_config.use_seq_parallel: the model splits the sequence over "tp" */
     double comm_timeout_s;
 
     /* DeepSpeed's comms_logger block (docs/distributed.md, "Watching the collectives") */

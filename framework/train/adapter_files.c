@@ -47,21 +47,37 @@ zt_status tr_adapter_read(trainer *t, const zt_st_file *f, int32_t param, int64_
 
 /* ---- the merged export ------------------------------------------------------------------------------ */
 
+int tr_adapter_factors(const trainer *t, int32_t param, int32_t *a, int32_t *b)
+{
+    const zt_param_decl *p = &t->info->params[param];
+    size_t n = strlen(p->name);
+    if (!tr_adapter_spec(t) || p->ndim != 2 || n < 7 || strcmp(p->name + n - 7, ".weight") ||
+        (p->flags & ZT_PARAM_ADAPTER))
+        return 0;
+    char name[256];
+    snprintf(name, sizeof name, "%.*s.lora_A.weight", (int)(n - 7), p->name);
+    *a = zt_layout_find(t->layout, name);
+    snprintf(name, sizeof name, "%.*s.lora_B.weight", (int)(n - 7), p->name);
+    *b = zt_layout_find(t->layout, name);
+    return *a >= 0 && *b >= 0;
+}
+
 void tr_adapter_merge(const trainer *t, int32_t param, const float *unit_buf, uint64_t elem_offset, uint64_t count,
                       float *dst)
 {
+    int32_t a, b;
+    if (!tr_adapter_factors(t, param, &a, &b)) return;
+    tr_adapter_merge_factors(t, param, unit_buf + t->layout->param_offset[a], unit_buf + t->layout->param_offset[b],
+                             elem_offset, count, dst);
+}
+
+void tr_adapter_merge_factors(const trainer *t, int32_t param, const float *A, const float *B, uint64_t elem_offset,
+                              uint64_t count, float *dst)
+{
     const zt_adapter_spec *spec = tr_adapter_spec(t);
-    const zt_param_decl *p = &t->info->params[param];
-    size_t n = strlen(p->name);
-    if (!spec || p->ndim != 2 || n < 7 || strcmp(p->name + n - 7, ".weight") || (p->flags & ZT_PARAM_ADAPTER)) return;
-    char name[256];
-    snprintf(name, sizeof name, "%.*s.lora_A.weight", (int)(n - 7), p->name);
-    int32_t a = zt_layout_find(t->layout, name);
-    snprintf(name, sizeof name, "%.*s.lora_B.weight", (int)(n - 7), p->name);
-    int32_t b = zt_layout_find(t->layout, name);
-    if (a < 0 || b < 0) return;
-    const float *A = unit_buf + t->layout->param_offset[a], *B = unit_buf + t->layout->param_offset[b];
-    int64_t in = p->shape[1], r = t->info->params[a].shape[0];
+    int32_t a, b;
+    if (!tr_adapter_factors(t, param, &a, &b)) return;
+    int64_t in = t->info->params[param].shape[1], r = t->info->params[a].shape[0];
     for (uint64_t k = 0; k < count; k++) {
         int64_t e = (int64_t)(elem_offset + k), row = e / in, col = e % in;
         double sum = 0;

@@ -7,7 +7,9 @@
  * its logits split over tp), plus the hidden-state buffers of the trainer's slots (one more than in
  * flight after the first stage: the next input arrives early) and two gradient buffers; GPU workspace: one unsplit
  * layer's scratch (an upper bound under tensor parallelism). KV heads replicated over more tensor
- * ranks than heads are counted at 1/tp, as if split. */
+ * ranks than heads are counted at 1/tp, as if split. Sequence parallelism (use_seq_parallel, CPU
+ * ranks) keeps each layer's two norms and residual ([hidden] and a 1/rms each, per token) and the
+ * head's norm on tokens / tp rows: their other (tp - 1) / tp leave every saved layer and the head. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,13 +105,18 @@ zt_status zt_estimate_parallel(const zt_dry_run_request *req, const zt_estimate_
         /* one micro-batch's activations on this stage, as zt_estimate_activations counts a whole model's */
         int last = g.last_unit == m->n_units - 1;
         double head = !last ? 0 : gpu ? hidden + 4.0 : eb * (ceil((double)m->vocab_size / tp) + m->hidden_size + 1);
+        /* Sequence parallelism (CPU ranks) keeps each layer's norms, 1/rms and residual (and the head's
+         * norm) on N / tp rows. */
+        double sp_share = s->seq_parallel && tp > 1 && !gpu ? 1.0 - 1.0 / tp : 0.0;
+        double layer = m->act_bytes_per_token_layer - sp_share * eb * (3.0 * m->hidden_size + 2.0);
+        if (last) head -= sp_share * eb * (m->hidden_size + 1.0);
         /* what the trainer allocates (train/pipeline.c): per micro-batch in flight its layers' saved
          * activations (each layer's output counted in the slot below); per slot its input and its
          * layers' outputs, and the gradients it receives and sends; the two hidden-state gradients
          * once. A stage after the first also has a slot for the next micro-batch's activations, which
          * arrive before its backward frees one (the list's transfer order). */
         int32_t slots = e->in_flight + (stage > 0 && e->in_flight < out->n_micro);
-        double recomputed = m->act_bytes_per_token_layer - hidden;
+        double recomputed = layer - hidden;
         double saved = base->recompute ? 0 : e->layers * recomputed + head;
         double slot = hidden * (e->layers + 1 + (stage > 0) + (stage + 1 < pp));
         double once = 2.0 * hidden + (base->recompute ? (recomputed > head ? recomputed : head) : 0);

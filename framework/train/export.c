@@ -236,9 +236,21 @@ static zt_status export_fill(void *opaque, size_t index, uint64_t elem_offset, u
         if (st != ZT_OK) return st;
         x->loaded_unit = unit;
     }
+    int32_t a, b;
     if (t->tp_units) { /* the logical tensor from every tensor-parallel rank's shard, without padding */
-        tr_tp_assemble(t, owner, t->tp_units, t->layout->units[unit].padded_numel, (int64_t)elem_offset,
-                       (int64_t)count, dst);
+        int64_t unit_numel = t->layout->units[unit].padded_numel;
+        tr_tp_assemble(t, owner, t->tp_units, unit_numel, (int64_t)elem_offset, (int64_t)count, dst);
+        if (tr_adapter_factors(t, owner, &a, &b)) { /* LoRA: the factors assembled too, then merged */
+            const zt_param_decl *da = &t->info->params[a], *db = &t->info->params[b];
+            int64_t na = da->shape[0] * da->shape[1], nb = db->shape[0] * db->shape[1];
+            float *A = malloc((size_t)(na + nb) * sizeof *A);
+            if (!A) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "export: out of memory merging '%s''s adapter",
+                                        spec->name);
+            tr_tp_assemble(t, a, t->tp_units, unit_numel, 0, na, A);
+            tr_tp_assemble(t, b, t->tp_units, unit_numel, 0, nb, A + na);
+            tr_adapter_merge_factors(t, owner, A, A + na, elem_offset, count, dst);
+            free(A);
+        }
     } else {
         memcpy(dst, t->shard_buf + t->layout->param_offset[owner] + (int64_t)elem_offset, count * sizeof(float));
         tr_adapter_merge(t, owner, t->shard_buf, elem_offset, count, dst); /* LoRA: W + scaling * B A */

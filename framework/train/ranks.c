@@ -88,7 +88,7 @@ static zt_status setup_parallel(trainer *t, zt_error *err)
     free(all);
     if (st != ZT_OK) return tr_host_failed(t, st, err, "creating the group 'world' (every rank)");
     /* tensor parallel: the model splits itself over "tp" and the layout holds its shards */
-    st = tr_tensor_parallel(t, t->grid.tp_size, t->grid.tp_rank, 0, err);
+    st = tr_tensor_parallel(t, t->grid.tp_size, t->grid.tp_rank, t->set->seq_parallel, err);
     if (st != ZT_OK) return st;
     if (t->grid.pp_size > 1) return check_pipeline(t, err);
     return ZT_OK;

@@ -23,6 +23,16 @@ zt_status tr_tensor_parallel(trainer *t, int32_t tp_size, int32_t tp_rank, int32
     if (tp_size <= 1) return ZT_OK;
     zt_status refused = refuse_unsupported(t, tp_size, err);
     if (refused != ZT_OK) return refused;
+    /* sequence parallelism splits each micro-batch's tokens into tp equal shards (the model checks each
+     * call too; this says so before anything runs) */
+    int64_t tokens = t->set->micro_batch * t->set->seq_len;
+    if (seq_parallel && tokens % tp_size)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "parallel_config.use_seq_parallel splits each micro-batch's train_micro_batch_size_per_gpu "
+                            "x data.seq_len = %lld x %lld = %lld tokens over model_parallel %d ranks, and %lld does not "
+                            "divide by %d: make data.seq_len a multiple of %d, or turn use_seq_parallel off",
+                            (long long)t->set->micro_batch, (long long)t->set->seq_len, (long long)tokens,
+                            (int)tp_size, (long long)tokens, (int)tp_size, (int)tp_size);
     const zt_model_ops *m = t->model;
     const char *name = t->model_lp->plugin->name;
     if (m->struct_size < ZT_MODEL_OPS_SIZE_1_4 || !m->parallelize || !m->param_shard)

@@ -215,6 +215,11 @@ zt_status tr_adapter_read(trainer *t, const zt_st_file *f, int32_t param, int64_
  * buffer) += scaling * (B A) when the adapter adapts it; else nothing. */
 void tr_adapter_merge(const trainer *t, int32_t param, const float *unit_buf, uint64_t elem_offset, uint64_t count,
                       float *dst);
+/* The same from the logical factors A [r, in] and B [out, r] (a tensor-parallel export assembles them);
+ * tr_adapter_factors: whether the adapter adapts base parameter `param`, and its A and B. */
+void tr_adapter_merge_factors(const trainer *t, int32_t param, const float *A, const float *B, uint64_t elem_offset,
+                              uint64_t count, float *dst);
+int tr_adapter_factors(const trainer *t, int32_t param, int32_t *a, int32_t *b);
 /* --export-adapter: rank 0 writes DIR/adapter_config.json and adapter_model.safetensors; every rank
  * joins (as tr_export_hf). */
 zt_status tr_export_adapter(trainer *t, const char *dir, zt_error *err);

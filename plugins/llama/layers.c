@@ -24,22 +24,30 @@
  * recompute, the unit's activations (layer_acts or head_acts) at a 64-byte boundary. */
 #define RECORD_HEADER_BYTES ((sizeof(llama_saved) + 63) / 64 * 64)
 
+/* With sequence parallelism the norms' and the residual's rows are this rank's sequence shard: Ns =
+ * N / tp of them (tp.c); otherwise Ns = N. */
 typedef struct layer_acts {
-    float *norm1, *rstd1; /* input RMSNorm output [N, hidden] and its 1/rms [N] */
+    float *norm1, *rstd1; /* input RMSNorm output [Ns, hidden] and its 1/rms [Ns] */
     float *q, *k, *v;     /* projections after rotary embedding: [N, heads*D], [N, kv_heads*D] x 2 */
     float *attn;          /* attention output [N, heads*D] */
-    float *resid;         /* h = x + o_proj(attn) [N, hidden] */
-    float *norm2, *rstd2; /* post-attention RMSNorm [N, hidden], [N] */
+    float *resid;         /* h = x + o_proj(attn) [Ns, hidden] */
+    float *norm2, *rstd2; /* post-attention RMSNorm [Ns, hidden], [Ns] */
     float *gate, *up;     /* MLP projections before the SwiGLU [N, intermediate] x 2 */
     float *lora[LLAMA_LINEARS]; /* LoRA: scaling * x A^T [N, r] of each adapted linear, else NULL */
 } layer_acts;
 
 typedef struct head_acts {
-    float *norm, *rstd; /* final RMSNorm [N, hidden], [N] */
+    float *norm, *rstd; /* final RMSNorm [Ns, hidden], [Ns] */
     float *logits;      /* [N, vocab]; after a training forward: d loss / d logits */
 } head_acts;
 
 /* ---- memory ---------------------------------------------------------------------------------- */
+
+/* The rows of the sequence shard of a call of N tokens (N itself without sequence parallelism). */
+static int64_t shard_rows(const llama_state *s, int64_t N)
+{
+    return llama_tp_seq_parallel(s) ? N / s->tp.size : N;
+}
 
 /* Splits a float buffer into consecutive arrays, each starting at a 64-byte boundary. */
 typedef struct carver {
@@ -59,15 +67,16 @@ static void carve_layer(const llama_state *s, int32_t unit, int64_t N, carver *c
     const llama_config *c = &s->cfg;
     const llama_tp *t = &s->tp; /* this rank's heads and ffn part under tensor parallelism */
     int64_t H = c->hidden, Q = t->heads * c->head_dim, KV = t->kv_heads * c->head_dim, F = t->ffn;
-    a->norm1 = carve(cv, N * H);
-    a->rstd1 = carve(cv, N);
+    int64_t Ns = shard_rows(s, N);
+    a->norm1 = carve(cv, Ns * H);
+    a->rstd1 = carve(cv, Ns);
     a->q = carve(cv, N * Q);
     a->k = carve(cv, N * KV);
     a->v = carve(cv, N * KV);
     a->attn = carve(cv, N * Q);
-    a->resid = carve(cv, N * H);
-    a->norm2 = carve(cv, N * H);
-    a->rstd2 = carve(cv, N);
+    a->resid = carve(cv, Ns * H);
+    a->norm2 = carve(cv, Ns * H);
+    a->rstd2 = carve(cv, Ns);
     a->gate = carve(cv, N * F);
     a->up = carve(cv, N * F);
     for (int k = 0; k < LLAMA_LINEARS; k++)
@@ -77,8 +86,9 @@ static void carve_layer(const llama_state *s, int32_t unit, int64_t N, carver *c
 
 static void carve_head(const llama_state *s, int64_t N, carver *cv, head_acts *a)
 {
-    a->norm = carve(cv, N * s->cfg.hidden);
-    a->rstd = carve(cv, N);
+    int64_t Ns = shard_rows(s, N);
+    a->norm = carve(cv, Ns * s->cfg.hidden);
+    a->rstd = carve(cv, Ns);
     a->logits = carve(cv, N * s->tp.vocab); /* this rank's vocabulary rows */
 }
 
@@ -90,6 +100,10 @@ typedef struct layer_grads {
     float *attn;    /* gradient at the attention output [N, heads*D] */
     float *q, *k, *v;
     float *lora;    /* LoRA: the gradient at scaling * x A^T of one linear [N, r] */
+    /* sequence parallelism only (else NULL): a norm's output gathered whole [N, hidden], the shards
+     * [Ns, hidden] of the norm gradient, the residual gradient and the input gradient, and a norm
+     * weight's gradient from this rank's tokens [hidden] */
+    float *full, *dnorm_shard, *dresid_shard, *dx_shard, *norm_weight;
 } layer_grads;
 
 static void carve_layer_grads(const llama_state *s, int64_t N, carver *cv, layer_grads *d)
@@ -105,6 +119,13 @@ static void carve_layer_grads(const llama_state *s, int64_t N, carver *cv, layer
     d->k = carve(cv, N * KV);
     d->v = carve(cv, N * KV);
     d->lora = s->lora.r > 0 ? carve(cv, N * s->lora.r) : NULL;
+    int sp = llama_tp_seq_parallel(s);
+    int64_t Ns = shard_rows(s, N);
+    d->full = sp ? carve(cv, N * H) : NULL;
+    d->dnorm_shard = sp ? carve(cv, Ns * H) : NULL;
+    d->dresid_shard = sp ? carve(cv, Ns * H) : NULL;
+    d->dx_shard = sp ? carve(cv, Ns * H) : NULL;
+    d->norm_weight = sp ? carve(cv, H) : NULL;
 }
 
 static float *alloc_floats(const llama_call *r, int32_t pool, int64_t n, const char *what)
@@ -204,17 +225,30 @@ static int lora_dropping(const llama_call *r)
     return r->s->lora.dropout > 0 && (r->c->flags & ZT_UNIT_TRAIN);
 }
 
-/* dst = dropout(src) [N, in] with linear k's mask (dst may be src). */
+/* o_proj and down_proj: row-parallel, their inputs split by columns under tensor parallelism. */
+static int row_parallel(int k)
+{
+    return k == LAYER_O || k == LAYER_DOWN;
+}
+
+/* dst = dropout(src) [N, in] with linear k's mask (dst may be src). The input of a row-parallel linear
+ * under tensor parallelism is this rank's `in` columns of tp * in: each element draws the mask of its
+ * place in the whole input, as on one rank. */
 static void lora_dropout(const llama_call *r, int k, int64_t in, const float *src, float *dst)
 {
     const zt_batch *b = r->c->batch;
+    const llama_tp *t = &r->s->tp;
     uint64_t h = llama_lora_mask_start(&r->s->lora, r->c->unit, k);
     for (int64_t i = 0; i < r->tokens; i++)
         h = llama_lora_mix64(h ^ ((uint64_t)(uint32_t)b->tokens[i] | (uint64_t)(uint32_t)b->positions[i] << 32));
     uint64_t cut = (uint64_t)((double)r->s->lora.dropout * 16777216.0); /* on 24 bits */
     float keep = 1.0f / (1.0f - r->s->lora.dropout);
-    for (int64_t e = 0; e < r->tokens * in; e++)
-        dst[e] = (llama_lora_mix64(h + LLAMA_LORA_GOLDEN * (uint64_t)e) >> 40) >= cut ? src[e] * keep : 0.0f;
+    int64_t whole = row_parallel(k) ? in * t->size : in, col0 = row_parallel(k) ? in * t->rank : 0;
+    for (int64_t n = 0; n < r->tokens; n++)
+        for (int64_t j = 0; j < in; j++) {
+            uint64_t e = (uint64_t)(n * whole + col0 + j);
+            dst[n * in + j] = (llama_lora_mix64(h + LLAMA_LORA_GOLDEN * e) >> 40) >= cut ? src[n * in + j] * keep : 0.0f;
+        }
 }
 
 /* x itself, or with dropout a new buffer dropout(x) in *owned (freed by the caller); NULL: out of memory. */
@@ -254,7 +288,14 @@ static zt_status lora_forward(const llama_call *r, int k, int64_t in, int64_t ou
 }
 
 /* The adapter's part of linear k's backward, before the base linear overwrites its input gradient:
- * dB += dy^T u, du = scaling * dy B into du [N, r], dA += du^T dropout(x). */
+ * dB += dy^T u, du = scaling * dy B into du [N, r], dA += du^T dropout(x).
+ *
+ * Under tensor parallelism (tp.c's split: B's rows of a column-parallel linear, A's columns of a
+ * row-parallel one) the replicated factor's gradient is a partial sum on each rank: A's of a
+ * column-parallel linear (du comes from this rank's rows of B), B's of a row-parallel one (u from
+ * this rank's columns of A). It is computed apart, summed over "tp" and then added, so every rank
+ * holds the one-rank gradient. du stays partial for a column-parallel linear: the input gradient it
+ * adds to is all-reduced (or reduce-scattered) with the base linear's. */
 static zt_status lora_backward_weights(const llama_call *r, int k, int64_t in, int64_t out, const float *x,
                                        const float *u, const float *dy, float *du)
 {
@@ -262,17 +303,24 @@ static zt_status lora_backward_weights(const llama_call *r, int k, int64_t in, i
     if (a < 0) return ZT_OK;
     const zt_cpu_ctx *ctx = &r->s->cpu;
     int64_t N = r->tokens, R = r->s->lora.r;
-    float *gA = grad(r, a), *gB = grad(r, a + 1);
+    float *gA = grad(r, a), *gB = grad(r, a + 1), *part = NULL;
+    int split = r->s->tp.size > 1, sum_b = split && row_parallel(k) && gB, sum_a = split && !row_parallel(k) && gA;
+    if ((sum_a || sum_b) && !(part = calloc((size_t)(R * (sum_b ? out : in)), sizeof *part)))
+        return ZT_ERR_OUT_OF_MEMORY;
     zt_status st = ZT_OK;
-    if (gB) st = zt_cpu_linear_backward_weight(ctx, N, out, R, dy, u, gB);
+    if (gB) st = zt_cpu_linear_backward_weight(ctx, N, out, R, dy, u, sum_b ? part : gB);
+    if (st == ZT_OK && sum_b) st = llama_tp_sum_grad(r, part, gB, out * R, "a LoRA B's gradient");
     if (st == ZT_OK) st = zt_cpu_linear_backward_input(ctx, N, out, R, dy, param(r, a + 1), du);
-    if (st != ZT_OK) return st;
+    if (st != ZT_OK) goto done;
     zt_cpu_scale(ctx, N * R, r->s->lora.scaling, du);
-    if (!gA) return st;
+    if (!gA) goto done;
     float *owned;
     const float *xd = lora_input(r, k, in, x, &owned);
-    st = xd ? zt_cpu_linear_backward_weight(ctx, N, R, in, du, xd, gA) : ZT_ERR_OUT_OF_MEMORY;
+    st = xd ? zt_cpu_linear_backward_weight(ctx, N, R, in, du, xd, sum_a ? part : gA) : ZT_ERR_OUT_OF_MEMORY;
     free(owned);
+    if (st == ZT_OK && sum_a) st = llama_tp_sum_grad(r, part, gA, R * in, "a LoRA A's gradient");
+done:
+    free(part);
     return st;
 }
 
@@ -402,17 +450,27 @@ static zt_status layer_compute(const llama_call *r, const float *x, const layer_
     int64_t N = r->tokens, H = cfg->hidden, F = t->ffn, D = cfg->head_dim;
     int64_t Q = t->heads * D, KV = t->kv_heads * D;
     const int32_t *positions = c->batch->positions;
-    zt_status st = ZT_OK;
-    float *act = NULL;
+    float *act = NULL, *work = NULL;
+    int64_t Ns, first;
+    zt_status st = llama_tp_seq_rows(r, &Ns, &first);
+    if (st != ZT_OK) return st;
+    /* Sequence parallelism: the norms' whole outputs for the column-parallel linears, the row-parallel
+     * linears' partial sums [N, hidden] each, and the output's shard [Ns, hidden]; all scratch. */
+    int sp = llama_tp_seq_parallel(s);
+    if (sp && !(work = alloc_floats(r, ZT_POOL_WORKSPACE, 2 * N * H + Ns * H, "sequence-parallel scratch")))
+        return ZT_ERR_OUT_OF_MEMORY;
+    float *full = sp ? work : a->norm1, *partial = sp ? work + N * H : a->resid;
+    const float *xs = x + first * H; /* this rank's tokens of the residual stream */
 
-    zt_cpu_rmsnorm_forward(ctx, N, H, (float)cfg->rms_norm_eps, x, param(r, LAYER_INPUT_NORM), a->norm1,
+    zt_cpu_rmsnorm_forward(ctx, Ns, H, (float)cfg->rms_norm_eps, xs, param(r, LAYER_INPUT_NORM), a->norm1,
                            a->rstd1);
-    KERNEL(zt_cpu_linear_forward(ctx, N, Q, H, a->norm1, param(r, LAYER_Q), a->q), "q_proj forward");
-    KERNEL(zt_cpu_linear_forward(ctx, N, KV, H, a->norm1, param(r, LAYER_K), a->k), "k_proj forward");
-    KERNEL(zt_cpu_linear_forward(ctx, N, KV, H, a->norm1, param(r, LAYER_V), a->v), "v_proj forward");
-    KERNEL(lora_forward(r, LAYER_Q, H, Q, a->norm1, a->lora[LAYER_Q], a->q), "q_proj LoRA forward");
-    KERNEL(lora_forward(r, LAYER_K, H, KV, a->norm1, a->lora[LAYER_K], a->k), "k_proj LoRA forward");
-    KERNEL(lora_forward(r, LAYER_V, H, KV, a->norm1, a->lora[LAYER_V], a->v), "v_proj LoRA forward");
+    if ((st = llama_tp_gather_rows(r, a->norm1, full, H, "the input norm's output")) != ZT_OK) goto done;
+    KERNEL(zt_cpu_linear_forward(ctx, N, Q, H, full, param(r, LAYER_Q), a->q), "q_proj forward");
+    KERNEL(zt_cpu_linear_forward(ctx, N, KV, H, full, param(r, LAYER_K), a->k), "k_proj forward");
+    KERNEL(zt_cpu_linear_forward(ctx, N, KV, H, full, param(r, LAYER_V), a->v), "v_proj forward");
+    KERNEL(lora_forward(r, LAYER_Q, H, Q, full, a->lora[LAYER_Q], a->q), "q_proj LoRA forward");
+    KERNEL(lora_forward(r, LAYER_K, H, KV, full, a->lora[LAYER_K], a->k), "k_proj LoRA forward");
+    KERNEL(lora_forward(r, LAYER_V, H, KV, full, a->lora[LAYER_V], a->v), "v_proj LoRA forward");
     zt_cpu_rope_forward(ctx, N, t->heads, D, positions, s->inv_freq, a->q, a->q);
     zt_cpu_rope_forward(ctx, N, t->kv_heads, D, positions, s->inv_freq, a->k, a->k);
 
@@ -420,37 +478,52 @@ static zt_status layer_compute(const llama_call *r, const float *x, const layer_
     zt_attn_args args = attention_args(r, a);
     if (c->kv) {
         st = att->ops->kv_attend(att->state, c->kv, c->unit - 1, c->kv_seq_ids, c->batch->batch, &args);
-        if (st != ZT_OK) return attention_failed(r, st, "kv_attend");
+        if (st != ZT_OK) {
+            st = attention_failed(r, st, "kv_attend");
+            goto done;
+        }
     } else {
         st = att->ops->forward(att->state, &args, attention_saved);
-        if (st != ZT_OK) return attention_failed(r, st, "forward");
+        if (st != ZT_OK) {
+            st = attention_failed(r, st, "forward");
+            goto done;
+        }
     }
 
-    KERNEL(zt_cpu_linear_forward(ctx, N, H, Q, a->attn, param(r, LAYER_O), a->resid), "o_proj forward");
-    KERNEL(lora_forward(r, LAYER_O, Q, H, a->attn, a->lora[LAYER_O], a->resid), "o_proj LoRA forward");
-    /* row-parallel o_proj: each rank's heads give a partial sum (the attention block's all-reduce) */
-    st = llama_tp_all_reduce(r, a->resid, N * H, ZT_REDUCE_SUM, "the attention output");
-    if (st != ZT_OK) return st;
-    zt_cpu_add(ctx, N * H, x, a->resid);
-    zt_cpu_rmsnorm_forward(ctx, N, H, (float)cfg->rms_norm_eps, a->resid, param(r, LAYER_POST_NORM), a->norm2,
+    KERNEL(zt_cpu_linear_forward(ctx, N, H, Q, a->attn, param(r, LAYER_O), partial), "o_proj forward");
+    KERNEL(lora_forward(r, LAYER_O, Q, H, a->attn, a->lora[LAYER_O], partial), "o_proj LoRA forward");
+    /* row-parallel o_proj: each rank's heads give a partial sum (the attention block's all-reduce, or
+     * with sequence parallelism its reduce-scatter onto the rank's tokens) */
+    if ((st = llama_tp_reduce_rows(r, partial, a->resid, H, "the attention output")) != ZT_OK) goto done;
+    zt_cpu_add(ctx, Ns * H, xs, a->resid);
+    zt_cpu_rmsnorm_forward(ctx, Ns, H, (float)cfg->rms_norm_eps, a->resid, param(r, LAYER_POST_NORM), a->norm2,
                            a->rstd2);
-    KERNEL(zt_cpu_linear_forward(ctx, N, F, H, a->norm2, param(r, LAYER_GATE), a->gate), "gate_proj forward");
-    KERNEL(zt_cpu_linear_forward(ctx, N, F, H, a->norm2, param(r, LAYER_UP), a->up), "up_proj forward");
-    KERNEL(lora_forward(r, LAYER_GATE, H, F, a->norm2, a->lora[LAYER_GATE], a->gate), "gate_proj LoRA forward");
-    KERNEL(lora_forward(r, LAYER_UP, H, F, a->norm2, a->lora[LAYER_UP], a->up), "up_proj LoRA forward");
-    if (!out) return ZT_OK; /* down_proj's LoRA input is recomputed with the SwiGLU in the backward */
+    if (!sp) full = a->norm2;
+    if ((st = llama_tp_gather_rows(r, a->norm2, full, H, "the post-attention norm's output")) != ZT_OK) goto done;
+    KERNEL(zt_cpu_linear_forward(ctx, N, F, H, full, param(r, LAYER_GATE), a->gate), "gate_proj forward");
+    KERNEL(zt_cpu_linear_forward(ctx, N, F, H, full, param(r, LAYER_UP), a->up), "up_proj forward");
+    KERNEL(lora_forward(r, LAYER_GATE, H, F, full, a->lora[LAYER_GATE], a->gate), "gate_proj LoRA forward");
+    KERNEL(lora_forward(r, LAYER_UP, H, F, full, a->lora[LAYER_UP], a->up), "up_proj LoRA forward");
+    if (!out) goto done; /* down_proj's LoRA input is recomputed with the SwiGLU in the backward */
 
     act = alloc_floats(r, ZT_POOL_WORKSPACE, N * F, "SwiGLU output");
-    if (!act) return ZT_ERR_OUT_OF_MEMORY;
+    if (!act) {
+        st = ZT_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
     zt_cpu_swiglu_forward(ctx, N * F, a->gate, a->up, act);
     /* out is written last, after every read of x: the host may pass one buffer as both. */
-    KERNEL(zt_cpu_linear_forward(ctx, N, H, F, act, param(r, LAYER_DOWN), out), "down_proj forward");
-    KERNEL(lora_forward(r, LAYER_DOWN, F, H, act, a->lora[LAYER_DOWN], out), "down_proj LoRA forward");
-    /* row-parallel down_proj: the MLP block's all-reduce */
-    if ((st = llama_tp_all_reduce(r, out, N * H, ZT_REDUCE_SUM, "the MLP output")) != ZT_OK) goto done;
-    zt_cpu_add(ctx, N * H, a->resid, out);
+    float *down = sp ? partial : out, *out_shard = sp ? work + 2 * N * H : out;
+    KERNEL(zt_cpu_linear_forward(ctx, N, H, F, act, param(r, LAYER_DOWN), down), "down_proj forward");
+    KERNEL(lora_forward(r, LAYER_DOWN, F, H, act, a->lora[LAYER_DOWN], down), "down_proj LoRA forward");
+    /* row-parallel down_proj: the MLP block's all-reduce (reduce-scatter) */
+    if ((st = llama_tp_reduce_rows(r, down, out_shard, H, "the MLP output")) != ZT_OK) goto done;
+    zt_cpu_add(ctx, Ns * H, a->resid, out_shard);
+    /* the unit's output is whole: the shards gathered (sequence parallelism only) */
+    st = llama_tp_gather_rows(r, out_shard, out, H, "the layer's output");
 done:
     s->host->free(s->host->ctx, act);
+    s->host->free(s->host->ctx, work);
     return st;
 }
 
@@ -503,6 +576,14 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     carve_layer_grads(s, N, &wv, &d);
     const float *dy = c->dx_out.data;
     float *g;
+    /* Sequence parallelism: the norms and the residual on this rank's Ns tokens from row `first`,
+     * each norm's output gathered whole again for the weight gradients of the linears it feeds. */
+    int sp = llama_tp_seq_parallel(s);
+    int64_t Ns, first;
+    if ((st = llama_tp_seq_rows(r, &Ns, &first)) != ZT_OK) goto done;
+    float *norm2 = sp ? d.full : a.norm2, *dnorm = sp ? d.dnorm_shard : d.norm;
+    float *dresid = sp ? d.dresid_shard : d.resid, *dx = sp ? d.dx_shard : c->dx_in.data;
+    if ((st = llama_tp_gather_rows(r, a.norm2, norm2, H, "the post-attention norm's output")) != ZT_OK) goto done;
 
     /* MLP: out = h + down(act), act = silu(gate) * up */
     zt_cpu_swiglu_forward(ctx, N * F, a.gate, a.up, d.act);
@@ -515,21 +596,27 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     KERNEL(lora_backward_input(r, LAYER_DOWN, F, d.lora, d.act), "down_proj LoRA backward");
     zt_cpu_swiglu_backward(ctx, N * F, a.gate, a.up, d.act, a.gate, a.up); /* gate, up := their gradients */
     if ((g = grad(r, LAYER_GATE)))
-        KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.gate, a.norm2, g), "gate_proj weight gradient");
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.gate, norm2, g), "gate_proj weight gradient");
     if ((g = grad(r, LAYER_UP)))
-        KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.up, a.norm2, g), "up_proj weight gradient");
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, F, H, a.up, norm2, g), "up_proj weight gradient");
     KERNEL(zt_cpu_linear_backward_input(ctx, N, F, H, a.gate, param(r, LAYER_GATE), d.norm), "gate_proj backward");
     KERNEL(linear_backward_input_add(ctx, N, F, H, a.up, param(r, LAYER_UP), d.norm), "up_proj backward");
     for (int k = LAYER_GATE; k <= LAYER_UP; k++) {
-        KERNEL(lora_backward_weights(r, k, H, F, a.norm2, a.lora[k], k == LAYER_GATE ? a.gate : a.up, d.lora),
+        KERNEL(lora_backward_weights(r, k, H, F, norm2, a.lora[k], k == LAYER_GATE ? a.gate : a.up, d.lora),
                "gate/up_proj LoRA gradients");
         KERNEL(lora_backward_input(r, k, H, d.lora, d.norm), "gate/up_proj LoRA backward");
     }
-    /* column-parallel gate/up: each rank's ffn part gives a partial input gradient */
-    if ((st = llama_tp_all_reduce(r, d.norm, N * H, ZT_REDUCE_SUM, "the MLP input gradient")) != ZT_OK) goto done;
+    /* column-parallel gate/up: each rank's ffn part gives a partial input gradient (all-reduced, or
+     * reduce-scattered onto the rank's tokens) */
+    if ((st = llama_tp_reduce_rows(r, d.norm, dnorm, H, "the MLP input gradient")) != ZT_OK) goto done;
     g = grad(r, LAYER_POST_NORM); /* NULL (frozen): no weight gradient */
-    zt_cpu_rmsnorm_backward(ctx, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm, d.resid, g);
-    zt_cpu_add(ctx, N * H, dy, d.resid); /* the residual path */
+    if (sp && g) memset(d.norm_weight, 0, (size_t)H * sizeof(float));
+    zt_cpu_rmsnorm_backward(ctx, Ns, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, dnorm, dresid,
+                            sp && g ? d.norm_weight : g);
+    if (sp && g && (st = llama_tp_sum_grad(r, d.norm_weight, g, H, "the post-attention norm's weight gradient")) != ZT_OK)
+        goto done;
+    zt_cpu_add(ctx, Ns * H, dy + first * H, dresid); /* the residual path */
+    if ((st = llama_tp_gather_rows(r, dresid, d.resid, H, "the residual gradient")) != ZT_OK) goto done;
 
     /* attention: h = x + o_proj(attention(rope(q), rope(k), v)) */
     if ((g = grad(r, LAYER_O)))
@@ -558,26 +645,31 @@ static zt_status layer_backward(llama_state *s, const zt_unit_call *c)
     KERNEL(linear_backward_input_add(ctx, N, KV, H, d.v, param(r, LAYER_V), d.norm), "v_proj backward");
     /* A KV head replicated on several ranks: its weight gradient is the sum of theirs. */
     if ((st = llama_tp_sum_kv_replicas(r, d.k, d.v)) != ZT_OK) goto done;
+    float *norm1 = sp ? d.full : a.norm1;
+    if ((st = llama_tp_gather_rows(r, a.norm1, norm1, H, "the input norm's output")) != ZT_OK) goto done;
     if ((g = grad(r, LAYER_Q)))
-        KERNEL(zt_cpu_linear_backward_weight(ctx, N, Q, H, d.q, a.norm1, g), "q_proj weight gradient");
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, Q, H, d.q, norm1, g), "q_proj weight gradient");
     if ((g = grad(r, LAYER_K)))
-        KERNEL(zt_cpu_linear_backward_weight(ctx, N, KV, H, d.k, a.norm1, g), "k_proj weight gradient");
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, KV, H, d.k, norm1, g), "k_proj weight gradient");
     if ((g = grad(r, LAYER_V)))
-        KERNEL(zt_cpu_linear_backward_weight(ctx, N, KV, H, d.v, a.norm1, g), "v_proj weight gradient");
+        KERNEL(zt_cpu_linear_backward_weight(ctx, N, KV, H, d.v, norm1, g), "v_proj weight gradient");
     for (int k = LAYER_Q; k <= LAYER_V; k++) {
         const float *dproj = k == LAYER_Q ? d.q : k == LAYER_K ? d.k : d.v;
         int64_t out = k == LAYER_Q ? Q : KV;
-        KERNEL(lora_backward_weights(r, k, H, out, a.norm1, a.lora[k], dproj, d.lora), "q/k/v_proj LoRA gradients");
+        KERNEL(lora_backward_weights(r, k, H, out, norm1, a.lora[k], dproj, d.lora), "q/k/v_proj LoRA gradients");
         KERNEL(lora_backward_input(r, k, H, d.lora, d.norm), "q/k/v_proj LoRA backward");
     }
-    /* column-parallel q/k/v: the attention block's backward all-reduce */
-    if ((st = llama_tp_all_reduce(r, d.norm, N * H, ZT_REDUCE_SUM, "the attention input gradient")) != ZT_OK)
-        goto done;
+    /* column-parallel q/k/v: the attention block's backward all-reduce (reduce-scatter) */
+    if ((st = llama_tp_reduce_rows(r, d.norm, dnorm, H, "the attention input gradient")) != ZT_OK) goto done;
     /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
     g = grad(r, LAYER_INPUT_NORM);
-    zt_cpu_rmsnorm_backward(ctx, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1, d.norm, c->dx_in.data,
-                            g);
-    zt_cpu_add(ctx, N * H, d.resid, c->dx_in.data);
+    if (sp && g) memset(d.norm_weight, 0, (size_t)H * sizeof(float));
+    zt_cpu_rmsnorm_backward(ctx, Ns, H, (const float *)c->x_in.data + first * H, param(r, LAYER_INPUT_NORM),
+                            a.rstd1, dnorm, dx, sp && g ? d.norm_weight : g);
+    if (sp && g && (st = llama_tp_sum_grad(r, d.norm_weight, g, H, "the input norm's weight gradient")) != ZT_OK)
+        goto done;
+    zt_cpu_add(ctx, Ns * H, dresid, dx);
+    st = llama_tp_gather_rows(r, dx, c->dx_in.data, H, "the layer's input gradient");
 done:
     s->host->free(s->host->ctx, work);
     llama_saved_done(r, saved, fresh);
@@ -596,10 +688,21 @@ static zt_status head_compute(const llama_call *r, const float *x, const head_ac
     const zt_unit_call *c = r->c;
     const llama_config *cfg = &s->cfg;
     int64_t N = r->tokens, H = cfg->hidden, V = s->tp.vocab; /* this rank's vocabulary rows */
-    zt_status st = ZT_OK;
-    float *row_loss = NULL;
-    zt_cpu_rmsnorm_forward(&s->cpu, N, H, (float)cfg->rms_norm_eps, x, param(r, HEAD_NORM), a->norm, a->rstd);
-    KERNEL(zt_cpu_linear_forward(&s->cpu, N, V, H, a->norm, param(r, HEAD_LM), a->logits), "lm_head forward");
+    float *row_loss = NULL, *full = NULL;
+    int64_t Ns, first;
+    zt_status st = llama_tp_seq_rows(r, &Ns, &first);
+    if (st != ZT_OK) return st;
+    /* sequence parallelism: the norm on this rank's tokens, gathered whole for the LM head */
+    if (llama_tp_seq_parallel(s) && !(full = alloc_floats(r, ZT_POOL_WORKSPACE, N * H, "gathered final norm")))
+        return ZT_ERR_OUT_OF_MEMORY;
+    zt_cpu_rmsnorm_forward(&s->cpu, Ns, H, (float)cfg->rms_norm_eps, x + first * H, param(r, HEAD_NORM), a->norm,
+                           a->rstd);
+    st = llama_tp_gather_rows(r, a->norm, full ? full : a->norm, H, "the final norm's output");
+    if (st == ZT_OK &&
+        (st = zt_cpu_linear_forward(&s->cpu, N, V, H, full ? full : a->norm, param(r, HEAD_LM), a->logits)) != ZT_OK)
+        st = kernel_failed(r, st, "lm_head forward");
+    s->host->free(s->host->ctx, full);
+    if (st != ZT_OK) return st;
     if (logits_out && s->tp.size > 1 && (st = llama_tp_gather_logits(r, a->logits, logits_out)) != ZT_OK) return st;
     if (logits_out && s->tp.size == 1) memcpy(logits_out, a->logits, (size_t)(N * V) * sizeof(float));
     if (!loss_out && !train) return ZT_OK;
@@ -663,21 +766,34 @@ static zt_status head_backward(llama_state *s, const zt_unit_call *c)
     carver cv = {(fresh ? fresh : saved)->acts, 0};
     head_acts a;
     carve_head(s, N, &cv, &a);
-    work = alloc_floats(r, ZT_POOL_WORKSPACE, N * H, "backward scratch");
+    /* Sequence parallelism: the norm on this rank's Ns tokens from row `first`; scratch for its output
+     * gathered whole, the norm gradient's and the input gradient's shards, its weight gradient. */
+    int sp = llama_tp_seq_parallel(s);
+    int64_t Ns, first;
+    if ((st = llama_tp_seq_rows(r, &Ns, &first)) != ZT_OK) goto done;
+    work = alloc_floats(r, ZT_POOL_WORKSPACE, sp ? 2 * N * H + 2 * Ns * H + H : N * H, "backward scratch");
     if (!work) {
         st = ZT_ERR_OUT_OF_MEMORY;
         goto done;
     }
     float *d_norm = work, *g;
+    float *norm = sp ? work + N * H : a.norm, *dnorm = sp ? work + 2 * N * H : d_norm;
+    float *dx = sp ? dnorm + Ns * H : c->dx_in.data, *norm_weight = sp ? dx + Ns * H : NULL;
+    if ((st = llama_tp_gather_rows(r, a.norm, norm, H, "the final norm's output")) != ZT_OK) goto done;
     if ((g = grad(r, HEAD_LM)))
-        KERNEL(zt_cpu_linear_backward_weight(&s->cpu, N, V, H, a.logits, a.norm, g), "lm_head weight gradient");
+        KERNEL(zt_cpu_linear_backward_weight(&s->cpu, N, V, H, a.logits, norm, g), "lm_head weight gradient");
     KERNEL(zt_cpu_linear_backward_input(&s->cpu, N, V, H, a.logits, param(r, HEAD_LM), d_norm),
            "lm_head backward");
-    /* vocab-parallel LM head: each rank's rows give a partial input gradient */
-    if ((st = llama_tp_all_reduce(r, d_norm, N * H, ZT_REDUCE_SUM, "the LM head's input gradient")) != ZT_OK)
-        goto done;
+    /* vocab-parallel LM head: each rank's rows give a partial input gradient (all-reduced, or
+     * reduce-scattered onto the rank's tokens) */
+    if ((st = llama_tp_reduce_rows(r, d_norm, dnorm, H, "the LM head's input gradient")) != ZT_OK) goto done;
     g = grad(r, HEAD_NORM);
-    zt_cpu_rmsnorm_backward(&s->cpu, N, H, c->x_in.data, param(r, HEAD_NORM), a.rstd, d_norm, c->dx_in.data, g);
+    if (sp && g) memset(norm_weight, 0, (size_t)H * sizeof(float));
+    zt_cpu_rmsnorm_backward(&s->cpu, Ns, H, (const float *)c->x_in.data + first * H, param(r, HEAD_NORM), a.rstd,
+                            dnorm, dx, sp && g ? norm_weight : g);
+    if (sp && g && (st = llama_tp_sum_grad(r, norm_weight, g, H, "the final norm's weight gradient")) != ZT_OK)
+        goto done;
+    st = llama_tp_gather_rows(r, dx, c->dx_in.data, H, "the head's input gradient");
 done:
     s->host->free(s->host->ctx, work);
     llama_saved_done(r, saved, fresh);

@@ -81,7 +81,7 @@ typedef struct llama_state llama_state;
  * parallelize(): size 1, every count the whole model's. */
 typedef struct llama_tp {
     int32_t size, rank;
-    int32_t seq_parallel;    /* always 0: parallelize refuses sequence parallelism */
+    int32_t seq_parallel;    /* 1: norms and residual adds on sequence shards (tp.c) */
     zt_group group;          /* "tp" */
     int64_t heads;           /* query heads of this rank: heads / size */
     int64_t kv_heads;        /* key/value heads of this rank: kv_heads / size, or 1 when replicated */

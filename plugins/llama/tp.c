@@ -11,6 +11,13 @@
  * With more ranks than key/value heads, each rank holds one KV head and tp / kv_heads ranks share it
  * (Megatron's replication); their gradients of k and v are summed so the copies stay equal. Norms are
  * replicated: their inputs and input gradients are the same on every rank, so are their gradients.
+ *
+ * Sequence parallelism (zt_model_parallel.seq_parallel, Megatron's sequence_parallel): inside a layer
+ * and the head the norms and residual adds run on this rank's N / tp tokens; an all-gather over "tp"
+ * gives the column-parallel linears the whole sequence, and a reduce-scatter replaces the all-reduce
+ * after the row-parallel ones. A norm weight's gradient then comes from the rank's tokens only and is
+ * all-reduced over "tp". The units' boundaries stay whole (the host passes [N, hidden] between
+ * units), so a layer ends with an all-gather of its output (the backward: of its input gradient).
  * This file holds the split rules (what parallelize and param_shard answer, the local shapes the unit
  * checks expect) and the CPU path's collectives and vocab-parallel math; layers.c calls them.
  */
@@ -71,16 +78,16 @@ zt_status llama_parallelize(llama_state *s, const zt_model_parallel *p)
                  "train with device = cpu, or with model_parallel 1 on GPUs", (int)tp);
         return ZT_ERR_UNSUPPORTED;
     }
-    if (tp > 1 && s->lora.r > 0) {
-        h->error(h->ctx, ZT_ERR_UNSUPPORTED, "tensor parallel (model_parallel %d) with a LoRA adapter is not "
-                 "something the llama plugin computes; train the adapter with model_parallel 1 (data parallel "
-                 "and ZeRO shard it)", (int)tp);
-        return ZT_ERR_UNSUPPORTED;
-    }
-    if (p->seq_parallel) {
-        h->error(h->ctx, ZT_ERR_UNSUPPORTED, "sequence parallelism (use_seq_parallel) is not something the llama "
-                 "plugin computes: its tensor-parallel units keep the whole sequence on every rank; leave it off");
-        return ZT_ERR_UNSUPPORTED;
+    if (tp > c->kv_heads && s->lora.r > 0) {
+        for (int32_t l = 0; l < (int32_t)c->layers; l++)
+            if (s->lora.slot[l * LLAMA_LINEARS + LAYER_K] >= 0 || s->lora.slot[l * LLAMA_LINEARS + LAYER_V] >= 0) {
+                h->error(h->ctx, ZT_ERR_UNSUPPORTED,
+                         "tensor parallel over %d ranks replicates the model's %lld key/value heads, and LoRA on "
+                         "k_proj or v_proj (layer %d) of a replicated head is not something the llama plugin "
+                         "computes: leave k_proj and v_proj out of lora.target_modules, or use a model_parallel that "
+                         "divides %lld", (int)tp, (long long)c->kv_heads, (int)l, (long long)c->kv_heads);
+                return ZT_ERR_UNSUPPORTED;
+            }
     }
     if (c->heads % tp) return refuse(s, "the attention heads (model.num_attention_heads)", c->heads, tp);
     if (c->intermediate % tp) return refuse(s, "the MLP width (model.intermediate_size)", c->intermediate, tp);
@@ -135,6 +142,17 @@ typedef struct split_rule {
     int32_t replicas;
 } split_rule;
 
+/* The linear (LAYER_*) that the adapter parameter k of layer unit u adapts: the adapted linears'
+ * A and B follow the layer's own parameters in LAYER_* order (lora.c). */
+static int32_t lora_base(const llama_state *s, int32_t u, int32_t k)
+{
+    for (int32_t j = 0; j < LLAMA_LINEARS; j++) {
+        int32_t a = s->lora.slot[(u - 1) * LLAMA_LINEARS + j];
+        if (a >= 0 && (k == a || k == a + 1)) return j;
+    }
+    return -1; /* not reached: every adapter parameter belongs to an adapted linear */
+}
+
 static split_rule rule_of(const llama_state *s, int32_t param)
 {
     const llama_tp *t = &s->tp;
@@ -142,7 +160,15 @@ static split_rule rule_of(const llama_state *s, int32_t param)
     split_rule r = {-1, 0, 0, 0, t->size}; /* replicated: every tp rank holds it */
     int32_t u = d->unit, k = param - s->unit_first_param[u];
     int64_t D = s->cfg.head_dim;
-    if (t->size == 1 || (d->flags & ZT_PARAM_ADAPTER)) return r;
+    if (t->size == 1) return r;
+    if (d->flags & ZT_PARAM_ADAPTER) {
+        /* LoRA (peft with Megatron's layers): the factor next to the split dimension of the base weight
+         * splits with it, the other one is replicated: B's rows of a column-parallel linear, A's columns
+         * of a row-parallel one */
+        int32_t base = lora_base(s, u, k), is_b = (k - LAYER_PARAMS) % 2;
+        split_rule b = rule_of(s, s->unit_first_param[u] + base);
+        return b.dim == (is_b ? 0 : 1) ? b : r;
+    }
     if (u == 0 || (u == s->info.n_units - 1 && k == HEAD_LM)) {
         r = (split_rule){0, t->vocab_first, t->vocab, t->vocab_valid, 1};
     } else if (u > 0 && u < s->info.n_units - 1) {
@@ -236,6 +262,69 @@ zt_status llama_tp_sum_kv_replicas(const llama_call *r, float *dk, float *dv)
     }
     free(all);
     return st;
+}
+
+int llama_tp_seq_parallel(const llama_state *s)
+{
+    return s->tp.size > 1 && s->tp.seq_parallel;
+}
+
+zt_status llama_tp_seq_rows(const llama_call *r, int64_t *rows, int64_t *first)
+{
+    const llama_state *s = r->s;
+    *rows = r->tokens;
+    *first = 0;
+    if (!llama_tp_seq_parallel(s)) return ZT_OK;
+    const zt_batch *b = r->c->batch;
+    if (r->tokens % s->tp.size) {
+        s->host->error(s->host->ctx, ZT_ERR_CONFIG,
+                       "%s: sequence parallelism (parallel_config.use_seq_parallel) over %d tensor-parallel ranks "
+                       "splits the micro-batch's %lld x %lld = %lld tokens into equal shards, and %lld does not "
+                       "divide by %d: make seq_length (or the micro-batch size) a multiple of %d, or turn "
+                       "use_seq_parallel off", r->name, (int)s->tp.size, (long long)b->batch, (long long)b->seq_len,
+                       (long long)r->tokens, (long long)r->tokens, (int)s->tp.size, (int)s->tp.size);
+        return ZT_ERR_CONFIG;
+    }
+    *rows = r->tokens / s->tp.size;
+    *first = s->tp.rank * *rows;
+    return ZT_OK;
+}
+
+static zt_status collective_failed(const llama_call *r, zt_status st, const char *op, const char *what)
+{
+    r->s->host->error(r->s->host->ctx, st, "%s: the sequence-parallel %s of %s over \"tp\" failed (the "
+                      "collective's message is above)", r->name, op, what);
+    return st;
+}
+
+zt_status llama_tp_reduce_rows(const llama_call *r, float *partial, float *dst, int64_t width, const char *what)
+{
+    const llama_state *s = r->s;
+    if (!llama_tp_seq_parallel(s)) return llama_tp_all_reduce(r, partial, r->tokens * width, ZT_REDUCE_SUM, what);
+    uint64_t count = (uint64_t)(r->tokens / s->tp.size * width);
+    zt_status st = s->host->reduce_scatter(s->host->ctx, &s->tp.group, partial, dst, count, ZT_F32, ZT_REDUCE_SUM,
+                                           NULL);
+    return st == ZT_OK ? ZT_OK : collective_failed(r, st, "reduce-scatter", what);
+}
+
+zt_status llama_tp_gather_rows(const llama_call *r, const float *shard, float *full, int64_t width, const char *what)
+{
+    const llama_state *s = r->s;
+    if (!llama_tp_seq_parallel(s)) {
+        if (full != shard) memcpy(full, shard, (size_t)(r->tokens * width) * sizeof(float));
+        return ZT_OK;
+    }
+    uint64_t count = (uint64_t)(r->tokens / s->tp.size * width);
+    zt_status st = s->host->all_gather(s->host->ctx, &s->tp.group, shard, full, count, ZT_F32, NULL);
+    return st == ZT_OK ? ZT_OK : collective_failed(r, st, "all-gather", what);
+}
+
+zt_status llama_tp_sum_grad(const llama_call *r, float *gw, float *dw, int64_t n, const char *what)
+{
+    zt_status st = llama_tp_all_reduce(r, gw, n, ZT_REDUCE_SUM, what);
+    if (st != ZT_OK) return st;
+    for (int64_t i = 0; i < n; i++) dw[i] += gw[i];
+    return ZT_OK;
 }
 
 /* A token id outside the vocabulary: its index, or -1. */

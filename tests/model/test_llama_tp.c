@@ -3,7 +3,10 @@
  *
  *   test_llama_tp PLUGINS_D CONFIG_JSON [seq_parallel]
  *
- * With seq_parallel it checks instead that parallelize refuses sequence parallelism with a message.
+ * With seq_parallel the tp model runs sequence parallel (zt_model_parallel.seq_parallel): the same
+ * checks, then the activations a training forward keeps (ZT_POOL_ACTIVATIONS) against the plain tensor-
+ * parallel count (the norms' and the residual's rows shrink to N / tp: the analytic difference), and a
+ * batch whose tokens do not divide by tp refused with a message.
  *
  * Each rank loads the model twice: once whole (the reference) and once parallelized over "tp". Both
  * get the same weights (a fixed pseudo-random draw; the tp model its shards of it, through
@@ -76,6 +79,87 @@ static void slice(const zt_param_decl *d, const zt_param_shard *sh, const float 
         }
 }
 
+/* The activations pool's bytes a training forward holds until its backward (ZT_POOL_ACTIVATIONS of
+ * this process's tp runtime), or -1 when the forward fails. */
+static int64_t held_by_forward(mh_env *e, const mh_params *p, const mh_batch *b, mh_run *run)
+{
+    const zt_host *h = e->model_plugin.host;
+    zt_mem_stats before = {0}, after = {0};
+    zt_error err = {0};
+    h->mem_stats(h->ctx, ZT_POOL_ACTIVATIONS, ZT_MEM_HOST, &before);
+    if (mh_forward(e, p, b, run, ZT_UNIT_TRAIN, 0, &err) != ZT_OK) {
+        fprintf(stderr, "rank %d: FAIL: %s\n", rank, err.msg);
+        return -1;
+    }
+    h->mem_stats(h->ctx, ZT_POOL_ACTIVATIONS, ZT_MEM_HOST, &after);
+    int64_t held = (int64_t)after.current - (int64_t)before.current;
+    if (mh_backward(e, p, b, run, NULL, &err) != ZT_OK) {
+        fprintf(stderr, "rank %d: FAIL: %s\n", rank, err.msg);
+        return -1;
+    }
+    return held;
+}
+
+/* Bytes of `floats` floats as the llama plugin carves its records (each array at a 64-byte boundary). */
+static int64_t carved(int64_t floats)
+{
+    return (floats + 15) / 16 * 16 * (int64_t)sizeof(float);
+}
+
+/* Sequence parallelism keeps each layer's input norm, residual and post-attention norm ([N, hidden],
+ * and the norms' 1/rms [N]) and the head's norm on N / tp rows. The activations a training forward
+ * holds are measured with it and again after parallelize without it: the difference must be what
+ * those rows take, counted from the shapes. Leaves the model parallelized with sequence parallelism. */
+static void check_activations(mh_env *tp, zt_model_parallel *mp, const mh_params *shards, const mh_batch *batch)
+{
+    mh_run run;
+    zt_error err = {0};
+    if (mh_run_alloc(tp, batch, &run, &err) != ZT_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    int64_t with_sp = held_by_forward(tp, shards, batch, &run);
+    mp->seq_parallel = 0;
+    zt_status st = tp->model->parallelize(tp->model_state, mp);
+    CHECK(st == ZT_OK, "parallelize without sequence parallelism: %s", mh_model_error(tp));
+    int64_t plain = st == ZT_OK ? held_by_forward(tp, shards, batch, &run) : -1;
+    mp->seq_parallel = 1;
+    st = tp->model->parallelize(tp->model_state, mp);
+    CHECK(st == ZT_OK, "parallelize with sequence parallelism again: %s", mh_model_error(tp));
+    mh_run_free(&run);
+
+    int64_t N = (int64_t)batch->batch.batch * batch->batch.seq_len, Ns = N / mp->tp_size;
+    int64_t H = tp->info->hidden_size, layers = tp->info->n_layers;
+    int64_t rows = carved(N * H) - carved(Ns * H), rstd = carved(N) - carved(Ns);
+    int64_t saved = layers * (3 * rows + 2 * rstd) + rows + rstd;
+    CHECK(with_sp > 0 && plain > 0 && plain - with_sp == saved,
+          "activations held by a training forward: %lld bytes with sequence parallelism, %lld without; the "
+          "difference should be %lld (the norms' and the residual's rows on %lld of %lld tokens)",
+          (long long)with_sp, (long long)plain, (long long)saved, (long long)Ns, (long long)N);
+    if (rank == 0)
+        printf("activations held by a training forward: %lld bytes with sequence parallelism, %lld without\n",
+               (long long)with_sp, (long long)plain);
+}
+
+/* A batch of 1 x 5 tokens does not split into equal sequence shards over 2 or 4 ranks: refused with a
+ * message naming the key. */
+static void check_indivisible(mh_env *tp, const mh_params *shards)
+{
+    int32_t tokens[5] = {1, 2, 3, 4, 5};
+    mh_batch b;
+    mh_run run;
+    zt_error err = {0};
+    if (mh_batch_make(&b, 1, 5, tokens, tokens, NULL, 0, &err) != ZT_OK || mh_run_alloc(tp, &b, &run, &err) != ZT_OK) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    zt_status st = mh_forward(tp, shards, &b, &run, ZT_UNIT_TRAIN, 0, &err);
+    CHECK(st != ZT_OK && strstr(err.msg, "use_seq_parallel") && strstr(err.msg, "does not divide"),
+          "a batch of 5 tokens under sequence parallelism: status %d, message '%s'", (int)st, err.msg);
+    mh_run_free(&run);
+    mh_batch_free(&b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -102,14 +186,6 @@ int main(int argc, char **argv)
     zt_status st = host->group_create(host->ctx, "tp", ranks, world, &mp.tp);
     free(ranks);
     if (st == ZT_OK) st = tp.model->parallelize(tp.model_state, &mp);
-    if (seq_parallel) {
-        const char *msg = mh_model_error(&tp);
-        int ok = st == ZT_ERR_UNSUPPORTED && strstr(msg, "use_seq_parallel") != NULL;
-        if (!ok) fprintf(stderr, "rank %d: FAIL: sequence parallelism: status %d, message '%s'\n", rank, (int)st, msg);
-        mh_close(&tp);
-        mh_close(&ref);
-        return ok ? 0 : 1;
-    }
     if (st != ZT_OK) {
         fprintf(stderr, "rank %d: FAIL: parallelize: %s\n", rank, mh_model_error(&tp));
         return 1;
@@ -201,12 +277,18 @@ int main(int argc, char **argv)
     }
     free(grad_once);
 
+    if (seq_parallel) {
+        check_activations(&tp, &mp, &shards, &batch);
+        check_indivisible(&tp, &shards);
+    }
+
     /* every rank's verdict, so all exit alike */
     int32_t bad = failures;
     host->all_reduce(host->ctx, &mp.tp, &bad, &bad, 1, ZT_I32, ZT_REDUCE_SUM, NULL);
     if (rank == 0)
-        printf("tensor parallel over %d ranks: loss %.7f (one rank %.7f), %d parameters checked: %s\n", (int)world,
-               run_tp.loss, run_ref.loss, (int)n, bad ? "FAIL" : "ok");
+        printf("tensor parallel over %d ranks%s: loss %.7f (one rank %.7f), %d parameters checked: %s\n",
+               (int)world, seq_parallel ? " with sequence parallelism" : "", run_tp.loss, run_ref.loss, (int)n,
+               bad ? "FAIL" : "ok");
     mh_run_free(&run_ref);
     mh_run_free(&run_tp);
     mh_run_free(&run_rc);

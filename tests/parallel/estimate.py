@@ -118,6 +118,34 @@ check_layout("seed8", SEVEN_B, "7b", 8, 4, 1, 1, 2048, 4)
 check_layout("seed32", SEVEN_B, "7b", 32, 4, 4, 1, 2048, 8)
 # uneven: 6 layers on 4 stages (1, 2, 2, 1), tensor 2, data 1
 check_layout("uneven", TINY, "tiny", 8, 2, 4, 2, 64, 6)
+
+
+def check_seq_parallel(tp, recompute):
+    """CPU ranks (fp32), tiny on tp ranks: use_seq_parallel keeps each layer's norms and residual (3 hidden + 2
+    floats per token) and the head's norm (hidden + 1) on tokens / tp rows; the activations pool drops by the
+    other (tp - 1) / tp of them in every saved layer and the head. With recompute only the scratch of one unit
+    recomputed stays, here the head's (its 32000 / tp vocabulary rows outweigh a layer): its norm's share."""
+    name = f"sp{tp}{'-recompute' if recompute else ''}"
+    common = ["--nproc", str(tp), "--set", "device=cpu", "--set", "model.preset=tiny", "--set",
+              f"parallel_config.model_parallel={tp}", "--set", "train_micro_batch_size_per_gpu=2", "--set",
+              "data.seq_len=48", "--set", f"recompute={'true' if recompute else 'false'}"]
+    plain = dry_run(name + "-plain", *common)
+    sp = dry_run(name, *common, "--set", "parallel_config.use_seq_parallel=true")
+    if not plain or not sp:
+        return
+    got = [st["host"]["activations"] for st in sp[0]["parallel"]["stages"]]
+    base = [st["host"]["activations"] for st in plain[0]["parallel"]["stages"]]
+    h, layers, n_tok, share = TINY["hidden"], TINY["layers"], 2 * 48, 1 - 1 / tp
+    saved = n_tok * 4 * share * ((0 if recompute else (3 * h + 2) * layers) + h + 1)
+    check(len(got) == 1 and abs(base[0] - got[0] - saved) <= 1e-9 * base[0],
+          f"{name}: activations {got} with sequence parallelism, {base} without: expected {saved} less")
+    if got and base:
+        print(f"{name}: activations {got[0]:.0f} bytes with sequence parallelism, {base[0]:.0f} without")
+
+
+check_seq_parallel(2, False)
+check_seq_parallel(3, False)
+check_seq_parallel(2, True)
 # a layout the model does not divide is the plugin's error, naming the numbers
 r = subprocess.run([zt_run, "--dry-run", "--nproc", "8", "--output-dir", os.path.join(work, "bad"), "--set",
                     "model.preset=tiny", "--set", "parallel_config.model_parallel=4", "--set", "device=cuda"],

@@ -4,6 +4,10 @@
 # tp2, tp4 (2 KV heads: each replicated on 2 ranks), tp2 with recompute, dp2 x tp2 under ZeRO-1
 # and ZeRO-3 and tp2 x pp2, against the 1-rank run on the same global batch (fp32: 1e-5 relative), and their Hugging
 # Face exports (assembled from the tp shards) against the 1-rank export (1e-4 relative L2 per tensor).
+# Sequence parallelism (use_seq_parallel) the same way: tp2, tp4, tp2 with recompute, dp2 x tp2
+# under ZeRO-3 and tp2 x pp2, and the peak of its activations pool against tp2's less what the norms' and the
+# residual's rows on 1 / tp of the tokens save (counted from the shapes); a seq_len that does not
+# divide by model_parallel refused.
 #   tp_train.sh ZT_RUN ZT_PREP MPIEXEC SOURCE_DIR WORK_DIR
 set -u
 zt_run=$1 zt_prep=$2 mpiexec=$3 src=$4 work=$5
@@ -34,8 +38,9 @@ run() { # run RANKS NAME ARGS...: zt-run on RANKS ranks into WORK/NAME
         --export-dtype fp32 "$@"
 }
 
-losses_match() { # losses_match NAME: its per-step losses against the reference's
-    if ! python3 - "$work/reference/metrics.jsonl" "$work/$1/metrics.jsonl" "$1" <<'PY'
+losses_match() { # losses_match NAME [REFERENCE]: its per-step losses against the reference's
+    local ref=${2:-reference}
+    if ! python3 - "$work/$ref/metrics.jsonl" "$work/$1/metrics.jsonl" "$1" <<'PY'
 import json, sys
 def records(path):
     return [(r["loss"], r["grad_norm"]) for r in map(json.loads, open(path)) if r.get("type") == "train"]
@@ -47,7 +52,7 @@ print(("FAIL: " if bad else "") + f"{name}: (loss, grad_norm) {got}, one rank {w
 sys.exit(1 if bad else 0)
 PY
     then zt_failures=$((zt_failures + 1)); fi
-    python3 "$here/compare_weights.py" "$work/reference/hf" "$work/$1/hf" || zt_failures=$((zt_failures + 1))
+    python3 "$here/compare_weights.py" "$work/$ref/hf" "$work/$1/hf" || zt_failures=$((zt_failures + 1))
 }
 
 run 1 reference "${one_dp[@]}" --plugins zero0
@@ -65,6 +70,60 @@ done
 # tensor x pipeline: 2 x 2 on 4 ranks (the hidden states between stages are the same on every tp rank)
 run 4 tp2_pp2 "${one_dp[@]}" --set parallel_config.model_parallel=2 --set parallel_config.pipeline_stage=2
 losses_match tp2_pp2
+# sequence parallelism: the same losses, gradient norms and exports
+sp=(--set parallel_config.use_seq_parallel=true)
+run 2 tp2_sp "${one_dp[@]}" --set parallel_config.model_parallel=2 "${sp[@]}"
+losses_match tp2_sp
+run 4 tp4_sp "${one_dp[@]}" --set parallel_config.model_parallel=4 "${sp[@]}"
+losses_match tp4_sp
+run 2 tp2_sp_recompute "${one_dp[@]}" --set parallel_config.model_parallel=2 --set recompute=true "${sp[@]}"
+losses_match tp2_sp_recompute
+run 4 dp2_tp2_zero3_sp "${two_dp[@]}" --set parallel_config.model_parallel=2 --set zero_optimization.stage=3 \
+    "${sp[@]}"
+losses_match dp2_tp2_zero3_sp
+run 4 tp2_pp2_sp "${one_dp[@]}" --set parallel_config.model_parallel=2 --set parallel_config.pipeline_stage=2 \
+    "${sp[@]}"
+losses_match tp2_pp2_sp
+# its activations: the records of one micro-batch (2 x 128 tokens) are held at the peak; each of the 2
+# layers keeps 3 arrays [N, 32] and 2 [N] on N / 2 rows instead of N, the head 1 and 1 (the plugin
+# carves each array to a multiple of 16 floats)
+if ! python3 - "$work/tp2/metrics.jsonl" "$work/tp2_sp/metrics.jsonl" <<'PY'
+import json, sys
+def peak(path):
+    return max(r["mem_host"]["activations"]["peak"] for r in map(json.loads, open(path)) if r.get("type") == "train")
+carved = lambda floats: (floats + 15) // 16 * 16 * 4
+n, h = 2 * 128, 32
+rows, rstd = carved(n * h) - carved(n // 2 * h), carved(n) - carved(n // 2)
+want = 2 * (3 * rows + 2 * rstd) + rows + rstd
+plain, sp = peak(sys.argv[1]), peak(sys.argv[2])
+bad = plain - sp != want
+print(("FAIL: " if bad else "") + f"activations pool peak: tp2 {plain} bytes, with sequence parallelism {sp} "
+      f"(expected {want} less)")
+sys.exit(1 if bad else 0)
+PY
+then zt_failures=$((zt_failures + 1)); fi
+expect_fail "does not divide by 2: make data.seq_len a multiple of 2" -- "$mpiexec" -np 2 --oversubscribe \
+    --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" --output-dir "$work/sp_odd" \
+    --set parallel_config.model_parallel=2 "${sp[@]}" --set data.seq_len=127 --set train_micro_batch_size_per_gpu=1
+# LoRA under tensor parallelism (A of q/k/v/gate/up replicated, B split by rows; A of o/down split by
+# columns, B replicated) against the 1-rank LoRA run, with dropout (0.1), and the exports merged (W + s B A)
+lora=(--set lora.r=4 --set lora.lora_alpha=8 --set lora.target_modules=all-linear
+      --set lora.lora_dropout=0.1 --plugins llama,lora)
+run 1 lora_reference "${one_dp[@]}" "${lora[@]:0:8}" --plugins llama,lora,zero0
+run 2 lora_tp2 "${one_dp[@]}" "${lora[@]}" --set parallel_config.model_parallel=2
+losses_match lora_tp2 lora_reference
+run 2 lora_tp2_sp "${one_dp[@]}" "${lora[@]}" --set parallel_config.model_parallel=2 "${sp[@]}"
+losses_match lora_tp2_sp lora_reference
+# dropout draws its masks from each micro-batch's tokens, so data parallelism (other micro-batches) is
+# compared without it
+run 1 lora_reference_p0 "${one_dp[@]}" "${lora[@]:0:6}" --plugins llama,lora,zero0
+run 4 lora_dp2_tp2_zero3 "${two_dp[@]}" "${lora[@]:0:6}" --plugins llama,lora --set parallel_config.model_parallel=2 \
+    --set zero_optimization.stage=3
+losses_match lora_dp2_tp2_zero3 lora_reference_p0
+# tp4 replicates the 2 KV heads: LoRA on k_proj / v_proj of a replicated head is refused
+expect_fail "leave k_proj and v_proj out of lora.target_modules" -- "$mpiexec" -np 4 --oversubscribe \
+    --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" "${lora[@]}" --output-dir "$work/lora_tp4" \
+    --set parallel_config.model_parallel=4
 # what a tensor-parallel run refuses: a message naming the option
 expect_fail "model_parallel 2: --export-adapter reads the whole adapter on one rank" -- "$mpiexec" -np 2 \
     --oversubscribe --allow-run-as-root "$zt_run" "${common[@]}" "${one_dp[@]}" --output-dir "$work/refused" \
