@@ -64,7 +64,9 @@ zt_status zt_generate_run(const zt_generate_options *o, const zt_generate_settin
  * softmax of logits / temperature, cut to the smallest set of most likely tokens whose probability
  * reaches top_p (transformers' TopPLogitsWarper: a token stays when the tokens more likely than it
  * hold less than top_p; ties are ordered by id), renormalised, and one draw from it with a splitmix64
- * generator seeded by `seed`. */
+ * generator seeded by `seed`. Tokens rank by logit value (a float comparison: -0 ties with +0), ties
+ * to the lower id: the device sampler (zt_cuda_sample) keeps the same rule and, given the same u,
+ * draws the same token. */
 typedef struct zt_sampler {
     double temperature, top_p;
     uint64_t state;
@@ -79,7 +81,15 @@ void zt_sampler_free(zt_sampler *s);
 /* The distribution the next draw comes from: probs[vocab] (zero outside the top-p set); for
  * temperature 0 a one at the argmax. */
 void zt_sampler_distribution(zt_sampler *s, const float *logits, double *probs);
-/* The next token. logits[vocab]; -INFINITY excludes a token. */
+/* The next token. logits[vocab]; -INFINITY excludes a token. zt_sampler_pick(s, logits,
+ * zt_sampler_draw_u(s)), in one call. */
 int32_t zt_sampler_next(zt_sampler *s, const float *logits);
+/* The uniform number in [0, 1) the next draw walks the distribution with, advancing the generator
+ * (53 random bits); 0 without advancing at temperature 0, where no draw is made. A device sampler is
+ * given this u, so a record's tokens are the same wherever they are drawn. */
+double zt_sampler_draw_u(zt_sampler *s);
+/* The token u selects: the argmax at temperature 0, else the first token in id order whose cumulative
+ * probability exceeds u (the last token that can be drawn when u is beyond the rounded total). */
+int32_t zt_sampler_pick(zt_sampler *s, const float *logits, double u);
 
 #endif

@@ -46,10 +46,14 @@ static int32_t argmax(const float *x, int32_t n)
     return best;
 }
 
-static int more_likely_first(const void *pa, const void *pb, void *probs)
+/* The ranking rule, shared with the device sampler (kernels/cuda/sample.cu): by logit value (a float
+ * comparison, so -0 ties with +0), ties to the lower id. Probabilities are monotone in the logit, so
+ * this is "most likely first"; ranking the logits rather than the rounded probabilities keeps two
+ * distinct logits whose fp64 exp rounds alike in logit order on both sides. */
+static int more_likely_first(const void *pa, const void *pb, void *logits)
 {
     int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-    double x = ((const double *)probs)[a], y = ((const double *)probs)[b];
+    float x = ((const float *)logits)[a], y = ((const float *)logits)[b];
     if (x != y) return x > y ? -1 : 1;
     return (a > b) - (a < b);
 }
@@ -67,7 +71,7 @@ static void distribution(zt_sampler *s, const float *logits)
     for (int32_t i = 0; i < V; i++) s->prob[i] /= sum;
     if (s->top_p >= 1) return;
     for (int32_t i = 0; i < V; i++) s->order[i] = i;
-    qsort_r(s->order, (size_t)V, sizeof *s->order, more_likely_first, s->prob);
+    qsort_r(s->order, (size_t)V, sizeof *s->order, more_likely_first, (void *)logits);
     double kept = 0; /* the mass of the tokens kept so far, all more likely than the next */
     int32_t k = 0;
     for (; k < V && kept < s->top_p; k++) kept += s->prob[s->order[k]];
@@ -86,11 +90,21 @@ void zt_sampler_distribution(zt_sampler *s, const float *logits, double *probs)
     memcpy(probs, s->prob, (size_t)s->vocab * sizeof *probs);
 }
 
+double zt_sampler_draw_u(zt_sampler *s)
+{
+    return s->temperature == 0 ? 0.0 : (double)(zt_splitmix64(&s->state) >> 11) * 0x1p-53;
+}
+
 int32_t zt_sampler_next(zt_sampler *s, const float *logits)
+{
+    return zt_sampler_pick(s, logits, zt_sampler_draw_u(s));
+}
+
+int32_t zt_sampler_pick(zt_sampler *s, const float *logits, double u)
 {
     if (s->temperature == 0) return argmax(logits, s->vocab);
     distribution(s, logits);
-    double u = (double)(zt_splitmix64(&s->state) >> 11) * 0x1p-53, cumulative = 0;
+    double cumulative = 0;
     int32_t last = 0;
     for (int32_t i = 0; i < s->vocab; i++) {
         if (s->prob[i] == 0) continue;

@@ -376,10 +376,14 @@ uint64_t zt_cuda_attention_decode_scratch_bytes(int32_t n_seqs, int32_t n_new, i
  * row drawn by the host's per-record RNG, so the token equals the CPU sampler's
  * (framework/generate/sampler.c) for the same u: probabilities in fp64, the draw walks the kept tokens
  * in id order. The fields are doubles because the CPU sampler's are. logits: fp32 (the llama head
- * writes fp32 logits when asked for ZT_F32); -INFINITY excludes a token. */
+ * writes fp32 logits when asked for ZT_F32); -INFINITY excludes a token. Only the first n_draw ids of
+ * each row (1 <= n_draw <= vocab; the tokenizer's vocabulary when the model's is padded) can be drawn.
+ * A row whose drawable logits hold a NaN or +inf gets token -1 (broken weights: the caller says so, as
+ * the CPU path does). Ranking rule (as the CPU sampler's): by logit value, -0 tying with +0, ties to
+ * the lower id. */
 typedef struct zt_cuda_sample_row { double temperature, top_p, u; int32_t top_k; } zt_cuda_sample_row;
 zt_status zt_cuda_sample(zt_cuda_ctx *ctx, cudaStream_t stream, const float *logits /* [n][vocab] */,
-                         int32_t n, int32_t vocab, const zt_cuda_sample_row *rows /* device */,
+                         int32_t n, int32_t vocab, int32_t n_draw, const zt_cuda_sample_row *rows /* device */,
                          int32_t *tokens /* device [n] */);
 /* The context scratch zt_cuda_sample uses (its per-row sort buffers). */
 uint64_t zt_cuda_sample_scratch_bytes(int32_t n, int32_t vocab);

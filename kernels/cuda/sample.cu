@@ -1,15 +1,19 @@
 /* Sampling on the device (zt_cuda_sample): the CPU sampler's rules (framework/generate/sampler.c) on
  * one thread block per row, so the host never waits for logits.
  *
- * The CPU sampler sorts the vocabulary for top-p; here no sort is needed. Tokens are ordered by a
- * monotone 32-bit key of their logit (probabilities are monotone in it), ties to the lower id, and the
+ * The rule both follow: tokens rank by logit value (a float comparison: -0 equals +0), ties to the
+ * lower id. The CPU sampler sorts the vocabulary for top-p; here no sort is needed. Tokens are ordered
+ * by a 32-bit key that is monotone in the logit's value (-0 takes +0's key: as raw bits they would
+ * rank apart, and a cut inside the tie group at 0 would then keep other tokens than the CPU's), and the
  * cut of top-k (the k-th token) and of top-p (the first token at which the kept mass reaches top_p) is
  * found by building the cut key bit by bit from the top, one block-wide count or mass per bit (radix
  * select). Within the tie group at the cut, the lowest ids are taken, as the sort's order would.
  * Each thread owns a contiguous range of ids, so a scan over thread totals gives id-order prefix sums:
  * the draw walks the kept tokens in id order and returns the first whose cumulative probability
- * exceeds u, as the CPU does. Probabilities are fp64 like the CPU's; only the summation order differs
- * (the chance that u falls within those last-bit differences of a boundary is about 1e-15 a draw).
+ * exceeds u, as the CPU does. Probabilities are fp64 like the CPU's; they may differ in the last bits
+ * only (summation order, and CUDA's fp64 exp within 1 ulp of glibc's), which changes a token only when
+ * u or the top-p mass lies within those bits of a boundary (about 1e-15 a draw; tests/cuda/test_decode.c
+ * counts such rows apart).
  */
 #include <math.h>
 
@@ -21,7 +25,7 @@ constexpr int SAMPLE_THREADS = 1024;
 
 __device__ __forceinline__ uint32_t order_key(float x)
 {
-    uint32_t bits = __float_as_uint(x);
+    uint32_t bits = x == 0.0f ? 0u : __float_as_uint(x); /* -0 ties with +0, as in a float comparison */
     return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
 }
 
@@ -141,26 +145,34 @@ __device__ void keep_to_cut(const float *logits, double *prob, int32_t lo, int32
 }
 
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-    sample_kernel(const float *all_logits, int32_t vocab, const zt_cuda_sample_row *rows, double *all_prob,
-                  int32_t *tokens)
+    sample_kernel(const float *all_logits, int32_t stride, int32_t vocab, const zt_cuda_sample_row *rows,
+                  double *all_prob, int32_t *tokens)
 {
     __shared__ double shared[72];
     __shared__ float sv[32];
     __shared__ int32_t si[32];
     const int row = blockIdx.x;
-    const float *logits = all_logits + (int64_t)row * vocab;
-    double *prob = all_prob + (int64_t)row * vocab;
+    /* vocab: the drawable ids (n_draw), stride: the row length of the logits */
+    const float *logits = all_logits + (int64_t)row * stride;
+    double *prob = all_prob + (int64_t)row * stride;
     const zt_cuda_sample_row r = rows[row];
     const int32_t per = (vocab + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
     const int32_t lo = min(vocab, (int32_t)threadIdx.x * per), hi = min(vocab, lo + per);
 
     float best = -INFINITY;
     int32_t best_id = INT32_MAX;
-    for (int32_t i = lo; i < hi; i++)
+    double broken = 0; /* NaN or +inf logits: the weights are broken, the row gets -1 */
+    for (int32_t i = lo; i < hi; i++) {
+        if (isnan(logits[i]) || logits[i] == INFINITY) broken += 1;
         if (best_id == INT32_MAX || logits[i] > best) {
             best = logits[i];
             best_id = i;
         }
+    }
+    if (block_sum(broken, shared) > 0) { /* the same sum in every thread: all return together */
+        if (threadIdx.x == 0) tokens[row] = -1;
+        return;
+    }
     int32_t top_id = block_argmax(best, best_id, sv, si);
     if (!(r.temperature > 0)) {
         if (threadIdx.x == 0) tokens[row] = top_id;
@@ -258,16 +270,19 @@ extern "C" uint64_t zt_cuda_sample_scratch_bytes(int32_t n, int32_t vocab)
 }
 
 extern "C" zt_status zt_cuda_sample(zt_cuda_ctx *ctx, cudaStream_t stream, const float *logits, int32_t n,
-                                    int32_t vocab, const zt_cuda_sample_row *rows, int32_t *tokens)
+                                    int32_t vocab, int32_t n_draw, const zt_cuda_sample_row *rows, int32_t *tokens)
 {
     const char *what = "zt_cuda_sample";
     if (n < 1 || vocab < 1)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG, "%s: %d rows of vocabulary %d: both must be >= 1", what, (int)n,
                             (int)vocab);
+    if (n_draw < 1 || n_draw > vocab)
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG, "%s: n_draw %d of vocabulary %d: must be in [1, vocabulary]", what,
+                            (int)n_draw, (int)vocab);
     if (!logits || !rows || !tokens)
         return zt_cuda_fail(ZT_ERR_INVALID_ARG, "%s: logits, rows and tokens must be device pointers", what);
     double *prob = (double *)zt_cuda_scratch(ctx, zt_cuda_sample_scratch_bytes(n, vocab), what);
     if (!prob) return ZT_ERR_OUT_OF_MEMORY;
-    sample_kernel<<<(unsigned)n, SAMPLE_THREADS, 0, stream>>>(logits, vocab, rows, prob, tokens);
+    sample_kernel<<<(unsigned)n, SAMPLE_THREADS, 0, stream>>>(logits, vocab, n_draw, rows, prob, tokens);
     return zt_cuda_check_launch(what);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/random.h"
 #include "generate/generate.h"
 #include "ztest.h"
 
@@ -51,6 +52,11 @@ static void check_distributions(void)
     /* equal probabilities are ordered by id */
     const float ties[V] = {0, 1, 1, 0};
     expect_distribution("ties, top-p 0.3", 1, 0.3, ties, (const double[]){0, 1, 0, 0});
+    /* -0 and +0 are one logit value (the device sampler ranks the same way): the lower id comes first */
+    const float zeros[V] = {-1, -0.0f, 0.0f, -1};
+    expect_distribution("signed zeros, top-p 0.3", 1, 0.3, zeros, (const double[]){0, 1, 0, 0});
+    const float zeros_up[V] = {-1, 0.0f, -0.0f, -1};
+    expect_distribution("signed zeros swapped, top-p 0.3", 1, 0.3, zeros_up, (const double[]){0, 1, 0, 0});
     /* greedy: the first of equal maxima, as torch.argmax */
     expect_distribution("greedy", 0, 1, ties, (const double[]){0, 1, 0, 0});
 }
@@ -96,6 +102,28 @@ static void check_draws(void)
     zt_sampler_free(&sa);
     zt_sampler_free(&sb);
     zt_sampler_free(&sc);
+
+    /* The split a device sampler uses (u drawn on the host, the token picked elsewhere): the u of the
+     * k-th draw is the k-th splitmix64 output's top 53 bits over 2^53, and picking with it repeats
+     * zt_sampler_next's tokens; at temperature 0 no u is drawn (the generator does not advance). */
+    ZT_CHECK_INT(zt_sampler_init(&sa, V, 1, 0.9, 11, &err), ZT_OK);
+    ZT_CHECK_INT(zt_sampler_init(&sb, V, 1, 0.9, 11, &err), ZT_OK);
+    uint64_t state = 11;
+    for (int i = 0; i < 100; i++) {
+        double u = zt_sampler_draw_u(&sb);
+        ZT_CHECK(u == (double)(zt_splitmix64(&state) >> 11) / 9007199254740992.0);
+        ZT_CHECK_INT(zt_sampler_pick(&sb, k_logits, u), zt_sampler_next(&sa, k_logits));
+    }
+    /* u at the edges: 0 takes the first token that can be drawn, just below 1 the last */
+    ZT_CHECK_INT(zt_sampler_pick(&sb, k_logits, 0.0), 0);
+    ZT_CHECK_INT(zt_sampler_pick(&sb, k_logits, 0.999999), 2);
+    zt_sampler_free(&sa);
+    zt_sampler_free(&sb);
+    ZT_CHECK_INT(zt_sampler_init(&sa, V, 0, 1, 11, &err), ZT_OK);
+    ZT_CHECK(zt_sampler_draw_u(&sa) == 0.0);
+    ZT_CHECK(sa.state == 11);
+    ZT_CHECK_INT(zt_sampler_pick(&sa, k_logits, 0.9), 0);
+    zt_sampler_free(&sa);
 
     /* A tiny top-p or temperature is greedy. */
     ZT_CHECK_INT(zt_sampler_init(&s, V, 1, 1e-9, 3, &err), ZT_OK);
