@@ -324,8 +324,11 @@ static zt_status run_units(gen_model *m, const int32_t *seq_ids, int32_t n_seqs,
     zt_status st = m->attention.ops->kv_advance(m->attention.state, m->kv, seq_ids, n_seqs, n_new);
     if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n_new);
     if (rows) { /* n int32 back instead of the logits */
+        /* Into page-locked memory the copy is asynchronous: the step's one wait is here (it also
+         * frees m->sample_rows for the next step's rows). */
         if ((st = zt_runtime_memcpy(m->rt, m->sampled, m->device_sampled, (uint64_t)n_seqs * sizeof *m->sampled,
-                                    err)) != ZT_OK)
+                                    err)) != ZT_OK ||
+            (st = zt_runtime_sync(m->rt, err)) != ZT_OK)
             return st;
         for (int32_t i = 0; i < n_seqs; i++) {
             if (m->sampled[i] < 0 || m->sampled[i] >= n_draw)
