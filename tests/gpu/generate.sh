@@ -124,9 +124,14 @@ PY
     for spec in true false; do
         "$zt_run" --generate --model "$model" --set device=cuda --plugins llama,paged --set generate.max_seqs=8 \
             --temperature 0.8 --top-p 0.9 --seed 5 --set generate.device_sampling=$spec \
-            --prompts "$out/ids.jsonl" --output "$out/sampled_$spec.jsonl" --max-new-tokens 24 >"$out/sampled_$spec.log" 2>&1
+            --prompts "$out/ids.jsonl" --output "$out/sampled_$spec.jsonl" --max-new-tokens 24 \
+            --stats "$out/sampled_$spec.stats.json" >"$out/sampled_$spec.log" 2>&1
         same "exit status (batch, device_sampling=$spec)" 0 "$?"
     done
+    same "--stats sampling (device_sampling=true)" device \
+        "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sampling"])' "$out/sampled_true.stats.json")"
+    same "--stats sampling (device_sampling=false)" host \
+        "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sampling"])' "$out/sampled_false.stats.json")"
     python3 - "$out/sampled_true.jsonl" "$out/sampled_false.jsonl" <<'PY' || zt_failures=$((zt_failures + 1))
 import json, sys
 dev = [json.loads(l).get("output_ids") for l in open(sys.argv[1])]
