@@ -164,6 +164,9 @@ static const zt_option k_host_options[] = {
     {"generate.max_seqs", ZT_OPT_INT, MIN_MAX, "8", 1, 4096, NULL,
      "zt-run --generate --prompts: the most sequences decoded together (continuous batching); the "
      "attention plugin's KV cache may hold fewer (docs/generate.md)."},
+    {"generate.device_sampling", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "zt-run --generate on a GPU: sample on the device (the LM head's forward), copying back one token "
+     "per sequence instead of the logits; false: the host sampler (the same tokens for the same seed)."},
     {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
      "Make each GPU behave like a card of this size, e.g. \"24GiB\": zt's pools get it less "
      "gpu_context_reserve; unset: no cap."},

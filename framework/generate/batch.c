@@ -448,6 +448,28 @@ static void sample(gen_run *g, slot *s, const float *logits, float *masked)
     s->ids[s->length++] = zt_sampler_next(&s->sampler, masked);
 }
 
+/* Runs n_new tokens of each of the n slots seqs[] (gen_model_run) and appends each slot's next token:
+ * drawn on the device with the slot's own next u (m->device_sampling), else by its host sampler. */
+static zt_status run_and_sample(gen_run *g, slot *slots, const int32_t *seqs, int32_t n, const int32_t *tokens,
+                                int32_t n_new, const int32_t *start, float *masked, zt_error *err)
+{
+    gen_model *m = &g->model;
+    int32_t V = m->info->vocab_size;
+    if (!m->device_sampling) {
+        zt_status st = gen_model_run(m, seqs, n, tokens, n_new, start, err);
+        for (int32_t k = 0; k < n && st == ZT_OK; k++) sample(g, &slots[seqs[k]], m->logits + (int64_t)k * V, masked);
+        return st;
+    }
+    int32_t n_draw = g->have_tok && g->tok.info.vocab_size < V ? g->tok.info.vocab_size : V;
+    for (int32_t k = 0; k < n; k++) m->sample_rows[k] = gen_sample_row(&slots[seqs[k]].sampler);
+    zt_status st = gen_model_run_sampled(m, seqs, n, tokens, n_new, start, m->sample_rows, n_draw, m->sampled, err);
+    for (int32_t k = 0; k < n && st == ZT_OK; k++) {
+        slot *s = &slots[seqs[k]];
+        s->ids[s->length++] = m->sampled[k];
+    }
+    return st;
+}
+
 zt_status gen_batch_run(gen_run *g, zt_error *err)
 {
     batch b = {.g = g, .started = zt_now_s()};
@@ -515,9 +537,8 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
             s->started = zt_now_s();
             s->admitted = admitted++;
             int32_t n_run = s->n_prompt - cached;
-            if (st == ZT_OK) st = gen_model_run(m, &i, 1, s->ids + cached, n_run, &cached, err);
+            if (st == ZT_OK) st = run_and_sample(g, slots, &i, 1, s->ids + cached, n_run, &cached, masked, err);
             if (st == ZT_OK) {
-                sample(g, s, m->logits, masked);
                 gen_stats_first_token(&g->stats, s->started);
                 running++;
                 if (running > g->stats.peak_concurrent) g->stats.peak_concurrent = running;
@@ -562,12 +583,8 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
             tokens[k] = s->ids[s->length - 1];
             start[k] = s->length - 1;
         }
-        st = gen_model_run(m, seqs, n, tokens, 1, start, err);
-        for (int32_t k = 0; k < n && st == ZT_OK; k++) {
-            slot *s = &slots[seqs[k]];
-            sample(g, s, m->logits + (int64_t)k * m->info->vocab_size, masked);
-            st = after_token(&b, seqs[k], s, err);
-        }
+        st = run_and_sample(g, slots, seqs, n, tokens, 1, start, masked, err);
+        for (int32_t k = 0; k < n && st == ZT_OK; k++) st = after_token(&b, seqs[k], &slots[seqs[k]], err);
         progress(&b, 0);
     }
     g->stats.finished = zt_now_s();

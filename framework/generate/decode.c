@@ -160,6 +160,11 @@ zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, 
 {
     const zt_model_info *info = m->info;
     m->max_seqs = max_seqs;
+    /* Asked for (generate.device_sampling), on a GPU, and a model that can. */
+    m->device_sampling = m->device_sampling && m->on_gpu && info->struct_size >= ZT_MODEL_INFO_SIZE_1_4 &&
+                         (info->caps & ZT_MODEL_CAN_SAMPLE_ON_DEVICE);
+    if (m->on_gpu)
+        zt_log(ZT_LOG_INFO, "sampling on the %s (generate.device_sampling)", m->device_sampling ? "GPU" : "host");
     m->rows = seq_tokens > max_seqs ? seq_tokens : max_seqs;
     uint64_t rows = (uint64_t)m->rows, hidden_bytes = rows * (uint64_t)info->hidden_size * elem_bytes(m);
     for (int i = 0; i < 2; i++)
@@ -169,6 +174,17 @@ zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, 
     m->logits = model_alloc(m, ZT_POOL_ACTIVATIONS, logits_bytes, "logits", err);
     if (m->on_gpu && m->logits && !(m->device_logits = unit_alloc(m, ZT_POOL_ACTIVATIONS, logits_bytes, "logits", err)))
         return ZT_ERR_OUT_OF_MEMORY;
+    if (m->device_sampling) {
+        uint64_t n = (uint64_t)max_seqs;
+        m->sample_rows = zt_runtime_alloc(m->rt, ZT_POOL_OTHER, ZT_MEM_PINNED, n * sizeof *m->sample_rows, 0,
+                                          "sampling rows", err);
+        m->sampled = zt_runtime_alloc(m->rt, ZT_POOL_OTHER, ZT_MEM_PINNED, n * sizeof *m->sampled, 0,
+                                      "sampled tokens", err);
+        m->device_sample_rows = unit_alloc(m, ZT_POOL_OTHER, n * sizeof *m->sample_rows, "sampling rows", err);
+        m->device_sampled = unit_alloc(m, ZT_POOL_OTHER, n * sizeof *m->sampled, "sampled tokens", err);
+        if (!m->sample_rows || !m->sampled || !m->device_sample_rows || !m->device_sampled)
+            return ZT_ERR_OUT_OF_MEMORY;
+    }
     uint64_t ints = 4 * rows + (uint64_t)max_seqs + 3; /* + 2: the head's {0, 1} after a prompt's */
     m->batch_ints = model_alloc(m, ZT_POOL_OTHER, ints * sizeof(int32_t), "tokens, positions, sequence starts", err);
     if (!m->logits || !m->batch_ints) return ZT_ERR_OUT_OF_MEMORY;
@@ -208,13 +224,16 @@ void gen_model_free(gen_model *m)
     if (!m->rt) return;
     if (m->kv) m->attention.ops->kv_destroy(m->attention.state, m->kv);
     void *buffers[] = {m->weights, m->views, m->unit_first, m->hidden[0], m->hidden[1], m->logits,
-                       m->device_logits, m->batch_ints, m->device_batch};
+                       m->device_logits, m->batch_ints, m->device_batch, m->sample_rows, m->sampled,
+                       m->device_sample_rows, m->device_sampled};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) zt_runtime_free(m->rt, buffers[i]);
     memset(m, 0, sizeof *m);
 }
 
-zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
-                        const int32_t *start, zt_error *err)
+/* gen_model_run and gen_model_run_sampled: with rows, the head samples into next[] (n_draw ids). */
+static zt_status run_units(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, const int32_t *tokens,
+                           int32_t n_new, const int32_t *start, const zt_sample_row *rows, int32_t n_draw,
+                           int32_t *next, zt_error *err)
 {
     const zt_model_info *info = m->info;
     int32_t n = n_seqs * n_new;
@@ -285,6 +304,11 @@ zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, co
                           .attention = &m->attention,
                           .kv = m->kv,
                           .kv_seq_ids = seq_ids};
+        if (u == head && rows) {
+            c.sample_rows = m->device_sample_rows;
+            c.sample_tokens = m->device_sampled;
+            c.sample_n_draw = n_draw;
+        }
         if (u == head) {
             c.x_in = view_of(m, (char *)m->hidden[cur] + (uint64_t)(n_new - 1) * (uint64_t)H * elem_bytes(m), 3,
                              last_shape);
@@ -299,6 +323,23 @@ zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, co
     }
     zt_status st = m->attention.ops->kv_advance(m->attention.state, m->kv, seq_ids, n_seqs, n_new);
     if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n_new);
+    if (rows) { /* n int32 back instead of the logits */
+        /* Into page-locked memory the copy is asynchronous: the step's one wait is here (it also
+         * frees m->sample_rows for the next step's rows). */
+        if ((st = zt_runtime_memcpy(m->rt, m->sampled, m->device_sampled, (uint64_t)n_seqs * sizeof *m->sampled,
+                                    err)) != ZT_OK ||
+            (st = zt_runtime_sync(m->rt, err)) != ZT_OK)
+            return st;
+        for (int32_t i = 0; i < n_seqs; i++) {
+            if (m->sampled[i] < 0 || m->sampled[i] >= n_draw)
+                return zt_error_set(err, ZT_ERR_INTERNAL,
+                                    "the model's logits at position %d are not finite (the device sampler drew %d): "
+                                    "the weights are broken (a diverged training run?)",
+                                    (int)(start[i] + n_new - 1), (int)m->sampled[i]);
+            next[i] = m->sampled[i];
+        }
+        return ZT_OK;
+    }
     if (m->on_gpu && (st = zt_runtime_memcpy(m->rt, m->logits, m->device_logits,
                                              (uint64_t)n_seqs * (uint64_t)info->vocab_size * sizeof(float), err)) != ZT_OK)
         return st;
@@ -312,10 +353,45 @@ zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, co
     return ZT_OK;
 }
 
+zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
+                        const int32_t *start, zt_error *err)
+{
+    return run_units(m, seq_ids, n_seqs, tokens, n_new, start, NULL, 0, NULL, err);
+}
+
+zt_status gen_model_run_sampled(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, const int32_t *tokens,
+                                int32_t n_new, const int32_t *start, const zt_sample_row *rows, int32_t n_draw,
+                                int32_t *next, zt_error *err)
+{
+    if (!m->device_sampling || n_seqs < 1 || n_seqs > m->max_seqs || n_draw < 1 || n_draw > m->info->vocab_size)
+        return zt_error_set(err, ZT_ERR_INTERNAL, "gen_model_run_sampled: device sampling is off or %d rows of %d "
+                            "drawable ids do not fit (a host bug)", (int)n_seqs, (int)n_draw);
+    if (rows != m->sample_rows) memcpy(m->sample_rows, rows, (size_t)n_seqs * sizeof *rows);
+    zt_status st = zt_runtime_memcpy(m->rt, m->device_sample_rows, m->sample_rows,
+                                     (uint64_t)n_seqs * sizeof *rows, err);
+    return st == ZT_OK ? run_units(m, seq_ids, n_seqs, tokens, n_new, start, m->sample_rows, n_draw, next, err) : st;
+}
+
+zt_sample_row gen_sample_row(zt_sampler *s)
+{
+    zt_sample_row r = {.temperature = s->temperature, .top_p = s->top_p, .top_k = 0};
+    r.u = zt_sampler_draw_u(s);
+    return r;
+}
+
 zt_status gen_model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_error *err)
 {
     static const int32_t seq0 = 0;
     zt_status st = gen_model_run(m, &seq0, 1, tokens, n, &m->n_cached, err);
+    if (st == ZT_OK) m->n_cached += n;
+    return st;
+}
+
+zt_status gen_model_step_sampled(gen_model *m, const int32_t *tokens, int32_t n, const zt_sample_row *row,
+                                 int32_t n_draw, int32_t *next, zt_error *err)
+{
+    static const int32_t seq0 = 0;
+    zt_status st = gen_model_run_sampled(m, &seq0, 1, tokens, n, &m->n_cached, row, n_draw, next, err);
     if (st == ZT_OK) m->n_cached += n;
     return st;
 }

@@ -311,6 +311,7 @@ static zt_status start_plugins(gen_run *g, zt_error *err)
     }
     g->model.on_gpu = ro.device_type == ZT_DEVICE_CUDA;
     g->model.dtype = !g->model.on_gpu ? ZT_F32 : g->settings.fp16 ? ZT_F16 : ZT_BF16;
+    g->model.device_sampling = g->settings.generate_device_sampling; /* gen_model_prepare checks the rest */
     if (st == ZT_OK) st = zt_runtime_create(&ro, g->cfg, &g->rt, err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++)
         if (g->set.by_kind[k].plugin) st = zt_plugin_probe(&g->set.by_kind[k], g->rt, err);
@@ -603,17 +604,26 @@ static zt_status generate(gen_run *g, zt_error *err)
     g->stats.peak_concurrent = 1;
     double started = g->stats.started, prefill_s = 0;
     int32_t length = n_prompt;
+    int32_t n_draw = tokenizer_vocab < V ? tokenizer_vocab : V; /* ids the tokenizer has */
     while (st == ZT_OK) {
-        st = length == n_prompt ? gen_model_step(m, ids, n_prompt, err)
-                                : gen_model_step(m, ids + length - 1, 1, err);
+        const int32_t *step = length == n_prompt ? ids : ids + length - 1;
+        int32_t n_step = length == n_prompt ? n_prompt : 1, next = -1;
+        if (m->device_sampling) { /* the head draws with this record's next u */
+            zt_sample_row row = gen_sample_row(&sampler);
+            st = gen_model_step_sampled(m, step, n_step, &row, n_draw, &next, err);
+        } else {
+            st = gen_model_step(m, step, n_step, err);
+        }
         if (st != ZT_OK) break;
         if (length == n_prompt) {
             prefill_s = zt_now_s() - started;
             gen_stats_first_token(&g->stats, started);
         }
-        memcpy(masked, m->logits, (size_t)V * sizeof *masked);
-        for (int32_t v = tokenizer_vocab; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
-        int32_t next = zt_sampler_next(&sampler, masked);
+        if (!m->device_sampling) {
+            memcpy(masked, m->logits, (size_t)V * sizeof *masked);
+            for (int32_t v = tokenizer_vocab; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
+            next = zt_sampler_next(&sampler, masked);
+        }
         ids[length++] = next;
         if (print_ids) {
             printf("%s%d", length - 1 > n_prompt ? " " : "", (int)next);

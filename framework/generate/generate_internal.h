@@ -96,6 +96,12 @@ typedef struct gen_model {
      * cu_seqlens [max_seqs + 1]; on a GPU copied to device_batch before each call. */
     int32_t *batch_ints, *device_batch;
     int32_t *tokens, *positions, *targets, *doc_ids, *cu_seqlens; /* into batch_ints */
+    /* Device sampling (generate.device_sampling, a GPU and a model with ZT_MODEL_CAN_SAMPLE_ON_DEVICE,
+     * set before gen_model_prepare): the head samples, and a call copies back n int32 instead of the
+     * logits. The rows and tokens [max_seqs] in page-locked host memory and their device copies. */
+    int device_sampling;
+    zt_sample_row *sample_rows, *device_sample_rows;
+    int32_t *sampled, *device_sampled;
 } gen_model;
 
 /* Reads one parameter (its whole logical tensor) from wherever the weights are. */
@@ -124,8 +130,18 @@ void gen_model_free(gen_model *m);
  * tokens only: nothing else needs logits. */
 zt_status gen_model_run(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, const int32_t *tokens, int32_t n_new,
                         const int32_t *start, zt_error *err);
+/* gen_model_run with device sampling (m->device_sampling): sequence i's next token, drawn by rows[i]
+ * from its first n_draw ids, goes to next[i]; m->logits is not filled. */
+zt_status gen_model_run_sampled(gen_model *m, const int32_t *seq_ids, int32_t n_seqs, const int32_t *tokens,
+                                int32_t n_new, const int32_t *start, const zt_sample_row *rows, int32_t n_draw,
+                                int32_t *next, zt_error *err);
+/* The sampling row of a host sampler's next draw (advancing its generator as zt_sampler_next would). */
+zt_sample_row gen_sample_row(zt_sampler *s);
 /* Sequence 0's next n tokens (the single-prompt path). */
 zt_status gen_model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_error *err);
+/* gen_model_step with device sampling: the next token, drawn by *row from the first n_draw ids, in *next. */
+zt_status gen_model_step_sampled(gen_model *m, const int32_t *tokens, int32_t n, const zt_sample_row *row,
+                                 int32_t n_draw, int32_t *next, zt_error *err);
 /* The attention plugin's cache figures (NULL op: ZT_ERR_UNSUPPORTED, no message). */
 zt_status gen_model_kv_stats(gen_model *m, int32_t seq_id, zt_kv_stats *out, zt_error *err);
 /* The log line of the cache at the end of generation; waste: slots and tokens of the sequences

@@ -50,8 +50,8 @@ zt_status gen_stats_write(gen_run *g, const gen_stats *s, zt_error *err)
     FILE *f = open_memstream(&text, &len);
     if (!f) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for --stats");
     gen_model *m = &g->model;
-    fprintf(f, "{\"version\":1,\"device\":\"%s\",\"attention\":",
-            g->settings.device == ZT_DEVICE_SETTING_CUDA ? "cuda" : "cpu");
+    fprintf(f, "{\"version\":1,\"device\":\"%s\",\"sampling\":\"%s\",\"attention\":",
+            g->settings.device == ZT_DEVICE_SETTING_CUDA ? "cuda" : "cpu", m->device_sampling ? "device" : "host");
     zt_json_write_string(f, m->attention_lp->desc.name, strlen(m->attention_lp->desc.name));
     fprintf(f, ",\"max_seqs\":%d,\"sequences\":%lld,\"peak_concurrent\":%d,\"prompt_tokens\":%lld,"
             "\"new_tokens\":%lld,\"wall_s\":%.6f,\"tokens_per_s\":%.3f,\"ttft_s\":%.6f,\"ttft_mean_s\":%.6f,",

@@ -76,16 +76,25 @@ ZT_ABI_SIZE(zt_param_decl, 72);
 ZT_ABI_OFFSET(zt_param_decl, shape, 16);
 ZT_ABI_OFFSET(zt_param_decl, tp_split_dim, 48);
 ZT_ABI_OFFSET(zt_param_decl, tied_to, 64);
-ZT_ABI_SIZE(zt_model_info, 96); /* 1.3 appended rms_norm_eps and rope_theta */
+ZT_ABI_SIZE(zt_model_info, 104); /* 1.3 appended rms_norm_eps and rope_theta, 1.4 caps */
 ZT_ABI_OFFSET(zt_model_info, params, 48);
 ZT_ABI_OFFSET(zt_model_info, n_parameters, 56);
 ZT_ABI_OFFSET(zt_model_info, act_bytes_per_token_layer_recompute, 72);
 ZT_ABI_OFFSET(zt_model_info, rms_norm_eps, 80);
 ZT_ABI_OFFSET(zt_model_info, rope_theta, 88);
-ZT_STATIC_ASSERT(ZT_MODEL_INFO_SIZE_1_0 == 80 && ZT_MODEL_INFO_SIZE_1_3 == 96, zt_model_info_sizes);
-ZT_ABI_SIZE(zt_unit_call, 568); /* 1.2 appended loss_scale */
+ZT_ABI_OFFSET(zt_model_info, caps, 96);
+ZT_STATIC_ASSERT(ZT_MODEL_INFO_SIZE_1_0 == 80 && ZT_MODEL_INFO_SIZE_1_3 == 96 && ZT_MODEL_INFO_SIZE_1_4 == 104,
+                 zt_model_info_sizes);
+ZT_ABI_SIZE(zt_sample_row, 32);
+ZT_ABI_OFFSET(zt_sample_row, u, 16);
+ZT_ABI_OFFSET(zt_sample_row, top_k, 24);
+ZT_ABI_SIZE(zt_unit_call, 592); /* 1.2 appended loss_scale, 1.4 the device sampling fields */
 ZT_ABI_OFFSET(zt_unit_call, loss_scale, 560);
-ZT_STATIC_ASSERT(ZT_UNIT_CALL_SIZE_1_0 == 560 && ZT_UNIT_CALL_SIZE_1_2 == 568, zt_unit_call_sizes);
+ZT_ABI_OFFSET(zt_unit_call, sample_rows, 568);
+ZT_ABI_OFFSET(zt_unit_call, sample_tokens, 576);
+ZT_ABI_OFFSET(zt_unit_call, sample_n_draw, 584);
+ZT_STATIC_ASSERT(ZT_UNIT_CALL_SIZE_1_0 == 560 && ZT_UNIT_CALL_SIZE_1_2 == 568 && ZT_UNIT_CALL_SIZE_1_4 == 592,
+                 zt_unit_call_sizes);
 ZT_ABI_OFFSET(zt_unit_call, params, 16);
 ZT_ABI_OFFSET(zt_unit_call, x_in, 48);
 ZT_ABI_OFFSET(zt_unit_call, dx_in, 408);

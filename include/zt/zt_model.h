@@ -232,11 +232,29 @@ typedef struct zt_model_info {
      * model built from a preset: the RMSNorm epsilon and the RoPE base. 0 when the model has none. */
     double rms_norm_eps;
     double rope_theta;
+    /* ABI 1.4 (read only when struct_size >= ZT_MODEL_INFO_SIZE_1_4): ZT_MODEL_CAN_* flags. */
+    uint32_t caps;
+    uint32_t reserved1;
 } zt_model_info;
 
-/* struct_size of a v1.0 zt_model_info and of a 1.3 one (rms_norm_eps, rope_theta). */
+/* struct_size of a v1.0 zt_model_info, of a 1.3 one (rms_norm_eps, rope_theta) and of a 1.4 one (caps). */
 #define ZT_MODEL_INFO_SIZE_1_0 80u
 #define ZT_MODEL_INFO_SIZE_1_3 96u
+#define ZT_MODEL_INFO_SIZE_1_4 104u
+
+/* zt_model_info.caps: the last unit's forward samples on the device when the unit call asks
+ * (zt_unit_call.sample_tokens; generation on a GPU). */
+#define ZT_MODEL_CAN_SAMPLE_ON_DEVICE 0x1u
+
+/* One sequence's sampling of zt_unit_call.sample_rows: greedy at temperature 0 (the first maximum),
+ * else the softmax of logits / temperature, top_k (0: off), then top_p (1: off), and the token u in
+ * [0, 1) selects: the first in id order whose cumulative probability exceeds u. The rules of the
+ * host's sampler (framework/generate/generate.h), so given the same u both draw the same token. */
+typedef struct zt_sample_row {
+    double temperature, top_p, u;
+    int32_t top_k;
+    int32_t reserved0;
+} zt_sample_row;
 
 /* ---- tensor parallelism (ABI 1.4) ------------------------------------------------------------ */
 
@@ -312,11 +330,23 @@ typedef struct zt_unit_call {
      * backward produces carries S; the zero plugin divides it out through zt_step_args.loss_scale).
      * The loss written to *loss is never scaled. 1 without fp16; a 1.0/1.1 caller means 1. */
     double loss_scale;
+    /* ABI 1.4 (read only when struct_size >= ZT_UNIT_CALL_SIZE_1_4, by a model with
+     * ZT_MODEL_CAN_SAMPLE_ON_DEVICE; generation only, last unit, NULL otherwise): when sample_tokens
+     * is not NULL the model samples one token per sequence from the logits it wrote to x_out, on the
+     * host's compute stream, by sample_rows[i] (device memory, [batch->batch]) into sample_tokens[i]
+     * (device int32 [batch->batch]); only ids below sample_n_draw (in [1, vocab]: the tokenizer's
+     * vocabulary when the model's is padded) are drawn. A row whose logits hold a NaN or +inf gets -1
+     * (the host reports broken weights). Nothing waits for the device. */
+    const zt_sample_row *sample_rows;
+    int32_t *sample_tokens;
+    int32_t sample_n_draw;
+    int32_t reserved1;
 } zt_unit_call;
 
-/* struct_size of a v1.0 zt_unit_call (no loss_scale) and of a 1.2 one. */
+/* struct_size of a v1.0 zt_unit_call (no loss_scale), of a 1.2 one and of a 1.4 one (sampling). */
 #define ZT_UNIT_CALL_SIZE_1_0 560u
 #define ZT_UNIT_CALL_SIZE_1_2 568u
+#define ZT_UNIT_CALL_SIZE_1_4 592u
 
 /* The loss scale of a unit call: c->loss_scale when the caller's struct has it and it is set, else 1. */
 static inline double zt_unit_call_loss_scale(const zt_unit_call *c)

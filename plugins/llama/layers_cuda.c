@@ -22,6 +22,16 @@
 
 #include "llama_cuda.h"
 
+#include <stddef.h>
+
+/* zt_unit_call.sample_rows reach zt_cuda_sample as they are: the two layouts must agree. */
+_Static_assert(sizeof(zt_sample_row) == sizeof(zt_cuda_sample_row) &&
+                   offsetof(zt_sample_row, temperature) == offsetof(zt_cuda_sample_row, temperature) &&
+                   offsetof(zt_sample_row, top_p) == offsetof(zt_cuda_sample_row, top_p) &&
+                   offsetof(zt_sample_row, u) == offsetof(zt_cuda_sample_row, u) &&
+                   offsetof(zt_sample_row, top_k) == offsetof(zt_cuda_sample_row, top_k),
+               "zt_sample_row and zt_cuda_sample_row differ");
+
 /* Device arrays of one layer, as in layers.c (bf16 unless marked). gate and up are the two column
  * blocks of one [tokens, 2 F] array (row stride 2 F), the output of one gate|up GEMM. */
 typedef struct gpu_layer_acts {
@@ -692,6 +702,12 @@ static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_hea
         CUDA_STEP(zt_cuda_gemm(ctx, r->stream, 0, 1, N, V, H, a->norm, H, param(r, HEAD_LM), H, logits_out,
                                logits_dtype, V, 0),
                   "lm_head forward (logits)");
+    /* Device sampling (zt_unit_call 1.4): one token per row, nothing waits; check_call has checked
+     * the fields (fp32 logits, device pointers, n_draw). */
+    if (logits_out && c->struct_size >= ZT_UNIT_CALL_SIZE_1_4 && c->sample_tokens)
+        CUDA_STEP(zt_cuda_sample(ctx, r->stream, logits_out, (int32_t)N, (int32_t)V, c->sample_n_draw,
+                                 (const zt_cuda_sample_row *)c->sample_rows, c->sample_tokens),
+                  "sampling");
     if (!loss_out) return ZT_OK;
     if (!(row_loss = device_alloc(r, ZT_POOL_WORKSPACE, (uint64_t)N * sizeof(float), "per-token loss")))
         return ZT_ERR_OUT_OF_MEMORY;

@@ -158,6 +158,9 @@ zt_status llama_params_build(llama_state *s)
     info->intermediate_size = (int32_t)F;
     info->max_seq_len = (int32_t)c->max_positions;
     info->n_params_decl = b.n;
+#ifdef ZT_PLUGIN_CUDA
+    info->caps = ZT_MODEL_CAN_SAMPLE_ON_DEVICE; /* the CUDA head samples (layers_cuda.c) */
+#endif
     info->params = s->decls;
     info->n_parameters = total;
     info->act_bytes_per_token_layer = floats * sizeof(float);

@@ -302,6 +302,19 @@ static zt_status check_call(const llama_state *s, const zt_unit_call *c, int bac
         if (is_head && !c->x_out.data)
             return call_error(s, name, "generation needs the logits: x_out is NULL");
     }
+    if (c->struct_size >= ZT_UNIT_CALL_SIZE_1_4 && (c->sample_tokens || c->sample_rows)) {
+        if (!is_head || backward || train || !c->kv || !s->on_gpu)
+            return call_error(s, name, "device sampling (sample_tokens) is for the LM head of a generation "
+                                       "forward on a GPU (a host bug)");
+        if (!c->sample_tokens || !c->sample_rows || logits_dtype != ZT_F32)
+            return call_error(s, name, "device sampling needs sample_rows, sample_tokens and fp32 logits in x_out "
+                                       "(a host bug)");
+        if (c->sample_n_draw < 1 || c->sample_n_draw > cfg->vocab) {
+            snprintf(what, sizeof what, "sample_n_draw is %d: it must be in [1, %d] (the vocabulary)",
+                     (int)c->sample_n_draw, (int)cfg->vocab);
+            return call_error(s, name, what);
+        }
+    }
     if ((train || backward) && !c->saved)
         return call_error(s, name, "training needs a saved-activations slot (zt_unit_call.saved is NULL)");
     if (train && !backward && *c->saved) {

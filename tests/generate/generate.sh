@@ -566,7 +566,7 @@ for f in [sys.argv[2] + "/model.safetensors"]:
     with open(f, "rb") as fh:
         header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
     numel += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
-want = {"device": "cpu", "attention": "naive", "sequences": 1, "peak_concurrent": 1,
+want = {"device": "cpu", "sampling": "host", "attention": "naive", "sequences": 1, "peak_concurrent": 1,
         "prompt_tokens": len(sys.argv[3].split(",")), "new_tokens": len(sys.argv[4].split())}
 bad = [f"{k}: expected {v}, got {s.get(k)}" for k, v in want.items() if s.get(k) != v]
 if abs(s["tokens_per_s"] - s["new_tokens"] / s["wall_s"]) > 1e-3 * s["tokens_per_s"] + 1e-3:

@@ -93,6 +93,56 @@ sys.exit(1 if bad else 0)
 PY
 }
 
+# Device sampling (generate.device_sampling, the LM head's zt_cuda_sample) against the host sampler
+# (generate.device_sampling=false) on the same GPU logits: the same seed draws the same u per token,
+# and both samplers keep one ranking rule, so the tokens are equal, greedy and sampled, one prompt and
+# a batch (a token could differ only where u lies within fp64 rounding of a boundary, ~1e-15 a draw).
+device_sampling() {
+    local k prompt spec host dev
+    for k in 0 1 2; do
+        prompt=$(reference $k prompt)
+        for spec in "--temperature 0" "--temperature 0.8 --top-p 0.9 --seed 7" "--temperature 1.3 --seed 11"; do
+            host=$("${gen[@]}" --plugins llama,paged $spec --set generate.device_sampling=false \
+                --prompt-ids "$prompt" 2>"$out/host.log") ||
+                { echo "FAIL: host sampler, $spec, prompt $k: $(tail -n 3 "$out/host.log")"; zt_failures=$((zt_failures + 1)); continue; }
+            dev=$("${gen[@]}" --plugins llama,paged $spec --prompt-ids "$prompt" 2>"$out/dev.log") ||
+                { echo "FAIL: device sampler, $spec, prompt $k: $(tail -n 3 "$out/dev.log")"; zt_failures=$((zt_failures + 1)); continue; }
+            grep -q "sampling on the GPU" "$out/dev.log" ||
+                { echo "FAIL: $spec: the run did not say it samples on the GPU"; zt_failures=$((zt_failures + 1)); }
+            grep -q "sampling on the host" "$out/host.log" ||
+                { echo "FAIL: $spec: generate.device_sampling=false did not sample on the host"; zt_failures=$((zt_failures + 1)); }
+            same "device sampling = host sampling ($spec, prompt $k)" "$host" "$dev"
+        done
+    done
+    python3 - "$out/ids.jsonl" "$model/expected.json" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[2]))["generate"]
+with open(sys.argv[1], "w") as f:
+    for i in range(12):
+        f.write(json.dumps({"id": i, "prompt_ids": runs[i % 3]["prompt"]}) + "\n")
+PY
+    for spec in true false; do
+        "$zt_run" --generate --model "$model" --set device=cuda --plugins llama,paged --set generate.max_seqs=8 \
+            --temperature 0.8 --top-p 0.9 --seed 5 --set generate.device_sampling=$spec \
+            --prompts "$out/ids.jsonl" --output "$out/sampled_$spec.jsonl" --max-new-tokens 24 \
+            --stats "$out/sampled_$spec.stats.json" >"$out/sampled_$spec.log" 2>&1
+        same "exit status (batch, device_sampling=$spec)" 0 "$?"
+    done
+    same "--stats sampling (device_sampling=true)" device \
+        "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sampling"])' "$out/sampled_true.stats.json")"
+    same "--stats sampling (device_sampling=false)" host \
+        "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sampling"])' "$out/sampled_false.stats.json")"
+    python3 - "$out/sampled_true.jsonl" "$out/sampled_false.jsonl" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, sys
+dev = [json.loads(l).get("output_ids") for l in open(sys.argv[1])]
+host = [json.loads(l).get("output_ids") for l in open(sys.argv[2])]
+bad = [i + 1 for i, (a, b) in enumerate(zip(dev, host)) if a != b or a is None]
+if len(dev) != 12 or len(host) != 12 or bad:
+    sys.exit(f"FAIL: batch device sampling != host sampling: records {bad} ({len(dev)} and {len(host)} lines)")
+print("batch: device sampling equals the host sampler on all 12 records")
+PY
+}
+
 # The CPU path's errors: a prompt longer than the context, a KV budget too small for one sequence.
 errors() {
     local long
