@@ -13,8 +13,10 @@
  *    and excluded (-inf) tokens, signed zeros among the ties (-0 ties with +0: both rank tokens by
  *    logit value, ties to the lower id). Tokens must be identical. The one exception is stated: fp64
  *    probabilities may differ in their last bits (summation order, CUDA's exp within 1 ulp), so a row
- *    whose u or top-p mass lies within BOUNDARY_MARGIN of a boundary (expected about 1e-12 of the
- *    rows) is counted apart and printed; more than MAX_BOUNDARY_ROWS of them fails the test.
+ *    whose u or top-p mass lies within BOUNDARY_MARGIN of a boundary may pick the other side of it: such
+ *    a row that differs is counted apart and printed, and more than MAX_BOUNDARY_ROWS of them fails the
+ *    test. Rows at a boundary that agree (tied logits make many: 32 of 40 equal probabilities are
+ *    exactly top_p 0.8) are compared like every other.
  * Runs in bf16, then in fp16. */
 #include <math.h>
 #include <stdio.h>
@@ -397,10 +399,10 @@ static void test_sample(zt_cuda_ctx *ctx)
             ZT_CHECK(cudaMemcpy(got, dtokens, sizeof(int32_t) * (size_t)n, cudaMemcpyDeviceToHost) == cudaSuccess);
             int32_t mismatches = 0, near = 0;
             for (int32_t r = 0; r < n; r++) {
-                if (margin[r] < BOUNDARY_MARGIN) {
+                if (got[r] != want[r] && margin[r] < BOUNDARY_MARGIN) {
                     near++;
                     printf("  row %d: within %.3g of a boundary (u %.17g): device token %d, CPU sampler %d, "
-                           "not compared\n",
+                           "counted apart\n",
                            r, margin[r], rows[r].u, got[r], want[r]);
                     continue;
                 }
@@ -411,8 +413,8 @@ static void test_sample(zt_cuda_ctx *ctx)
                 }
             }
             printf("sample vocab %d temperature %g top_p %g top_k %d: %d of %d rows differ from the CPU sampler "
-                   "(%d within %g of a boundary, not compared)\n",
-                   V, c->temperature, c->top_p, c->top_k, mismatches, n - near, near, BOUNDARY_MARGIN);
+                   "(and %d differ within %g of a boundary)\n",
+                   V, c->temperature, c->top_p, c->top_k, mismatches, n, near, BOUNDARY_MARGIN);
             ZT_CHECK(mismatches == 0);
             boundary_rows += near;
             free(margin);
@@ -425,7 +427,7 @@ static void test_sample(zt_cuda_ctx *ctx)
             free(got);
         }
     }
-    printf("sample: %d rows within %g of a boundary in all (at most %d allowed)\n", boundary_rows, BOUNDARY_MARGIN,
+    printf("sample: %d rows differ within %g of a boundary in all (at most %d allowed)\n", boundary_rows, BOUNDARY_MARGIN,
            MAX_BOUNDARY_ROWS);
     ZT_CHECK(boundary_rows <= MAX_BOUNDARY_ROWS);
     test_sample_broken(ctx);
