@@ -52,7 +52,7 @@ zt_status zt_estimate_parallel(const zt_dry_run_request *req, const zt_estimate_
     const zt_parallel_ops *ops = par->plugin->ops;
     if (!par->initialized || ops->struct_size < ZT_PARALLEL_OPS_SIZE_1_4 || !ops->plan) {
         out->problem = 1;
-        snprintf(out->why, sizeof out->why, "parallel plugin '%s' %s, so the estimate above is for a rank that "
+        snprintf(out->why, sizeof out->why, "parallel plugin '%.64s' %s, so the estimate above is for a rank that "
                  "holds the whole model", par->desc.name,
                  par->initialized ? "has no plan() (ABI 1.4)" : "was not initialized");
         return ZT_OK;
