@@ -30,8 +30,8 @@ Layout (under tests/reference/fixtures/):
                                         three AdamW steps ("trained.<lora param>", the losses) and the
                                         merged model after them ("merged.<param>", merge_and_unload)
                                         (`make_fixtures.py lora` writes this one alone; needs peft).
-  llama_gen_hd64/                       a model of the decode kernels' head size (64; GQA 4:2, 2 layers,
-                                        hidden 256, vocab 512) for GPU generation: expected.json holds
+  llama_gen_hd64/                       a model of the decode kernels' head size (64; GQA 2:1, 2 layers,
+                                        hidden 128, vocab 512) for GPU generation: expected.json holds
                                         greedy generate() of 24 tokens after 3 prompts and, per step,
                                         the gap between the top two logits ("gaps"), so a bf16 run is
                                         checked where the choice is clear (`make_fixtures.py gen`
@@ -538,10 +538,11 @@ def make_gen():
     """Greedy generation, with the top-2 logit gap of every step, on a model whose head size the GPU
     decode kernels take (64): the GPU tests compare zt's bf16 tokens with these up to the first step
     whose gap is under their tolerance (after it the two may rightly part)."""
-    torch.manual_seed(77)
-    config = LlamaConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=64, intermediate_size=512, vocab_size=512, max_position_embeddings=256,
-                         initializer_range=0.05, attention_bias=False, mlp_bias=False, bos_token_id=None,
+    torch.manual_seed(75)
+    # small enough to commit (426,752 fp32 parameters, 1.7 MB), GQA 2:1 at the kernels' head size
+    config = LlamaConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         head_dim=64, intermediate_size=256, vocab_size=512, max_position_embeddings=256,
+                         initializer_range=0.15, attention_bias=False, mlp_bias=False, bos_token_id=None,
                          eos_token_id=None, pad_token_id=None, tie_word_embeddings=False, rms_norm_eps=1e-5,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                          torch_dtype="float32", attn_implementation="eager")
