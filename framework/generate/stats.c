@@ -53,8 +53,10 @@ zt_status gen_stats_write(gen_run *g, const gen_stats *s, zt_error *err)
     fprintf(f, "{\"version\":1,\"device\":\"%s\",\"sampling\":\"%s\",\"attention\":",
             g->settings.device == ZT_DEVICE_SETTING_CUDA ? "cuda" : "cpu", m->device_sampling ? "device" : "host");
     zt_json_write_string(f, m->attention_lp->desc.name, strlen(m->attention_lp->desc.name));
+    /* Times to the nanosecond: a tiny fixture answers in microseconds, and tokens_per_s must be
+       recomputable from wall_s. */
     fprintf(f, ",\"max_seqs\":%d,\"sequences\":%lld,\"peak_concurrent\":%d,\"prompt_tokens\":%lld,"
-            "\"new_tokens\":%lld,\"wall_s\":%.6f,\"tokens_per_s\":%.3f,\"ttft_s\":%.6f,\"ttft_mean_s\":%.6f,",
+            "\"new_tokens\":%lld,\"wall_s\":%.9f,\"tokens_per_s\":%.3f,\"ttft_s\":%.9f,\"ttft_mean_s\":%.9f,",
             (int)m->max_seqs, (long long)s->sequences, (int)s->peak_concurrent, (long long)s->prompt_tokens,
             (long long)s->new_tokens, wall, wall > 0 ? (double)s->new_tokens / wall : 0.0,
             s->first_token_s < 0 ? 0.0 : s->first_token_s, s->sequences ? s->ttft_sum_s / (double)s->sequences : 0.0);
