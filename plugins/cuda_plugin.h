@@ -42,17 +42,26 @@ static inline int32_t zt_plugin_compute_dtype16(const zt_host *host)
     return fp16 ? ZT_F16 : ZT_BF16;
 }
 
-/* Makes *ctx a context with at least scratch_bytes of scratch: created on first use, and created
- * again (larger) when a call needs more than it has, e.g. the first batch of another shape. */
+/* Makes *ctx a context with at least scratch_bytes of scratch: created on first use; its scratch
+ * grows when a call needs more than it has, e.g. the first batch of another shape. The context
+ * itself (and the scratch it had) stays: a captured CUDA graph may hold its addresses. */
 static inline zt_status zt_plugin_cuda_ctx(const zt_host *host, const char *plugin, uint64_t scratch_bytes,
                                            zt_cuda_ctx **ctx)
 {
     if (scratch_bytes < 4096) scratch_bytes = 4096; /* 0 would pick the library's 64 MiB default */
     if (*ctx && zt_cuda_ctx_scratch_bytes(*ctx) >= scratch_bytes) return ZT_OK;
     if (*ctx) {
-        cudaStreamSynchronize(zt_plugin_stream(host)); /* kernels may still read the old scratch */
-        zt_cuda_ctx_destroy(*ctx);
-        *ctx = NULL;
+        uint64_t had = zt_cuda_ctx_scratch_bytes(*ctx);
+        zt_status grown = zt_cuda_ctx_grow_scratch(*ctx, scratch_bytes);
+        if (grown != ZT_OK) {
+            host->error(host->ctx, grown, "%s: cannot grow its CUDA scratch to %.1f MiB: %s", plugin,
+                        (double)scratch_bytes / (1 << 20), zt_cuda_last_error());
+            return grown;
+        }
+        host->log(host->ctx, ZT_LOG_DEBUG, "%s: CUDA scratch grown from %.1f to %.1f MiB (outside the memory pools; "
+                  "the smaller one is kept until the plugin closes)", plugin, (double)had / (1 << 20),
+                  (double)scratch_bytes / (1 << 20));
+        return ZT_OK;
     }
     const zt_device_ctx *dev = host->device;
     int shared = dev->cublaslt && dev->workspace && dev->workspace_bytes;

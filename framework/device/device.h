@@ -14,7 +14,8 @@
  *                            zt_device_ctx (shared by every plugin), stream-ordered cudaMallocAsync
  *                            on compute_stream for ZT_MEM_DEVICE (a free does not stall the host),
  *                            cudaHostAlloc for ZT_MEM_PINNED, cudaMemcpyAsync, cudaStreamSynchronize,
- *                            timing events (cudaEventRecord, cudaEventElapsedTime).
+ *                            timing events (cudaEventRecord, cudaEventElapsedTime), CUDA graphs
+ *                            of the compute stream (cudaStreamBeginCapture, cudaGraphLaunch).
  *
  * Backend functions report failures through err (what failed and how to fix it); the runtime adds
  * the pool, tag and memory use around an allocation failure.
@@ -59,6 +60,16 @@ typedef struct zt_device_backend {
      * (never waits); -1 on a device error (err says which). */
     int (*event_elapsed)(const zt_device_ctx *ctx, void *start, void *end, double *seconds, zt_error *err);
     void (*event_destroy)(const zt_device_ctx *ctx, void *event);
+
+    /* CUDA graphs of the compute stream (generate.cuda_graphs): capture_begin records what this
+     * thread enqueues there from now on instead of running it; capture_end stops and instantiates
+     * the recording into *graph, or fails (err says what could not be captured; the stream runs
+     * normally again either way); graph_launch replays a graph on the compute stream. NULL on a
+     * backend without graphs (the CPU). */
+    zt_status (*capture_begin)(const zt_device_ctx *ctx, zt_error *err);
+    zt_status (*capture_end)(const zt_device_ctx *ctx, void **graph, zt_error *err);
+    zt_status (*graph_launch)(const zt_device_ctx *ctx, void *graph, zt_error *err);
+    void (*graph_destroy)(const zt_device_ctx *ctx, void *graph);
 } zt_device_backend;
 
 extern const zt_device_backend zt_device_cpu;
@@ -77,7 +88,7 @@ zt_status zt_device_cuda_count(int *n_devices, zt_error *err);
  * refused by dlsym instead of being called with the wrong layout. It fills *backend and the number
  * of CUDA devices this process can use; when there is none (no driver, no GPU, CUDA_VISIBLE_DEVICES
  * empty) it returns ZT_ERR_UNSUPPORTED and err says why. */
-#define ZT_DEVICE_CUDA_ENTRY "zt_device_cuda_open_v2"
+#define ZT_DEVICE_CUDA_ENTRY "zt_device_cuda_open_v3"
 typedef zt_status (*zt_device_cuda_open_fn)(const zt_device_backend **backend, int *n_devices,
                                             zt_error *err);
 

@@ -261,6 +261,46 @@ static void cuda_event_destroy(const zt_device_ctx *ctx, void *event)
     if (event) cudaEventDestroy((cudaEvent_t)event);
 }
 
+static zt_status cuda_capture_begin(const zt_device_ctx *ctx, zt_error *err)
+{
+    /* Thread-local: another thread's cudaMalloc (a comm thread, a progress bar) must not end it. */
+    cudaError_t e = cudaStreamBeginCapture(compute_stream_of(ctx), cudaStreamCaptureModeThreadLocal);
+    return e == cudaSuccess ? ZT_OK : cuda_failed(err, e, "cudaStreamBeginCapture");
+}
+
+static zt_status cuda_capture_end(const zt_device_ctx *ctx, void **graph, zt_error *err)
+{
+    *graph = NULL;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamEndCapture(compute_stream_of(ctx), &g);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* an invalidated capture is not a sticky error: the stream goes on */
+        if (g) cudaGraphDestroy(g);
+        return cuda_failed(err, e, "cudaStreamEndCapture (an operation of the step cannot be captured)");
+    }
+    e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g); /* the executable graph keeps what it needs */
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return cuda_failed(err, e, "cudaGraphInstantiate");
+    }
+    *graph = exec;
+    return ZT_OK;
+}
+
+static zt_status cuda_graph_launch(const zt_device_ctx *ctx, void *graph, zt_error *err)
+{
+    cudaError_t e = cudaGraphLaunch((cudaGraphExec_t)graph, compute_stream_of(ctx));
+    return e == cudaSuccess ? ZT_OK : cuda_failed(err, e, "cudaGraphLaunch");
+}
+
+static void cuda_graph_destroy(const zt_device_ctx *ctx, void *graph)
+{
+    (void)ctx;
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 static const zt_device_backend k_cuda_backend = {
     .name = "cuda",
     .init = cuda_init,
@@ -273,9 +313,13 @@ static const zt_device_backend k_cuda_backend = {
     .event_record = cuda_event_record,
     .event_elapsed = cuda_event_elapsed,
     .event_destroy = cuda_event_destroy,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };
 
-__attribute__((visibility("default"))) zt_status zt_device_cuda_open_v2(const zt_device_backend **backend,
+__attribute__((visibility("default"))) zt_status zt_device_cuda_open_v3(const zt_device_backend **backend,
                                                                         int *n_devices, zt_error *err);
 __attribute__((visibility("default"))) void zt_device_cuda_versions_v1(zt_cuda_versions *out);
 
@@ -291,7 +335,7 @@ void zt_device_cuda_versions_v1(zt_cuda_versions *out)
     cudaGetLastError();
 }
 
-zt_status zt_device_cuda_open_v2(const zt_device_backend **backend, int *n_devices, zt_error *err)
+zt_status zt_device_cuda_open_v3(const zt_device_backend **backend, int *n_devices, zt_error *err)
 {
     *backend = NULL;
     *n_devices = 0;

@@ -323,6 +323,39 @@ zt_status zt_runtime_sync(zt_runtime *rt, zt_error *err)
     return rt->device->sync(&rt->device_ctx, rt->device_ctx.compute_stream, err);
 }
 
+int zt_runtime_has_graphs(const zt_runtime *rt)
+{
+    const zt_device_backend *d = rt->device;
+    return d->capture_begin && d->capture_end && d->graph_launch && d->graph_destroy;
+}
+
+zt_status zt_runtime_capture_begin(zt_runtime *rt, zt_error *err)
+{
+    if (!zt_runtime_has_graphs(rt))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED, "the %s device has no CUDA graphs", rt->device->name);
+    return rt->device->capture_begin(&rt->device_ctx, err);
+}
+
+zt_status zt_runtime_capture_end(zt_runtime *rt, void **graph, zt_error *err)
+{
+    *graph = NULL;
+    if (!zt_runtime_has_graphs(rt))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED, "the %s device has no CUDA graphs", rt->device->name);
+    return rt->device->capture_end(&rt->device_ctx, graph, err);
+}
+
+zt_status zt_runtime_graph_launch(zt_runtime *rt, void *graph, zt_error *err)
+{
+    if (!zt_runtime_has_graphs(rt))
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED, "the %s device has no CUDA graphs", rt->device->name);
+    return rt->device->graph_launch(&rt->device_ctx, graph, err);
+}
+
+void zt_runtime_graph_destroy(zt_runtime *rt, void *graph)
+{
+    if (graph && zt_runtime_has_graphs(rt)) rt->device->graph_destroy(&rt->device_ctx, graph);
+}
+
 /* Free what is still allocated at shutdown, naming the first few blocks so the owner can be
  * found. */
 void rt_release_leaks(zt_runtime *rt)

@@ -75,6 +75,14 @@ zt_status zt_machine_memory_read(zt_machine_memory *out, zt_error *err);
 zt_status zt_runtime_memcpy(zt_runtime *rt, void *dst, const void *src, uint64_t bytes, zt_error *err);
 zt_status zt_runtime_sync(zt_runtime *rt, zt_error *err);
 
+/* CUDA graphs of the compute stream (device.h): whether the run's device has them, then capture
+ * (begin, enqueue work, end: *graph), replay and destroy. ZT_ERR_UNSUPPORTED where it has none. */
+int zt_runtime_has_graphs(const zt_runtime *rt);
+zt_status zt_runtime_capture_begin(zt_runtime *rt, zt_error *err);
+zt_status zt_runtime_capture_end(zt_runtime *rt, void **graph, zt_error *err);
+zt_status zt_runtime_graph_launch(zt_runtime *rt, void *graph, zt_error *err);
+void zt_runtime_graph_destroy(zt_runtime *rt, void *graph);
+
 
 /* Thread pool shared by host and plugins. */
 void zt_runtime_parallel_for(zt_runtime *rt, int64_t n, int64_t grain, zt_range_fn fn, void *arg);

@@ -39,6 +39,8 @@ struct zt_cuda_ctx {
     int owns_lt; /* 1: lt and lt_workspace are this context's (zt_cuda_ctx_create); 0: borrowed */
     void *scratch;
     uint64_t scratch_bytes;
+    void **retired; /* earlier scratch buffers, kept until destroy (zt_cuda_ctx_grow_scratch) */
+    int n_retired;
     /* Per slot: (row << 32 | uint32 value) of the lowest bad row, or ~0 when none. */
     unsigned long long *index_errors;
     zt_gemm_plan plans[ZT_GEMM_PLAN_CACHE];

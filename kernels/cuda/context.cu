@@ -136,11 +136,28 @@ void zt_cuda_ctx_destroy(zt_cuda_ctx *ctx)
         cudaFree(ctx->lt_workspace);
     }
     cudaFree(ctx->scratch);
+    for (int i = 0; i < ctx->n_retired; i++) cudaFree(ctx->retired[i]);
+    free(ctx->retired);
     cudaFree(ctx->index_errors);
     free(ctx);
 }
 
 uint64_t zt_cuda_ctx_scratch_bytes(const zt_cuda_ctx *ctx) { return ctx->scratch_bytes; }
+
+zt_status zt_cuda_ctx_grow_scratch(zt_cuda_ctx *ctx, uint64_t bytes)
+{
+    if (bytes <= ctx->scratch_bytes) return ZT_OK;
+    void **retired = (void **)realloc(ctx->retired, (size_t)(ctx->n_retired + 1) * sizeof *retired);
+    if (!retired) return zt_cuda_fail(ZT_ERR_OUT_OF_MEMORY, "CUDA context: out of host memory");
+    ctx->retired = retired;
+    void *fresh = NULL;
+    cudaError_t e = cudaMalloc(&fresh, (size_t)bytes);
+    if (e != cudaSuccess) return cuda_error("cudaMalloc (a larger scratch)", e);
+    ctx->retired[ctx->n_retired++] = ctx->scratch; /* a captured graph may still read it */
+    ctx->scratch = fresh;
+    ctx->scratch_bytes = bytes;
+    return ZT_OK;
+}
 
 zt_status zt_cuda_ctx_set_dtype(zt_cuda_ctx *ctx, int32_t dtype)
 {

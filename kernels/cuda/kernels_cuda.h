@@ -52,6 +52,10 @@ zt_status zt_cuda_ctx_create_shared(int device, uint64_t scratch_bytes, void *cu
 /* Frees the scratch, and the handle and workspace only when the context made them. */
 void zt_cuda_ctx_destroy(zt_cuda_ctx *ctx);
 uint64_t zt_cuda_ctx_scratch_bytes(const zt_cuda_ctx *ctx);
+/* Gives the context a scratch of at least `bytes` (nothing to do when it has that much). The old
+ * scratch is not freed before zt_cuda_ctx_destroy: a captured CUDA graph (generate.cuda_graphs)
+ * may still read it, and nothing has to wait for kernels in flight. Does not synchronize. */
+zt_status zt_cuda_ctx_grow_scratch(zt_cuda_ctx *ctx, uint64_t bytes);
 
 /* The context's 16-bit compute type: ZT_BF16 (the default) or ZT_F16 (IEEE half, fp16.enabled).
  * Every uint16_t* tensor below (activations, GEMM inputs and 16-bit outputs, compute copies) holds
