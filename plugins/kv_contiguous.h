@@ -199,6 +199,18 @@ static zt_status kvc_check_attend(const kv_contiguous_owner *o, const zt_kv_cach
     return ZT_OK;
 }
 
+#ifdef ZT_PLUGIN_CUDA
+/* The step's tables (a sequence's one block is its id) and lengths, to the device. */
+static zt_status kvc_stage(const kv_contiguous_owner *o, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs)
+{
+    for (int32_t i = 0; i < n_seqs; i++) {
+        zt_kv_device_table(&c->dev, i)[0] = seq_ids[i];
+        *zt_kv_device_length(&c->dev, i) = (int32_t)c->length[seq_ids[i]];
+    }
+    return zt_kv_device_upload(&c->dev, o->host, seq_ids, n_seqs);
+}
+#endif
+
 /* kv_attend after kvc_check_attend and the plugin's checks of q, k, v, out ([n_seqs, n_new, heads,
  * head_dim], dtype, device): appends k, v after each sequence's committed tokens and attends q over
  * each whole cache. cpu: the plugin's CPU kernel context (NULL on a GPU); prefill (may be NULL): the
@@ -211,14 +223,9 @@ static zt_status kvc_attend(const kv_contiguous_owner *o, void *cpu, zt_kv_cache
     (void)state;
 #ifdef ZT_PLUGIN_CUDA
     if (c->on_gpu) {
-        zt_status st; /* one block per sequence: its table is its id; uploaded once a step */
-        if (layer == 0) {
-            for (int32_t i = 0; i < n_seqs; i++) {
-                zt_kv_device_table(&c->dev, i)[0] = seq_ids[i];
-                *zt_kv_device_length(&c->dev, i) = (int32_t)c->length[seq_ids[i]];
-            }
-            if ((st = zt_kv_device_upload(&c->dev, o->host, n_seqs)) != ZT_OK) return st;
-        }
+        zt_status st; /* staged once a step, by kv_prepare or here */
+        if (!zt_kv_device_prepared(&c->dev, seq_ids, n_seqs) && (st = kvc_stage(o, c, seq_ids, n_seqs)) != ZT_OK)
+            return st;
         return zt_kv_device_attend(&c->dev, o->host, o->name, layer, n_seqs, a, c->length[seq_ids[0]] == 0, prefill,
                                    state);
     }
@@ -262,6 +269,9 @@ static zt_status kvc_advance(const kv_contiguous_owner *o, zt_kv_cache *c, const
     zt_status st = kvc_check_sequences(o, "kv_advance", c, seq_ids, n_seqs, n_new);
     if (st != ZT_OK) return st;
     for (int32_t i = 0; i < n_seqs; i++) c->length[seq_ids[i]] += n_new;
+#ifdef ZT_PLUGIN_CUDA
+    zt_kv_device_unprepare(&c->dev);
+#endif
     return ZT_OK;
 }
 
@@ -270,6 +280,9 @@ static zt_status kvc_reset(const kv_contiguous_owner *o, zt_kv_cache *c, int32_t
     zt_status st = kvc_check_sequences(o, "kv_reset", c, &seq_id, 1, 0);
     if (st != ZT_OK) return st;
     c->length[seq_id] = 0;
+#ifdef ZT_PLUGIN_CUDA
+    zt_kv_device_unprepare(&c->dev);
+#endif
     return ZT_OK;
 }
 
@@ -279,6 +292,19 @@ static zt_status kvc_reserve(const kv_contiguous_owner *o, zt_kv_cache *c, const
 {
     if (n_new < 0) return kvc_fail(o, ZT_ERR_INVALID_ARG, "kv_reserve", "n_new is %d, less than 0", (int)n_new);
     return kvc_check_sequences(o, "kv_reserve", c, seq_ids, n_seqs, n_new);
+}
+
+/* kv_reserve, then (on a GPU) the step's tables and lengths to the device: kv_attend then only
+ * enqueues kernels, so the host may capture the step. */
+static zt_status kvc_prepare(const kv_contiguous_owner *o, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs,
+                             int32_t n_new)
+{
+    if (n_new < 0) return kvc_fail(o, ZT_ERR_INVALID_ARG, "kv_prepare", "n_new is %d, less than 0", (int)n_new);
+    zt_status st = kvc_check_sequences(o, "kv_prepare", c, seq_ids, n_seqs, n_new);
+#ifdef ZT_PLUGIN_CUDA
+    if (st == ZT_OK && c->on_gpu) st = kvc_stage(o, c, seq_ids, n_seqs);
+#endif
+    return st;
 }
 
 /* One block per sequence slot, of its whole share: a live sequence holds one, a finished one none. */

@@ -3,7 +3,8 @@
  * the run's 16-bit type, [n_layers][n_blocks][block_size][n_kv_heads][head_dim] (the layout of the
  * decode kernels, kernels_cuda.h zt_cuda_kv_pages), and per decode step the block tables and lengths
  * of the call's sequences, in call order, in fixed device buffers (so a captured CUDA graph replays
- * with new values). Each layer's kv_attend writes the new K/V (zt_cuda_kv_write) and attends over the
+ * with new values): staged by kv_prepare before a step, else by the step's first kv_attend (which
+ * the host never captures then). Each layer's kv_attend writes the new K/V (zt_cuda_kv_write) and attends over the
  * blocks in place (zt_cuda_attention_decode). The plugin keeps its own bookkeeping (lengths, which
  * blocks a sequence holds) on the host, as on the CPU. Included only where the plugin is built with
  * CUDA (ZT_PLUGIN_CUDA), after cuda_plugin.h.
@@ -26,6 +27,11 @@ typedef struct zt_kv_device {
     int32_t max_rows;        /* sequences one call may run */
     int32_t *rows;           /* device: [max_rows][table_stride] block tables, then [max_rows] lengths */
     int32_t *staging;        /* host: the same, filled by the plugin before zt_kv_device_upload */
+    /* The sequences (in call order) whose tables and lengths `rows` holds for the coming step
+     * (kv_prepare, or the step's first kv_attend); n_prepared 0 once a cache change makes them old
+     * (kv_advance, kv_reset, a block taken). kv_attend stages only when they are not the call's. */
+    int32_t n_prepared;
+    int32_t *prepared_ids;   /* host [max_rows] */
 } zt_kv_device;
 
 /* The block table of call row i in staging (table_stride entries) and its length. */
@@ -39,12 +45,25 @@ static inline int32_t *zt_kv_device_length(zt_kv_device *d, int32_t i)
     return d->staging + (int64_t)d->max_rows * d->table_stride + i;
 }
 
+/* Whether `rows` holds the tables and lengths of seq_ids[0, n) for this step. */
+static inline int zt_kv_device_prepared(const zt_kv_device *d, const int32_t *seq_ids, int32_t n)
+{
+    return n > 0 && d->n_prepared == n && !memcmp(d->prepared_ids, seq_ids, (size_t)n * sizeof *seq_ids);
+}
+
+/* What `rows` holds no longer matches the cache (its lengths or blocks changed). */
+static inline void zt_kv_device_unprepare(zt_kv_device *d)
+{
+    d->n_prepared = 0;
+}
+
 static inline void zt_kv_device_destroy(const zt_host *host, zt_kv_device *d)
 {
     host->free(host->ctx, d->k);
     host->free(host->ctx, d->v);
     host->free(host->ctx, d->rows);
     free(d->staging);
+    free(d->prepared_ids);
     zt_cuda_ctx_destroy(d->ctx);
     memset(d, 0, sizeof *d);
 }
@@ -71,7 +90,8 @@ static inline zt_status zt_kv_device_create(zt_kv_device *d, const zt_host *host
                                  "KV cache block tables (device)")
                    : NULL;
     d->staging = d->rows ? calloc(ints, sizeof(int32_t)) : NULL;
-    if (!d->staging) {
+    d->prepared_ids = d->staging ? calloc((size_t)max_rows, sizeof(int32_t)) : NULL;
+    if (!d->prepared_ids) {
         if (d->rows) host->error(host->ctx, ZT_ERR_OUT_OF_MEMORY, "cannot allocate the KV cache's block table copy");
         zt_kv_device_destroy(host, d);
         return ZT_ERR_OUT_OF_MEMORY;
@@ -79,9 +99,11 @@ static inline zt_status zt_kv_device_create(zt_kv_device *d, const zt_host *host
     return ZT_OK;
 }
 
-/* Copies the staging tables and lengths of n_rows call rows to the device (before the first layer of
- * a step; ordered on the compute stream, so the kernels of the step before have read the old ones). */
-static inline zt_status zt_kv_device_upload(zt_kv_device *d, const zt_host *host, int32_t n_rows)
+/* Copies the staging tables and lengths of the call rows seq_ids[0, n_rows) to the device (before the
+ * first layer of a step; ordered on the compute stream, so the kernels of the step before have read
+ * the old ones) and marks them prepared. */
+static inline zt_status zt_kv_device_upload(zt_kv_device *d, const zt_host *host, const int32_t *seq_ids,
+                                            int32_t n_rows)
 {
     cudaStream_t stream = zt_plugin_stream(host);
     cudaError_t e = cudaMemcpyAsync(d->rows, d->staging, (size_t)n_rows * d->table_stride * sizeof(int32_t),
@@ -95,6 +117,8 @@ static inline zt_status zt_kv_device_upload(zt_kv_device *d, const zt_host *host
                     cudaGetErrorString(e));
         return ZT_ERR_DEVICE;
     }
+    memcpy(d->prepared_ids, seq_ids, (size_t)n_rows * sizeof *seq_ids);
+    d->n_prepared = n_rows;
     return ZT_OK;
 }
 

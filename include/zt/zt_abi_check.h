@@ -66,8 +66,11 @@ ZT_ABI_OFFSET(zt_attn_args, dv, 872);
 ZT_ABI_SIZE(zt_kv_cache_desc, 48);
 ZT_ABI_OFFSET(zt_kv_cache_desc, free_bytes, 32);
 ZT_ABI_SIZE(zt_kv_stats, 96);
-ZT_ABI_SIZE(zt_attention_ops, 96);
+ZT_ABI_SIZE(zt_attention_ops, 104); /* 1.5 appended kv_prepare */
 ZT_ABI_OFFSET(zt_attention_ops, kv_stats, 88);
+ZT_ABI_OFFSET(zt_attention_ops, kv_prepare, 96);
+ZT_STATIC_ASSERT(ZT_ATTENTION_OPS_SIZE_1_0 == 72 && ZT_ATTENTION_OPS_SIZE_1_3 == 96 && ZT_ATTENTION_OPS_SIZE_1_5 == 104,
+                 zt_attention_ops_sizes);
 ZT_ABI_OFFSET(zt_attention_ops, forward, 8);
 ZT_ABI_OFFSET(zt_attention_ops, kv_reset, 56);
 ZT_ABI_OFFSET(zt_attention_ops, release, 64);

@@ -163,11 +163,21 @@ typedef struct zt_attention_ops {
     /* What the cache holds: seq_id >= 0 one sequence (tokens, slots; the pool figures as for the
      * whole), -1 the whole cache. out->struct_size is set by the caller. */
     zt_status (*kv_stats)(void *state, const zt_kv_cache *c, int32_t seq_id, zt_kv_stats *out);
+    /* ABI 1.5 (read only when struct_size >= ZT_ATTENTION_OPS_SIZE_1_5) [may be NULL], [training
+     * thread], from the host, before the first unit of a step: make room for n_new more tokens of
+     * each sequence (as kv_reserve does) and write the step's block tables and lengths, in seq_ids
+     * order, where the plugin's kernels read them (on a GPU: enqueued on the compute stream). Until
+     * the step's kv_advance, kv_attend of the same seq_ids then only enqueues kernels whose
+     * arguments are the same at every step of that n_seqs and n_new, so the host may capture the
+     * step's units in a CUDA graph and replay it after a later kv_prepare (generate.cuda_graphs).
+     * NULL: the host never captures a step. */
+    zt_status (*kv_prepare)(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_new);
 } zt_attention_ops;
 
-/* struct_size of a v1.0 zt_attention_ops and of a 1.3 one. */
+/* struct_size of a v1.0 zt_attention_ops, a 1.3 one and a 1.5 one. */
 #define ZT_ATTENTION_OPS_SIZE_1_0 72u
 #define ZT_ATTENTION_OPS_SIZE_1_3 96u
+#define ZT_ATTENTION_OPS_SIZE_1_5 104u
 
 /* An attention plugin bound to a model by the host (the model never loads plugins itself). Owned by
  * the host; valid for the call it is passed with. */

@@ -22,7 +22,7 @@ extern "C" {
 
 #define ZT_ABI_MAGIC 0x3150545Au /* "ZTP1" read as little-endian bytes */
 #define ZT_ABI_MAJOR 1u          /* incompatible change: every plugin must be rebuilt */
-#define ZT_ABI_MINOR 4u          /* append-only change: older plugins keep working (1.1: optimizer
+#define ZT_ABI_MINOR 5u          /* append-only change: older plugins keep working (1.1: optimizer
                                     compute_copy, zero begin_step; 1.2: fp16 loss scale in the unit
                                     call, fp16 compute copies; 1.3: the model info's rms_norm_eps and
                                     rope_theta, frozen regions of the layout, the zero frozen_range,
@@ -30,7 +30,8 @@ extern "C" {
                                     stats ops, free memory in the cache descriptor; the adapter kind,
                                     the model's adapt op, ZT_PARAM_ADAPTER, ZT_INIT_UNIFORM,
                                     ZT_OPT_LIST; 1.4: tensor parallelism, the model's parallelize and
-                                    param_shard ops, the parallel plan op) */
+                                    param_shard ops, the parallel plan op; 1.5: the attention
+                                    kv_prepare op, for CUDA graphs of the decode step) */
 
 /* The one symbol a plugin exports (see zt_plugin.h). */
 #define ZT_ENTRY_SYMBOL "zt_plugin_entry"

@@ -485,6 +485,12 @@ static zt_status flash_kv_reserve(void *state, zt_kv_cache *c, const int32_t *se
     return kvc_reserve(&o, c, seq_ids, n_seqs, n_new);
 }
 
+static zt_status flash_kv_prepare(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_new)
+{
+    kv_contiguous_owner o = owner_of(state);
+    return kvc_prepare(&o, c, seq_ids, n_seqs, n_new);
+}
+
 static zt_status flash_kv_stats(void *state, const zt_kv_cache *c, int32_t seq_id, zt_kv_stats *out)
 {
     kv_contiguous_owner o = owner_of(state);
@@ -503,6 +509,7 @@ static const zt_attention_ops k_ops = {
     .release = flash_release,
     .kv_reserve = flash_kv_reserve,
     .kv_stats = flash_kv_stats,
+    .kv_prepare = flash_kv_prepare,
 };
 
 static const zt_plugin k_plugin = {

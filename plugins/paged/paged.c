@@ -390,6 +390,16 @@ static int needs_copy(const zt_kv_cache *c, const paged_seq *q)
     return c->pool.refcount[block] > 1 || c->pool.hash[block] != 0;
 }
 
+/* The device's copy of the step's tables and lengths (kv_cuda.h) is old: the cache changed. */
+static void unprepare(zt_kv_cache *c)
+{
+#ifdef ZT_PLUGIN_CUDA
+    zt_kv_device_unprepare(&c->dev);
+#else
+    (void)c;
+#endif
+}
+
 static zt_status paged_kv_reserve(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_new)
 {
     paged_state *s = state;
@@ -426,10 +436,38 @@ static zt_status paged_kv_reserve(void *state, zt_kv_cache *c, const int32_t *se
             block_pool_unref(&c->pool, old);
             q->table[at] = fresh;
             c->cow_copies++;
+            unprepare(c);
         }
-        while ((int64_t)q->n_table * bs < q->length + n_new) q->table[q->n_table++] = block_pool_take(&c->pool);
+        while ((int64_t)q->n_table * bs < q->length + n_new) {
+            q->table[q->n_table++] = block_pool_take(&c->pool);
+            unprepare(c);
+        }
     }
     return ZT_OK;
+}
+
+#ifdef ZT_PLUGIN_CUDA
+/* The step's block tables and lengths, in call order, to the device. */
+static zt_status stage(paged_state *s, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs)
+{
+    for (int32_t i = 0; i < n_seqs; i++) {
+        const paged_seq *q = &c->seqs[seq_ids[i]];
+        memcpy(zt_kv_device_table(&c->dev, i), q->table, (size_t)q->n_table * sizeof *q->table);
+        *zt_kv_device_length(&c->dev, i) = (int32_t)q->length;
+    }
+    return zt_kv_device_upload(&c->dev, s->host, seq_ids, n_seqs);
+}
+#endif
+
+/* kv_reserve, then (on a GPU) the step's tables and lengths to the device: kv_attend then only
+ * enqueues kernels, so the host may capture the step. */
+static zt_status paged_kv_prepare(void *state, zt_kv_cache *c, const int32_t *seq_ids, int32_t n_seqs, int32_t n_new)
+{
+    zt_status st = paged_kv_reserve(state, c, seq_ids, n_seqs, n_new);
+#ifdef ZT_PLUGIN_CUDA
+    if (st == ZT_OK && c->on_gpu) st = stage(state, c, seq_ids, n_seqs);
+#endif
+    return st;
 }
 
 static zt_status paged_kv_prefix(void *state, zt_kv_cache *c, int32_t seq_id, const int32_t *tokens, int32_t n,
@@ -458,6 +496,7 @@ static zt_status paged_kv_prefix(void *state, zt_kv_cache *c, int32_t seq_id, co
         if (block < 0) break;
         block_pool_ref(&c->pool, block);
         q->table[q->n_table++] = block;
+        unprepare(c);
         q->n_published++;
         q->chain = h;
     }
@@ -505,14 +544,8 @@ static zt_status paged_kv_attend(void *state, zt_kv_cache *c, int32_t layer, con
 
 #ifdef ZT_PLUGIN_CUDA
     if (c->on_gpu) { /* the call's tables and lengths, once a step; the kernels write and read in place */
-        if (layer == 0) {
-            for (int32_t i = 0; i < n_seqs; i++) {
-                const paged_seq *q = &c->seqs[seq_ids[i]];
-                memcpy(zt_kv_device_table(&c->dev, i), q->table, (size_t)q->n_table * sizeof *q->table);
-                *zt_kv_device_length(&c->dev, i) = (int32_t)q->length;
-            }
-            if ((st = zt_kv_device_upload(&c->dev, s->host, n_seqs)) != ZT_OK) return st;
-        }
+        if (!zt_kv_device_prepared(&c->dev, seq_ids, n_seqs) && (st = stage(s, c, seq_ids, n_seqs)) != ZT_OK)
+            return st;
         return zt_kv_device_attend(&c->dev, s->host, "paged", layer, n_seqs, a, c->seqs[seq_ids[0]].length == 0,
                                    paged_prefill, s->cuda);
     }
@@ -560,6 +593,7 @@ static zt_status paged_kv_advance(void *state, zt_kv_cache *c, const int32_t *se
                         "room for %lld after its %lld (commit only what kv_attend wrote)", (int)seq_ids[i], (int)n_new,
                         (long long)(c->seqs[seq_ids[i]].n_table * bs - c->seqs[seq_ids[i]].length),
                         (long long)c->seqs[seq_ids[i]].length);
+    unprepare(c);
     for (int32_t i = 0; i < n_seqs; i++) {
         paged_seq *q = &c->seqs[seq_ids[i]];
         q->length += n_new;
@@ -582,6 +616,7 @@ static zt_status paged_kv_reset(void *state, zt_kv_cache *c, int32_t seq_id)
     if (st != ZT_OK) return st;
     paged_seq *q = &c->seqs[seq_id];
     for (int32_t b = q->n_table - 1; b >= 0; b--) block_pool_unref(&c->pool, q->table[b]);
+    unprepare(c);
     free(q->prompt);
     int32_t *table = q->table;
     memset(q, 0, sizeof *q);
@@ -724,6 +759,7 @@ static const zt_attention_ops k_ops = {
     .kv_reserve = paged_kv_reserve,
     .kv_prefix = paged_kv_prefix,
     .kv_stats = paged_kv_stats,
+    .kv_prepare = paged_kv_prepare,
 };
 
 static const zt_plugin k_plugin = {

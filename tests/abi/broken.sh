@@ -13,9 +13,9 @@ case "$case" in
 bad-magic)
     check_fails "plugin 'bad-magic' ($lib) is not a zt plugin: its entry returned a struct with magic 0xDEADBEEF, expected 0x3150545A (\"ZTP1\")" ;;
 wrong-major)
-    check_fails "plugin 'wrong-major' ($lib) was built against zt ABI 2.4, this zt provides 1.4: a plugin of another major ABI cannot be loaded; rebuild the plugin against this SDK" ;;
+    check_fails "plugin 'wrong-major' ($lib) was built against zt ABI 2.5, this zt provides 1.5: a plugin of another major ABI cannot be loaded; rebuild the plugin against this SDK" ;;
 newer-minor)
-    check_fails "plugin 'newer-minor' ($lib) was built against zt ABI 1.5, this zt provides 1.4: upgrade zt or rebuild the plugin against this SDK" ;;
+    check_fails "plugin 'newer-minor' ($lib) was built against zt ABI 1.6, this zt provides 1.5: upgrade zt or rebuild the plugin against this SDK" ;;
 short-struct)
     check_fails "plugin 'short-struct' ($lib) has a zt_plugin struct of 40 bytes, smaller than the 96 bytes of ABI 1.0" ;;
 short-ops)
@@ -57,7 +57,7 @@ missing-so)
 syntax-error)
     check_fails "plugin 'syntax-error' has a bad descriptor: $abi_dir/syntax-error.plugin:3: expected 'key = value', found 'kind optimizer'" ;;
 future-abi)
-    check_fails "plugin 'future-abi' (descriptor $abi_dir/future-abi.plugin) says abi = 2.0, this zt provides 1.4" ;;
+    check_fails "plugin 'future-abi' (descriptor $abi_dir/future-abi.plugin) says abi = 2.0, this zt provides 1.5" ;;
 two-of-a-kind)
     expect_check_fails "sgd,refuse-probe,$fixtures" \
         "--plugins names two optimizer plugins, 'sgd' ($abi_lib/libzt-test-sgd.so) and 'refuse-probe' ($abi_lib/libzt-test-refuse-probe.so): a run uses one plugin per kind" ;;

@@ -10,7 +10,7 @@
 . "$(dirname "$0")/abi_lib.sh"
 command -v python3 >/dev/null || skip "python3 is needed for the reference readings"
 
-expect_ok "zt $ZT_EXPECTED_VERSION (plugin ABI 1.4)" "Host" "GPUs" "Libraries (loaded with dlopen; zt links none of them)" \
+expect_ok "zt $ZT_EXPECTED_VERSION (plugin ABI 1.5)" "Host" "GPUs" "Libraries (loaded with dlopen; zt links none of them)" \
           "Plugins" "Plugin search path (first match wins):" -- "$ZT_RUN" --plugin-path "$abi_dir" --env
 env_out="$ZT_OUT"
 has() { grep -qF -- "$1" <<<"$env_out" || { echo "FAIL: expected '$1' in --env output:"; echo "$env_out"; zt_failures=$((zt_failures+1)); }; }
@@ -23,7 +23,7 @@ fi
 has "$(getconf _NPROCESSORS_ONLN) online, $(nproc) usable by this process"
 has "memory:        $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) kB total"
 # The plugin table is the same as --list-plugins'.
-grep -qE "^sgd +optimizer +1\.0\.0 +1\.4 +yes " <<<"$env_out" || { echo "FAIL: no sgd row"; zt_failures=$((zt_failures+1)); }
+grep -qE "^sgd +optimizer +1\.0\.0 +1\.5 +yes " <<<"$env_out" || { echo "FAIL: no sgd row"; zt_failures=$((zt_failures+1)); }
 grep -qF "    no: plugin 'refuse-probe' cannot run here" <<<"$env_out" || { echo "FAIL: no refuse-probe reason"; zt_failures=$((zt_failures+1)); }
 
 # Each library: the reference's answer, or "not found" when the reference cannot load it either.

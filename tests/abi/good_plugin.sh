@@ -8,7 +8,7 @@ sgd_lib="$abi_lib/libzt-test-sgd.so"
 zt() { "$ZT_RUN" --plugin-path "$abi_dir" "$@"; }
 
 # --describe: header, then one line per option with key, type, default, range and help.
-expect_ok "sgd 1.0.0: an optimizer plugin, zt ABI 1.4" \
+expect_ok "sgd 1.0.0: an optimizer plugin, zt ABI 1.5" \
           "  SGD with momentum, as torch.optim.SGD (zt ABI test plugin)" \
           "  library:      $sgd_lib" "  descriptor:   $abi_dir/sgd.plugin" "  capabilities: cpu" \
           "Options (set them in the --config file or with --set KEY=VALUE):" -- zt --describe sgd
@@ -22,7 +22,7 @@ done
 expect_fail "no plugin named 'sgdd' is installed. Closest installed: 'sgd' (optimizer)" -- zt --describe sgdd
 expect_status 1
 # Enums show their choices, sizes their unit-less bounds.
-expect_ok "fixture-zero1 0.0.1: a zero plugin, zt ABI 1.4" -- zt --describe fixture-zero1
+expect_ok "fixture-zero1 0.0.1: a zero plugin, zt ABI 1.5" -- zt --describe fixture-zero1
 for row in 'zero_optimization\.offload_optimizer\.device +enum +none +none\|cpu +where optimizer state lives' \
            'zero_optimization\.reduce_bucket_size +bytes +500M +>= 1 +gradient bucket size'; do
     grep -qE "^  $row" <<<"$ZT_OUT" || { echo "FAIL: no option row matching /$row/ in:"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1)); }
@@ -32,7 +32,7 @@ expect_check_fails "sgd,$fixtures" "zero_optimization.offload_optimizer.device" 
 # --describe loads without probing: a plugin that cannot run here is still described.
 expect_ok "refuse-probe 0.0.1: an optimizer plugin" "Options: none" -- zt --describe refuse-probe
 # ... but one that fails the ABI checks is refused with the same message as in a run.
-expect_fail "plugin 'newer-minor' ($abi_lib/libzt-test-newer-minor.so) was built against zt ABI 1.5" -- zt --describe newer-minor
+expect_fail "plugin 'newer-minor' ($abi_lib/libzt-test-newer-minor.so) was built against zt ABI 1.6" -- zt --describe newer-minor
 expect_status 1
 
 # --check: the whole set passes; the resolved config is printed on stdout and saved atomically.
@@ -66,7 +66,7 @@ want = [("fixture-model", "model"), ("sgd", "optimizer"), ("fixture-zero1", "zer
         ("fixture-attention", "attention")]
 expect("_plugins names and kinds", [(p["name"], p["kind"]) for p in c["_plugins"]], want)
 for p in c["_plugins"]:
-    expect(p["name"] + " abi", p["abi"], "1.4")
+    expect(p["name"] + " abi", p["abi"], "1.5")
     expect(p["name"] + " path", p["path"], f"{abi_lib}/libzt-test-{p['name']}.so")
 expect("sgd version", [p["version"] for p in c["_plugins"] if p["name"] == "sgd"], ["1.0.0"])
 for p in problems: print("FAIL:", p)

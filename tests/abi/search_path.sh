@@ -67,7 +67,7 @@ expect_ok "Problems (these descriptors are ignored until fixed):" \
     "  $scratch/bad/nokind.plugin: missing 'kind = ...'; a descriptor needs name, kind, library and abi" \
     "  $scratch/bad/twice.plugin:2: 'name' is given twice (first on line 1); keep one" \
     "  $scratch/bad/weird.plugin:2: kind 'optimiser' is not a plugin kind (did you mean 'optimizer'?)" \
-    "  $scratch/bad/badabi.plugin:4: abi 'one' is not MAJOR.MINOR (e.g. abi = 1.4)" \
+    "  $scratch/bad/badabi.plugin:4: abi 'one' is not MAJOR.MINOR (e.g. abi = 1.5)" \
     -- "$ZT_RUN" --plugin-path "$scratch/bad" --list-plugins
 grep -q README <<<"$ZT_OUT" && { echo "FAIL: README listed"; zt_failures=$((zt_failures+1)); }
 expect_fail "plugin 'typo' has a bad descriptor: $scratch/bad/typo.plugin:3: unknown key 'libary'" -- \

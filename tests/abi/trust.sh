@@ -50,7 +50,7 @@ loads() { # loads DIR: DIR's sgd loads, by name and by descriptor path, and list
     expect_ok "descriptor:   $1/sgd.plugin" -- "$ZT_RUN" --plugin-path "$1" --describe sgd
     expect_ok "library:      $1/libzt-test-sgd.so" -- "$ZT_RUN" --describe "$1/sgd.plugin"
     expect_ok -- "$ZT_RUN" --plugin-path "$1" --list-plugins
-    grep -qE "^sgd +optimizer +1\.0\.0 +1\.4 +yes " <<<"$ZT_OUT" ||
+    grep -qE "^sgd +optimizer +1\.0\.0 +1\.5 +yes " <<<"$ZT_OUT" ||
         { echo "FAIL: sgd from $1 not listed as yes:"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1)); }
     grep -q "unsafe" <<<"$ZT_OUT" && { echo "FAIL: something unsafe in:"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1)); }
 }
@@ -189,7 +189,7 @@ expect_ok "zt warning: loading the plugin at $scratch/ww2/libzt-test-sgd.so alth
     --check --output-dir "$scratch/out-opt-in"
 expect_ok "    unsafe: $scratch/ww2 is writable by" "    unsafe: loaded anyway, because ZT_ALLOW_UNSAFE_PLUGINS=1" -- \
     env ZT_ALLOW_UNSAFE_PLUGINS=1 "$ZT_RUN" --plugin-path "$scratch/ww2" --list-plugins
-grep -qE "^sgd +optimizer +1\.0\.0 +1\.4 +yes " <<<"$ZT_OUT" ||
+grep -qE "^sgd +optimizer +1\.0\.0 +1\.5 +yes " <<<"$ZT_OUT" ||
     { echo "FAIL: with the opt-in sgd is not loaded and probed:"; echo "$ZT_OUT"; zt_failures=$((zt_failures+1)); }
 # 0 is the default; anything but 0 or 1 is an error, not a guess.
 expect_fail "refusing to load plugin 'sgd'" -- env ZT_ALLOW_UNSAFE_PLUGINS=0 "$ZT_RUN" --plugin-path "$scratch/ww2" --describe sgd
