@@ -167,6 +167,10 @@ static const zt_option k_host_options[] = {
     {"generate.device_sampling", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
      "zt-run --generate on a GPU: sample on the device (the LM head's forward), copying back one token "
      "per sequence instead of the logits; false: the host sampler (the same tokens for the same seed)."},
+    {"generate.cuda_graphs", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "zt-run --generate on a GPU: capture each batch size's one-token decode step in a CUDA graph and "
+     "replay it (one launch instead of hundreds); false: launch every kernel each step (the same "
+     "tokens)."},
     {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
      "Make each GPU behave like a card of this size, e.g. \"24GiB\": zt's pools get it less "
      "gpu_context_reserve; unset: no cap."},

@@ -12,6 +12,8 @@
 
 /* ---- the model against its KV cache ----------------------------------------------------------- */
 
+static void release_graphs(gen_model *m);
+
 static int64_t numel(const zt_param_decl *p)
 {
     int64_t n = 1;
@@ -165,6 +167,19 @@ zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, 
                          (info->caps & ZT_MODEL_CAN_SAMPLE_ON_DEVICE);
     if (m->on_gpu)
         zt_log(ZT_LOG_INFO, "sampling on the %s (generate.device_sampling)", m->device_sampling ? "GPU" : "host");
+    const zt_attention_ops *attention = m->attention.ops;
+    int can_prepare = attention->struct_size >= ZT_ATTENTION_OPS_SIZE_1_5 && attention->kv_prepare;
+    if (m->cuda_graphs && m->on_gpu && !can_prepare)
+        zt_log(ZT_LOG_INFO, "decode steps launch their kernels: attention plugin '%s' has no kv_prepare (ABI 1.5), "
+               "so its steps cannot be captured in CUDA graphs (generate.cuda_graphs)", m->attention_lp->desc.name);
+    m->cuda_graphs = m->cuda_graphs && m->on_gpu && can_prepare && zt_runtime_has_graphs(m->rt);
+    if (m->cuda_graphs) {
+        zt_log(ZT_LOG_INFO, "decode steps replay CUDA graphs, one per batch size (generate.cuda_graphs)");
+        m->graphs = model_alloc(m, ZT_POOL_OTHER, (uint64_t)(max_seqs + 1) * sizeof *m->graphs, "CUDA graph table",
+                                err);
+        if (!m->graphs) return ZT_ERR_OUT_OF_MEMORY;
+        memset(m->graphs, 0, (size_t)(max_seqs + 1) * sizeof *m->graphs);
+    }
     m->rows = seq_tokens > max_seqs ? seq_tokens : max_seqs;
     uint64_t rows = (uint64_t)m->rows, hidden_bytes = rows * (uint64_t)info->hidden_size * elem_bytes(m);
     for (int i = 0; i < 2; i++)
@@ -222,12 +237,114 @@ zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, 
 void gen_model_free(gen_model *m)
 {
     if (!m->rt) return;
+    release_graphs(m);
     if (m->kv) m->attention.ops->kv_destroy(m->attention.state, m->kv);
     void *buffers[] = {m->weights, m->views, m->unit_first, m->hidden[0], m->hidden[1], m->logits,
                        m->device_logits, m->batch_ints, m->device_batch, m->sample_rows, m->sampled,
-                       m->device_sample_rows, m->device_sampled};
+                       m->device_sample_rows, m->device_sampled, m->graphs};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) zt_runtime_free(m->rt, buffers[i]);
     memset(m, 0, sizeof *m);
+}
+
+/* What one call runs: the sequences, their batch (on the device already when the units run there)
+ * and whether the head samples. */
+typedef struct unit_args {
+    const int32_t *seq_ids;
+    int32_t n_seqs, n_new;
+    const zt_batch *whole, *last; /* the units' batch; the head's (the last token of each sequence) */
+    int sampled;                  /* the head samples into m->device_sampled */
+    int32_t n_draw;
+} unit_args;
+
+/* Enqueues every unit's forward (on a GPU nothing waits: a CUDA graph may be capturing it). */
+static zt_status enqueue_units(gen_model *m, const unit_args *u, zt_error *err)
+{
+    const zt_model_info *info = m->info;
+    int64_t H = info->hidden_size, hidden_shape[3] = {u->n_seqs, u->n_new, H}, last_shape[3] = {u->n_seqs, 1, H},
+            logits_shape[3] = {u->n_seqs, 1, info->vocab_size};
+    int cur = 0; /* hidden[cur] holds the input of the unit about to run */
+    int32_t head = info->n_units - 1;
+    for (int32_t k = 0; k <= head; k++) {
+        zt_unit_call c = {.struct_size = sizeof c,
+                          .unit = k,
+                          .n_params = m->unit_first[k + 1] - m->unit_first[k],
+                          .params = m->views + m->unit_first[k],
+                          .batch = k == head ? u->last : u->whole,
+                          .attention = &m->attention,
+                          .kv = m->kv,
+                          .kv_seq_ids = u->seq_ids};
+        if (k == head && u->sampled) {
+            c.sample_rows = m->device_sample_rows;
+            c.sample_tokens = m->device_sampled;
+            c.sample_n_draw = u->n_draw;
+        }
+        if (k == head) {
+            c.x_in = view_of(m, (char *)m->hidden[cur] + (uint64_t)(u->n_new - 1) * (uint64_t)H * elem_bytes(m), 3,
+                             last_shape);
+            c.x_out = view_in(m, m->on_gpu ? m->device_logits : m->logits, ZT_F32, 3, logits_shape);
+        } else {
+            if (k > 0) c.x_in = view_of(m, m->hidden[cur], 3, hidden_shape);
+            c.x_out = view_of(m, m->hidden[1 - cur], 3, hidden_shape);
+        }
+        zt_status st = m->ops->forward(m->model_lp->state, &c);
+        if (st != ZT_OK) return zt_plugin_failed(m->model_lp, st, err, "forward of unit %d (generation)", (int)k);
+        cur = 1 - cur;
+    }
+    return ZT_OK;
+}
+
+/* Frees the captured graphs (before what they read: the weights, the cache, the buffers). */
+static void release_graphs(gen_model *m)
+{
+    for (int32_t n = 0; m->graphs && n <= m->max_seqs; n++) {
+        zt_runtime_graph_destroy(m->rt, m->graphs[n].exec);
+        m->graphs[n].exec = NULL;
+    }
+}
+
+/* A one-token step of n sequences with generate.cuda_graphs (the attention plugin's kv_prepare has
+ * staged the step): the first step of each n runs eagerly (it grows the plugins' scratch to what n
+ * needs, so nothing allocates outside the stream while capturing), the second is captured and
+ * launched, later ones replay it. A step that cannot be captured turns graphs off for the run. */
+static zt_status run_graphed(gen_model *m, const unit_args *u, zt_error *err)
+{
+    zt_status st = m->attention.ops->kv_prepare(m->attention.state, m->kv, u->seq_ids, u->n_seqs, u->n_new);
+    if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_prepare(%d sequences)", (int)u->n_seqs);
+    gen_graph *g = &m->graphs[u->n_seqs];
+    if (g->exec && (g->sampled != u->sampled || g->n_draw != u->n_draw)) { /* another head call: capture again */
+        zt_runtime_graph_destroy(m->rt, g->exec);
+        g->exec = NULL;
+    }
+    if (g->exec) {
+        m->graph_replays++;
+        return zt_runtime_graph_launch(m->rt, g->exec, err);
+    }
+    if (!g->warm) {
+        g->warm = 1;
+        return enqueue_units(m, u, err);
+    }
+    zt_error why = {0};
+    void *exec = NULL;
+    if ((st = zt_runtime_capture_begin(m->rt, &why)) == ZT_OK) {
+        zt_status enqueued = enqueue_units(m, u, &why);
+        zt_error ended = {0};
+        st = zt_runtime_capture_end(m->rt, &exec, &ended);
+        if (enqueued != ZT_OK) st = enqueued;
+        else if (st != ZT_OK) why = ended;
+    }
+    if (st == ZT_OK) {
+        *g = (gen_graph){.exec = exec, .warm = 1, .sampled = u->sampled, .n_draw = u->n_draw};
+        m->graph_captures++;
+        m->graph_replays++;
+        return zt_runtime_graph_launch(m->rt, exec, err);
+    }
+    zt_runtime_graph_destroy(m->rt, exec);
+    zt_log(ZT_LOG_WARN, "CUDA graphs off for the rest of this run: capturing the decode step of %d sequences "
+           "failed: %s. Each step launches its kernels instead (the same tokens); generate.cuda_graphs = false "
+           "skips the attempt", (int)u->n_seqs, why.msg);
+    release_graphs(m);
+    m->cuda_graphs = 0;
+    return enqueue_units(m, u, err);
 }
 
 /* gen_model_run and gen_model_run_sampled: with rows, the head samples into next[] (n_draw ids). */
@@ -291,37 +408,11 @@ static zt_status run_units(gen_model *m, const int32_t *seq_ids, int32_t n_seqs,
         last.cu_seqlens = whole.cu_seqlens + 2;
         last.max_doc_len = 1;
     }
-    int64_t H = info->hidden_size, hidden_shape[3] = {n_seqs, n_new, H}, last_shape[3] = {n_seqs, 1, H},
-            logits_shape[3] = {n_seqs, 1, info->vocab_size};
-    int cur = 0; /* hidden[cur] holds the input of the unit about to run */
-    int32_t head = info->n_units - 1;
-    for (int32_t u = 0; u <= head; u++) {
-        zt_unit_call c = {.struct_size = sizeof c,
-                          .unit = u,
-                          .n_params = m->unit_first[u + 1] - m->unit_first[u],
-                          .params = m->views + m->unit_first[u],
-                          .batch = u == head ? &last : &whole,
-                          .attention = &m->attention,
-                          .kv = m->kv,
-                          .kv_seq_ids = seq_ids};
-        if (u == head && rows) {
-            c.sample_rows = m->device_sample_rows;
-            c.sample_tokens = m->device_sampled;
-            c.sample_n_draw = n_draw;
-        }
-        if (u == head) {
-            c.x_in = view_of(m, (char *)m->hidden[cur] + (uint64_t)(n_new - 1) * (uint64_t)H * elem_bytes(m), 3,
-                             last_shape);
-            c.x_out = view_in(m, m->on_gpu ? m->device_logits : m->logits, ZT_F32, 3, logits_shape);
-        } else {
-            if (u > 0) c.x_in = view_of(m, m->hidden[cur], 3, hidden_shape);
-            c.x_out = view_of(m, m->hidden[1 - cur], 3, hidden_shape);
-        }
-        zt_status st = m->ops->forward(m->model_lp->state, &c);
-        if (st != ZT_OK) return zt_plugin_failed(m->model_lp, st, err, "forward of unit %d (generation)", (int)u);
-        cur = 1 - cur;
-    }
-    zt_status st = m->attention.ops->kv_advance(m->attention.state, m->kv, seq_ids, n_seqs, n_new);
+    unit_args u = {.seq_ids = seq_ids, .n_seqs = n_seqs, .n_new = n_new, .whole = &whole, .last = &last,
+                   .sampled = rows != NULL, .n_draw = n_draw};
+    zt_status st = m->cuda_graphs && n_new == 1 ? run_graphed(m, &u, err) : enqueue_units(m, &u, err);
+    if (st != ZT_OK) return st;
+    st = m->attention.ops->kv_advance(m->attention.state, m->kv, seq_ids, n_seqs, n_new);
     if (st != ZT_OK) return zt_plugin_failed(m->attention_lp, st, err, "kv_advance(%d tokens)", (int)n_new);
     if (rows) { /* n int32 back instead of the logits */
         /* Into page-locked memory the copy is asynchronous: the step's one wait is here (it also

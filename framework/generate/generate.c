@@ -312,6 +312,7 @@ static zt_status start_plugins(gen_run *g, zt_error *err)
     g->model.on_gpu = ro.device_type == ZT_DEVICE_CUDA;
     g->model.dtype = !g->model.on_gpu ? ZT_F32 : g->settings.fp16 ? ZT_F16 : ZT_BF16;
     g->model.device_sampling = g->settings.generate_device_sampling; /* gen_model_prepare checks the rest */
+    g->model.cuda_graphs = g->settings.generate_cuda_graphs;
     if (st == ZT_OK) st = zt_runtime_create(&ro, g->cfg, &g->rt, err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++)
         if (g->set.by_kind[k].plugin) st = zt_plugin_probe(&g->set.by_kind[k], g->rt, err);

@@ -71,6 +71,14 @@ zt_status gen_tokenizer_decode(gen_tokenizer *t, int32_t prev, const int32_t *id
 
 /* ---- the model against its KV cache (decode.c) ------------------------------------------------- */
 
+/* A captured decode step (decode.c): warm once it ran eagerly at its size; the head's sampling
+ * arguments it was captured with. */
+typedef struct gen_graph {
+    void *exec;
+    int warm, sampled;
+    int32_t n_draw;
+} gen_graph;
+
 typedef struct gen_model {
     zt_runtime *rt;
     const zt_loaded_plugin *model_lp, *attention_lp;
@@ -102,6 +110,11 @@ typedef struct gen_model {
     int device_sampling;
     zt_sample_row *sample_rows, *device_sample_rows;
     int32_t *sampled, *device_sampled;
+    /* CUDA graphs (generate.cuda_graphs, a GPU and an attention plugin with kv_prepare, set before
+     * gen_model_prepare): graphs[n] replays the units of a one-token step over n sequences. */
+    int cuda_graphs;
+    gen_graph *graphs; /* [max_seqs + 1] */
+    int64_t graph_captures, graph_replays;
 } gen_model;
 
 /* Reads one parameter (its whole logical tensor) from wherever the weights are. */

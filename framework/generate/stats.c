@@ -50,8 +50,10 @@ zt_status gen_stats_write(gen_run *g, const gen_stats *s, zt_error *err)
     FILE *f = open_memstream(&text, &len);
     if (!f) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for --stats");
     gen_model *m = &g->model;
-    fprintf(f, "{\"version\":1,\"device\":\"%s\",\"sampling\":\"%s\",\"attention\":",
-            g->settings.device == ZT_DEVICE_SETTING_CUDA ? "cuda" : "cpu", m->device_sampling ? "device" : "host");
+    fprintf(f, "{\"version\":1,\"device\":\"%s\",\"sampling\":\"%s\",\"cuda_graphs\":{\"on\":%s,"
+            "\"captured\":%lld,\"replayed_steps\":%lld},\"attention\":",
+            g->settings.device == ZT_DEVICE_SETTING_CUDA ? "cuda" : "cpu", m->device_sampling ? "device" : "host",
+            m->cuda_graphs ? "true" : "false", (long long)m->graph_captures, (long long)m->graph_replays);
     zt_json_write_string(f, m->attention_lp->desc.name, strlen(m->attention_lp->desc.name));
     /* Times to the nanosecond: a tiny fixture answers in microseconds, and tokens_per_s must be
        recomputable from wall_s. */
