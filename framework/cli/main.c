@@ -98,7 +98,9 @@ static const zt_cli_option options[N_OPTIONS] = {
     [OPT_RAW] = {"--raw", NULL, NULL, "generation: no template; continue the --prompt text"},
     [OPT_MAX_NEW_TOKENS] = {"--max-new-tokens", NULL, "N", "generation: stop after N new tokens (128)"},
     [OPT_TEMPERATURE] = {"--temperature", NULL, "T", "generation: 0 for greedy (default), else sample softmax(logits / T)"},
+    [OPT_TOP_K] = {"--top-k", NULL, "K", "generation: sample among the K most likely tokens (0: all, the default)"},
     [OPT_TOP_P] = {"--top-p", NULL, "P", "generation: sample among the most likely tokens holding probability P (1)"},
+    [OPT_STOP] = {"--stop", NULL, "TEXT", "generation: end the answer before TEXT (repeatable; TEXT is not written)"},
     [OPT_SEED] = {"--seed", NULL, "S", "generation: sampling seed (default: the config key seed)"},
     [OPT_PROMPTS] = {"--prompts", NULL, "FILE", "generation: answer every record of FILE.json|.jsonl (Alpaca or {\"prompt\": ...})"},
     [OPT_OUTPUT] = {"--output", NULL, "FILE", "generation with --prompts: one JSON line per record, in input order"},
@@ -134,7 +136,7 @@ static void print_help(FILE *f)
             "         <the training options>              (a table of every combination; docs/compare.md)\n"
             "  zt-run --generate --model DIR|FILE.bin|--resume CKPT [-t FILE] [--data DIR] --prompt TEXT\n"
             "         [--input TEXT] [--template NAME|FILE|--raw] [--max-new-tokens N] [--temperature T]\n"
-            "         [--top-p P] [--seed S]                                   (generate; docs/generate.md)\n"
+            "         [--top-k K] [--top-p P] [--stop TEXT]... [--seed S]      (generate; docs/generate.md)\n"
             "\n"
             "Options:\n",
             ZT_VERSION);
@@ -250,7 +252,8 @@ static int parse_args(int argc, char **argv, run_args *a)
     a->plugin_paths = calloc((size_t)n + 1, sizeof *a->plugin_paths);
     a->sets = calloc((size_t)n + 1, sizeof *a->sets);
     a->compares = calloc((size_t)n + 1, sizeof *a->compares);
-    if (!a->plugin_paths || !a->sets || !a->compares) {
+    a->gen.stops = calloc((size_t)n + 1, sizeof *a->gen.stops);
+    if (!a->plugin_paths || !a->sets || !a->compares || !a->gen.stops) {
         free(args);
         fprintf(stderr, "zt-run: error: out of memory\n");
         return ZT_EXIT_ERROR;
@@ -260,7 +263,7 @@ static int parse_args(int argc, char **argv, run_args *a)
     for (int i = 0; i < n && status < 0; i++) {
         int o = args[i].option;
         const char *v = args[i].value;
-        if (o != OPT_PLUGIN_PATH && o != OPT_SET && o != OPT_COMPARE && given[o]) {
+        if (o != OPT_PLUGIN_PATH && o != OPT_SET && o != OPT_COMPARE && o != OPT_STOP && given[o]) {
             status = zt_cli_usage_error("%s is given twice; give it once", options[o].name);
             break;
         }
@@ -323,7 +326,9 @@ static int parse_args(int argc, char **argv, run_args *a)
         case OPT_RAW: a->gen.raw = 1; break;
         case OPT_MAX_NEW_TOKENS: a->gen.max_new_tokens = v; break;
         case OPT_TEMPERATURE: a->gen.temperature = v; break;
+        case OPT_TOP_K: a->gen.top_k = v; break;
         case OPT_TOP_P: a->gen.top_p = v; break;
+        case OPT_STOP: a->gen.stops[a->gen.n_stops++] = v; break;
         case OPT_SEED: a->gen.seed = v; break;
         case OPT_PRINT_IDS: a->gen.print_ids = 1; break;
         case OPT_PROMPTS: a->gen.prompts = v; break;
@@ -468,6 +473,7 @@ int main(int argc, char **argv)
     free(a.plugin_paths);
     free(a.sets);
     free(a.compares);
+    free(a.gen.stops);
     /* A rank of zt-run --nproc tells it how it ended (job.h); under its mpirun an interrupted rank
      * then exits 0, which zt-run turns back into 130. */
     zt_job_note_end("exit", status);

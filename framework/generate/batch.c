@@ -312,8 +312,8 @@ static zt_status write_output(batch *b, zt_error *err)
 
 /* ---- the scheduler --------------------------------------------------------------------------- */
 
-/* The answer's text: the generated ids without a final stop id, cut at the template's answer
- * suffix. *stopped: the suffix was found. */
+/* The answer's text: the generated ids without a final stop id, cut at the first stop text (the
+ * template's answer suffix, --stop). *stopped: one was found. */
 static zt_status answer_text(gen_run *g, const slot *s, char **text, size_t *len, int *stopped, zt_error *err)
 {
     int32_t end = s->length;
@@ -326,11 +326,9 @@ static zt_status answer_text(gen_run *g, const slot *s, char **text, size_t *len
     zt_status st = gen_tokenizer_decode(&g->tok, s->ids[s->n_prompt - 1], s->ids + s->n_prompt,
                                         (size_t)(end - s->n_prompt), text, len, err);
     if (st != ZT_OK) return st;
-    const char *suffix = g->have_tpl ? g->tpl.answer_suffix : "";
-    size_t suffix_len = strlen(suffix);
-    const char *hit = suffix_len ? memmem(*text, *len, suffix, suffix_len) : NULL;
-    *stopped = hit != NULL;
-    if (hit) *len = (size_t)(hit - *text);
+    size_t cut = gen_stop_text_at(g, *text, 0, *len);
+    *stopped = cut < *len;
+    *len = cut;
     return ZT_OK;
 }
 
@@ -365,8 +363,8 @@ static zt_status reserve(gen_model *m, const int32_t *seqs, int32_t n, int32_t n
     return zt_plugin_failed(m->attention_lp, st, err, "kv_reserve(%d sequences, %d tokens)", (int)n, (int)n_new);
 }
 
-/* After a sequence's new token: finished (a stop id, the answer suffix, max new tokens, the
- * context) is answered and its slot freed. */
+/* After a sequence's new token: finished (a stop id, a stop text, max new tokens, the context) is
+ * answered and its slot freed. */
 static zt_status after_token(batch *b, int32_t seq, slot *s, zt_error *err)
 {
     gen_run *g = b->g;
@@ -377,8 +375,7 @@ static zt_status after_token(batch *b, int32_t seq, slot *s, zt_error *err)
     char *text = NULL;
     size_t len = 0;
     int stopped = 0;
-    int suffix = g->have_tpl && g->tpl.answer_suffix[0];
-    if (!reason && !suffix) return ZT_OK;
+    if (!reason && !g->n_stop_texts) return ZT_OK;
     zt_status st = answer_text(g, s, &text, &len, &stopped, err);
     if (st == ZT_OK && (reason || stopped)) {
         st = answer(b, s->rec, text, len, s->ids + s->n_prompt, s->n_prompt, generated, reason ? reason : "stop",
@@ -434,7 +431,8 @@ static int start_record(batch *b, int64_t i, slot *s, zt_error *err, zt_status *
     /* A seed of its own: the same answer whatever ran beside it. */
     uint64_t seed = zt_mix64((g->s->seed_given ? g->s->seed : (uint64_t)g->settings.seed) + (uint64_t)(i + 1) *
                              ZT_GOLDEN_GAMMA);
-    *st = zt_sampler_init(&s->sampler, g->model.info->vocab_size, g->s->temperature, g->s->top_p, seed, err);
+    *st = zt_sampler_init(&s->sampler, g->model.info->vocab_size, g->s->temperature, g->s->top_k, g->s->top_p,
+                          seed, err);
     s->rec = i;
     return 0;
 }

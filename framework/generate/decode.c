@@ -465,7 +465,7 @@ zt_status gen_model_run_sampled(gen_model *m, const int32_t *seq_ids, int32_t n_
 
 zt_sample_row gen_sample_row(zt_sampler *s)
 {
-    zt_sample_row r = {.temperature = s->temperature, .top_p = s->top_p, .top_k = 0};
+    zt_sample_row r = {.temperature = s->temperature, .top_p = s->top_p, .top_k = s->top_k};
     r.u = zt_sampler_draw_u(s);
     return r;
 }

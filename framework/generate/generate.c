@@ -115,6 +115,23 @@ zt_status zt_generate_check(const zt_generate_options *o, zt_generate_settings *
     if (st == ZT_OK && o->temperature)
         st = parse_number("--temperature", o->temperature, 0, MAX_TEMPERATURE, 0,
                           "a number from 0 (greedy decoding) to 100", &s->temperature, err);
+    if (st == ZT_OK && o->top_k) {
+        st = parse_count("--top-k", o->top_k, 0, INT32_MAX,
+                         "how many of the most likely tokens to sample from (0: all of them)", &n, err);
+        s->top_k = (int32_t)n;
+    }
+    if (st == ZT_OK && o->n_stops && o->print_ids)
+        st = usage(err, "--stop ends the answer's text, and --print-ids writes ids: give one of them");
+    if (st == ZT_OK && o->n_stops > MAX_STOP_TEXTS)
+        st = usage(err, "--stop is given %d times; at most %d stop texts are supported", o->n_stops, MAX_STOP_TEXTS);
+    for (int i = 0; st == ZT_OK && i < o->n_stops; i++) {
+        size_t len = strlen(o->stops[i]);
+        if (len == 0)
+            st = usage(err, "--stop '': a stop text needs at least one character (the answer ends before it)");
+        else if (len > MAX_STOP_TEXT_BYTES)
+            st = usage(err, "--stop '%.40s...': %zu bytes, longer than the %d a stop text may have", o->stops[i], len,
+                       MAX_STOP_TEXT_BYTES);
+    }
     if (st == ZT_OK && o->top_p)
         st = parse_number("--top-p", o->top_p, 0, 1, 1,
                           "the probability mass to sample from, a number above 0 and at most 1", &s->top_p, err);
@@ -168,8 +185,8 @@ static zt_status parse_prompt_ids(const char *text, int32_t vocab, int32_t **ids
  * or U+FFFD from a decoder) and a possible beginning of the stop text. */
 typedef struct text_stream {
     size_t written;
-    const char *stop; /* stop text ("" for none): the template's answer suffix */
-    int stopped;
+    size_t answer_from; /* where the generated text begins (after a --raw prompt's): stop texts are searched from here */
+    int stopped;        /* a stop text (gen_run.stop_texts) was found */
 } text_stream;
 
 /* Bytes at the end of s[0, n) that may still change: U+FFFD replacements, and a multi-byte UTF-8
@@ -188,27 +205,19 @@ static size_t unsettled_tail(const char *s, size_t n)
     return n - end;
 }
 
-static zt_status stream_text(gen_tokenizer *tok, text_stream *ts, int32_t prev, const int32_t *ids, size_t n,
-                             int final, zt_error *err)
+static zt_status stream_text(gen_run *g, text_stream *ts, int32_t prev, const int32_t *ids, size_t n, int final,
+                             zt_error *err)
 {
     char *text;
     size_t len;
-    zt_status st = gen_tokenizer_decode(tok, prev, ids, n, &text, &len, err);
+    zt_status st = gen_tokenizer_decode(&g->tok, prev, ids, n, &text, &len, err);
     if (st != ZT_OK) return st;
-    size_t end = len, stop_len = strlen(ts->stop);
-    const char *hit = stop_len ? memmem(text, len, ts->stop, stop_len) : NULL;
-    if (hit) {
-        end = (size_t)(hit - text);
+    size_t end = gen_stop_text_at(g, text, ts->answer_from, len);
+    if (end < len) {
         ts->stopped = 1;
     } else if (!final) {
-        for (size_t k = stop_len ? stop_len - 1 : 0; k > 0; k--) {
-            if (k <= len && memcmp(text + len - k, ts->stop, k) == 0) {
-                end = len - k;
-                break;
-            }
-        }
-        size_t unsettled = unsettled_tail(text, end);
-        end -= unsettled;
+        end -= gen_stop_text_tail(g, text, ts->answer_from, len);
+        end -= unsettled_tail(text, end);
     }
     if (end > ts->written) {
         fwrite(text + ts->written, 1, end - ts->written, stdout);
@@ -235,6 +244,39 @@ int gen_is_stop_id(const gen_run *g, int32_t id)
     for (int i = 0; i < g->n_stop_ids; i++)
         if (g->stop_ids[i] == id) return 1;
     return 0;
+}
+
+size_t gen_stop_text_at(const gen_run *g, const char *text, size_t from, size_t len)
+{
+    size_t end = len;
+    for (int i = 0; i < g->n_stop_texts && from < len; i++) {
+        const char *hit = memmem(text + from, end - from, g->stop_texts[i], strlen(g->stop_texts[i]));
+        if (hit) end = (size_t)(hit - text); /* later texts are searched only before the earliest hit */
+    }
+    return end;
+}
+
+size_t gen_stop_text_tail(const gen_run *g, const char *text, size_t from, size_t len)
+{
+    size_t longest = 0, room = len > from ? len - from : 0;
+    for (int i = 0; i < g->n_stop_texts; i++) {
+        const char *stop = g->stop_texts[i];
+        for (size_t k = strlen(stop) - 1; k > longest; k--)
+            if (k <= room && memcmp(text + len - k, stop, k) == 0) {
+                longest = k;
+                break;
+            }
+    }
+    return longest;
+}
+
+/* The stop texts: the template's answer suffix, then each --stop (checked by zt_generate_check). */
+static void collect_stop_texts(gen_run *g)
+{
+    g->n_stop_texts = 0;
+    if (g->have_tpl && g->tpl.answer_suffix[0]) g->stop_texts[g->n_stop_texts++] = g->tpl.answer_suffix;
+    for (int i = 0; i < g->o->n_stops && g->n_stop_texts <= MAX_STOP_TEXTS; i++)
+        g->stop_texts[g->n_stop_texts++] = g->o->stops[i];
 }
 
 static int is_directory(const char *path)
@@ -571,7 +613,7 @@ static zt_status generate(gen_run *g, zt_error *err)
     if (!ids || !masked)
         st = zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for %lld tokens", (long long)capacity);
     uint64_t seed = s->seed_given ? s->seed : (uint64_t)g->settings.seed;
-    if (st == ZT_OK) st = zt_sampler_init(&sampler, V, s->temperature, s->top_p, seed, err);
+    if (st == ZT_OK) st = zt_sampler_init(&sampler, V, s->temperature, s->top_k, s->top_p, seed, err);
     if (st == ZT_OK) st = gen_model_prepare(m, 1, (int32_t)capacity, err);
     if (st != ZT_OK) {
         free(prompt);
@@ -586,18 +628,25 @@ static zt_status generate(gen_run *g, zt_error *err)
         zt_log(ZT_LOG_INFO, "%d prompt tokens; greedy decoding of up to %lld tokens", (int)n_prompt,
                (long long)(capacity - n_prompt));
     else
-        zt_log(ZT_LOG_INFO, "%d prompt tokens; sampling up to %lld tokens with temperature %g, top-p %g, seed %llu",
-               (int)n_prompt, (long long)(capacity - n_prompt), s->temperature, s->top_p, (unsigned long long)seed);
+        zt_log(ZT_LOG_INFO, "%d prompt tokens; sampling up to %lld tokens with temperature %g, top-k %d%s, top-p %g, "
+               "seed %llu", (int)n_prompt, (long long)(capacity - n_prompt), s->temperature, (int)s->top_k,
+               s->top_k ? "" : " (off)", s->top_p, (unsigned long long)seed);
 
     /* Without a tokenizer there is no text: ids in, ids out. With a template only the answer is
      * written; --raw continues the prompt, so the prompt is written too. */
     int print_ids = o->print_ids || !g->have_tok;
     int32_t text_from = g->have_tpl || o->prompt_ids ? n_prompt : n_bos;
     int32_t tokenizer_vocab = g->have_tok ? g->tok.info.vocab_size : V;
-    text_stream ts = {0, g->have_tpl ? g->tpl.answer_suffix : "", 0};
-    if (!print_ids && text_from < n_prompt)
-        st = stream_text(&g->tok, &ts, text_from ? ids[text_from - 1] : -1, ids + text_from,
-                         (size_t)(n_prompt - text_from), 0, err);
+    text_stream ts = {0};
+    if (!print_ids && text_from < n_prompt) { /* the --raw prompt: written, never searched for stop texts */
+        char *prompt_text = NULL;
+        st = gen_tokenizer_decode(&g->tok, text_from ? ids[text_from - 1] : -1, ids + text_from,
+                                  (size_t)(n_prompt - text_from), &prompt_text, &ts.answer_from, err);
+        free(prompt_text);
+        if (st == ZT_OK)
+            st = stream_text(g, &ts, text_from ? ids[text_from - 1] : -1, ids + text_from,
+                             (size_t)(n_prompt - text_from), 0, err);
+    }
 
     const char *why = "the model's context is full";
     gen_stats_begin(&g->stats);
@@ -635,10 +684,10 @@ static zt_status generate(gen_run *g, zt_error *err)
             break;
         }
         if (!print_ids) {
-            st = stream_text(&g->tok, &ts, text_from ? ids[text_from - 1] : -1, ids + text_from,
+            st = stream_text(g, &ts, text_from ? ids[text_from - 1] : -1, ids + text_from,
                              (size_t)(length - text_from), 0, err);
             if (ts.stopped) {
-                why = "the template's answer suffix";
+                why = "a stop text (the template's answer suffix or --stop)";
                 break;
             }
         }
@@ -650,7 +699,7 @@ static zt_status generate(gen_run *g, zt_error *err)
     }
     if (st == ZT_OK && !print_ids) {
         int32_t end = gen_is_stop_id(g, ids[length - 1]) ? length - 1 : length; /* EOS has no text */
-        st = stream_text(&g->tok, &ts, text_from ? ids[text_from - 1] : -1, ids + text_from,
+        st = stream_text(g, &ts, text_from ? ids[text_from - 1] : -1, ids + text_from,
                          (size_t)(end - text_from), 1, err);
     }
     if (st == ZT_OK) {
@@ -691,7 +740,11 @@ zt_status zt_generate_run(const zt_generate_options *o, const zt_generate_settin
         if (g.have_tok && g.tok.l2c) add_stop_id(&g, ZT_L2C_BOS);
         const zt_hf_config *hc = g.hf ? zt_hf_model_config(g.hf) : g.l2c ? zt_l2c_model_config(g.l2c) : NULL;
         for (int i = 0; hc && i < hc->n_eos; i++) add_stop_id(&g, hc->eos_token_ids[i]);
-        st = o->prompts ? gen_batch_run(&g, err) : generate(&g, err);
+        collect_stop_texts(&g);
+        if (o->n_stops && !g.have_tok)
+            st = zt_error_set(err, ZT_ERR_INVALID_ARG, "--stop needs a tokenizer: it ends the answer's text, and "
+                              "without one there is only ids; give -t TOKENIZER (or a model with tokenizer.model)");
+        if (st == ZT_OK) st = o->prompts ? gen_batch_run(&g, err) : generate(&g, err);
         if (st == ZT_OK) st = gen_stats_write(&g, &g.stats, err);
     }
 

@@ -38,13 +38,16 @@ typedef struct zt_generate_options {
     const char *output;     /* --output: the answers, one JSON line per record */
     const char *stats;      /* --stats: the run's figures as one JSON object (docs/generate.md) */
 
-    const char *max_new_tokens, *temperature, *top_p, *seed; /* NULL: the defaults */
+    const char *max_new_tokens, *temperature, *top_k, *top_p, *seed; /* NULL: the defaults */
+    const char **stops;     /* --stop TEXT (repeatable): the answer ends before the first of them */
+    int n_stops;
 } zt_generate_options;
 
 /* The parsed sampling settings. */
 typedef struct zt_generate_settings {
     int64_t max_new_tokens; /* default 128 */
     double temperature;     /* default 0: greedy */
+    int32_t top_k;          /* default 0: off */
     double top_p;           /* default 1 */
     uint64_t seed;          /* default: the config's seed */
     int seed_given;
@@ -61,25 +64,27 @@ zt_status zt_generate_run(const zt_generate_options *o, const zt_generate_settin
 /* ---- the sampler (exposed for tests) --------------------------------------------------------- */
 
 /* Temperature 0: the argmax (the lowest id among equal maxima, as torch.argmax). Otherwise the
- * softmax of logits / temperature, cut to the smallest set of most likely tokens whose probability
- * reaches top_p (transformers' TopPLogitsWarper: a token stays when the tokens more likely than it
- * hold less than top_p; ties are ordered by id), renormalised, and one draw from it with a splitmix64
- * generator seeded by `seed`. Tokens rank by logit value (a float comparison: -0 ties with +0), ties
+ * top_k most likely tokens (0: all; transformers' TopKLogitsWarper), their softmax of logits /
+ * temperature, cut to the smallest set of most likely tokens whose probability reaches top_p
+ * (transformers' TopPLogitsWarper: a token stays when the tokens more likely than it hold less than
+ * top_p; ties are ordered by id), renormalised, and one draw from it with a splitmix64 generator
+ * seeded by `seed`. Tokens rank by logit value (a float comparison: -0 ties with +0), ties
  * to the lower id: the device sampler (zt_cuda_sample) keeps the same rule and, given the same u,
  * draws the same token. */
 typedef struct zt_sampler {
     double temperature, top_p;
+    int32_t top_k;
     uint64_t state;
     int32_t vocab;
     int32_t *order;  /* scratch [vocab] */
     double *prob;    /* scratch [vocab] */
 } zt_sampler;
 
-zt_status zt_sampler_init(zt_sampler *s, int32_t vocab, double temperature, double top_p, uint64_t seed,
-                          zt_error *err);
+zt_status zt_sampler_init(zt_sampler *s, int32_t vocab, double temperature, int32_t top_k, double top_p,
+                          uint64_t seed, zt_error *err);
 void zt_sampler_free(zt_sampler *s);
-/* The distribution the next draw comes from: probs[vocab] (zero outside the top-p set); for
- * temperature 0 a one at the argmax. */
+/* The distribution the next draw comes from: probs[vocab] (zero outside the top-k and top-p sets);
+ * for temperature 0 a one at the argmax. */
 void zt_sampler_distribution(zt_sampler *s, const float *logits, double *probs);
 /* The next token. logits[vocab]; -INFINITY excludes a token. zt_sampler_pick(s, logits,
  * zt_sampler_draw_u(s)), in one call. */

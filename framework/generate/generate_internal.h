@@ -180,6 +180,8 @@ void gen_stats_first_token(gen_stats *s, double admitted);
 /* ---- the run (generate.c) ---------------------------------------------------------------------- */
 
 #define MAX_STOP_IDS 12
+#define MAX_STOP_TEXTS 16   /* --stop TEXT, at most this many (the template's answer suffix is one more) */
+#define MAX_STOP_TEXT_BYTES 256
 
 typedef struct gen_run {
     const zt_generate_options *o;
@@ -204,6 +206,8 @@ typedef struct gen_run {
     zt_error manifest_err;     /* why the checkpoint's data set could not be read */
     int32_t stop_ids[MAX_STOP_IDS];
     int n_stop_ids;
+    const char *stop_texts[MAX_STOP_TEXTS + 1]; /* the template's answer suffix (if any), then --stop */
+    int n_stop_texts;
     gen_stats stats;
 } gen_run;
 
@@ -211,6 +215,11 @@ typedef struct gen_run {
 zt_status gen_stats_write(gen_run *g, const gen_stats *s, zt_error *err);
 
 int gen_is_stop_id(const gen_run *g, int32_t id);
+/* Where text[0, len) ends at the earliest stop text (the template's answer suffix, --stop) that
+ * begins at or after `from` (where the answer starts): its offset, or len when none occurs. */
+size_t gen_stop_text_at(const gen_run *g, const char *text, size_t from, size_t len);
+/* How many bytes at the end of text[from, len) begin a stop text (they may still become one). */
+size_t gen_stop_text_tail(const gen_run *g, const char *text, size_t from, size_t len);
 /* BOS (when the tokenizer has one) and the text: rendered as the template's user turn, or as it is
  * when raw. */
 zt_status gen_encode_prompt(gen_run *g, const char *prompt, const char *input, int raw, int32_t **ids_out,

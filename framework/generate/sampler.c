@@ -1,5 +1,5 @@
-/* zt-run --generate's sampler (generate.h, exposed for tests): greedy, or temperature and top-p
- * sampling with a splitmix64 generator. */
+/* zt-run --generate's sampler (generate.h, exposed for tests): greedy, or temperature, top-k and
+ * top-p sampling with a splitmix64 generator. */
 #define _GNU_SOURCE /* qsort_r */
 #include "base/random.h"
 #include "generate/generate.h"
@@ -8,17 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-zt_status zt_sampler_init(zt_sampler *s, int32_t vocab, double temperature, double top_p, uint64_t seed,
-                          zt_error *err)
+zt_status zt_sampler_init(zt_sampler *s, int32_t vocab, double temperature, int32_t top_k, double top_p,
+                          uint64_t seed, zt_error *err)
 {
     memset(s, 0, sizeof *s);
-    if (vocab < 1 || !(temperature >= 0) || !(top_p > 0 && top_p <= 1))
+    if (vocab < 1 || !(temperature >= 0) || top_k < 0 || !(top_p > 0 && top_p <= 1))
         return zt_error_set(err, ZT_ERR_INVALID_ARG,
-                            "sampler: vocab %d, temperature %g, top_p %g: need vocab >= 1, temperature >= 0 and "
-                            "top_p in (0, 1]",
-                            (int)vocab, temperature, top_p);
+                            "sampler: vocab %d, temperature %g, top_k %d, top_p %g: need vocab >= 1, temperature "
+                            ">= 0, top_k >= 0 (0: off) and top_p in (0, 1]",
+                            (int)vocab, temperature, (int)top_k, top_p);
     s->vocab = vocab;
     s->temperature = temperature;
+    s->top_k = top_k;
     s->top_p = top_p;
     s->state = seed;
     s->order = malloc((size_t)vocab * sizeof *s->order);
@@ -58,23 +59,30 @@ static int more_likely_first(const void *pa, const void *pb, void *logits)
     return (a > b) - (a < b);
 }
 
-/* The sampling distribution into s->prob (temperature > 0). */
+/* The sampling distribution into s->prob (temperature > 0): top-k on the logits (the k most likely,
+ * ties to the lower id), the softmax of what is left over the temperature, then top-p on it,
+ * renormalised: transformers' order (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+ * and the device sampler's. */
 static void distribution(zt_sampler *s, const float *logits)
 {
-    int32_t V = s->vocab;
+    int32_t V = s->vocab, k_cut = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+    int sorted = k_cut < V || s->top_p < 1;
+    if (sorted) {
+        for (int32_t i = 0; i < V; i++) s->order[i] = i;
+        qsort_r(s->order, (size_t)V, sizeof *s->order, more_likely_first, (void *)logits);
+    }
     float top = logits[argmax(logits, V)];
     double sum = 0;
     for (int32_t i = 0; i < V; i++) {
         s->prob[i] = logits[i] == -INFINITY ? 0.0 : exp(((double)logits[i] - top) / s->temperature);
-        sum += s->prob[i];
     }
+    for (int32_t i = k_cut; i < V; i++) s->prob[s->order[i]] = 0; /* beyond the k most likely */
+    for (int32_t i = 0; i < V; i++) sum += s->prob[i];
     for (int32_t i = 0; i < V; i++) s->prob[i] /= sum;
     if (s->top_p >= 1) return;
-    for (int32_t i = 0; i < V; i++) s->order[i] = i;
-    qsort_r(s->order, (size_t)V, sizeof *s->order, more_likely_first, (void *)logits);
     double kept = 0; /* the mass of the tokens kept so far, all more likely than the next */
     int32_t k = 0;
-    for (; k < V && kept < s->top_p; k++) kept += s->prob[s->order[k]];
+    for (; k < k_cut && kept < s->top_p; k++) kept += s->prob[s->order[k]];
     for (int32_t i = k; i < V; i++) s->prob[s->order[i]] = 0;
     for (int32_t i = 0; i < k; i++) s->prob[s->order[i]] /= kept;
 }

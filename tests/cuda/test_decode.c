@@ -276,10 +276,10 @@ static double boundary_distance(const float *masked, int32_t V, double temperatu
     int32_t *order = malloc(sizeof(int32_t) * (size_t)V);
     zt_sampler s;
     zt_error err = {0};
-    ZT_CHECK(zt_sampler_init(&s, V, temperature, 1.0, 1, &err) == ZT_OK);
+    ZT_CHECK(zt_sampler_init(&s, V, temperature, 0, 1.0, 1, &err) == ZT_OK);
     zt_sampler_distribution(&s, masked, full);
     zt_sampler_free(&s);
-    ZT_CHECK(zt_sampler_init(&s, V, temperature, top_p, 1, &err) == ZT_OK);
+    ZT_CHECK(zt_sampler_init(&s, V, temperature, 0, top_p, 1, &err) == ZT_OK);
     zt_sampler_distribution(&s, masked, final);
     zt_sampler_free(&s);
     double nearest = INFINITY, cumulative = 0;
@@ -372,21 +372,28 @@ static void test_sample(zt_cuda_ctx *ctx)
                     if (r % 5 == 2 && test_randint(0, 10) == 0) x[i] = -INFINITY;
                 }
                 if (r % 4 == 3) x[test_randint(0, V)] = spread + 4; /* one dominant token */
-                float *masked = malloc(sizeof(float) * (size_t)V);
+                float *masked = malloc(sizeof(float) * (size_t)V), *drawable = malloc(sizeof(float) * (size_t)V);
                 memcpy(masked, x, sizeof(float) * (size_t)V);
                 for (int32_t i = n_draw; i < V; i++) masked[i] = -INFINITY; /* as generation masks them */
+                memcpy(drawable, masked, sizeof(float) * (size_t)V);
                 mask_top_k(masked, V, c->top_k);
-                zt_sampler s;
+                zt_sampler s, plain;
                 zt_error err = {0};
-                if (zt_sampler_init(&s, V, c->temperature, c->top_p, test_random_u64(), &err) != ZT_OK) {
+                uint64_t seed = test_random_u64();
+                if (zt_sampler_init(&s, V, c->temperature, c->top_k, c->top_p, seed, &err) != ZT_OK ||
+                    zt_sampler_init(&plain, V, c->temperature, 0, c->top_p, seed, &err) != ZT_OK) {
                     printf("sampler init failed: %s\n", err.msg);
                     exit(1);
                 }
                 /* the u the host draws for a record, as generation hands it to the device */
                 double u = c->temperature > 0 ? zt_sampler_draw_u(&s) : test_uniform(0.0f, 1.0f);
                 rows[r] = (zt_cuda_sample_row){c->temperature, c->top_p, u, c->top_k};
-                want[r] = zt_sampler_pick(&s, masked, u);
+                want[r] = zt_sampler_pick(&s, drawable, u);
+                /* the host's top-k is this test's mask_top_k then no top-k */
+                ZT_CHECK_INT(want[r], zt_sampler_pick(&plain, masked, u));
                 zt_sampler_free(&s);
+                zt_sampler_free(&plain);
+                free(drawable);
                 margin[r] = boundary_distance(masked, V, c->temperature, c->top_p, u);
                 free(masked);
             }

@@ -100,6 +100,37 @@ sys.stdout.buffer.write(text + b"\n")' "$w/tok512.bin" "$out/sampled.ids" >"$out
         diff "$out/sampled.txt" "$out/sampled.expected" | head -5
         zt_failures=$((zt_failures + 1))
     fi
+    # --stop: the text ends before the earliest stop text (here across several tokens), which is not
+    # written, whether it came whole or piece by piece; a --raw prompt is never searched.
+    local story
+    story=$(cat "$w/stories260K_greedy_reference.txt")
+    "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" --raw --prompt "" --max-new-tokens 256 \
+        --stop " red ball" >"$out/stop.txt" 2>"$out/stop.log"
+    same "--stop ' red ball'" "${story%%" red ball"*}" "$(cat "$out/stop.txt")"
+    if ! grep -q "stopped by a stop text" "$out/stop.log"; then
+        echo "FAIL: the log does not say a stop text ended it:"
+        cat "$out/stop.log"
+        zt_failures=$((zt_failures + 1))
+    fi
+    "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" --raw --prompt "" --max-new-tokens 256 \
+        --stop "mom" --stop "park" >"$out/stop2.txt" 2>/dev/null
+    same "--stop mom --stop park (park comes first)" "${story%%park*}" "$(cat "$out/stop2.txt")"
+    "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" --raw --prompt "Once upon a time, there" \
+        --max-new-tokens 20 --stop "Once" --stop "Lily" >"$out/stop3.txt" 2>/dev/null
+    same "--stop in a --raw prompt" "Once upon a time, there was a little girl named " "$(cat "$out/stop3.txt")"
+    # Batch answers are cut the same way; finish_reason stop.
+    printf '{"prompt": "Once"}\n{"prompt": "Once upon a time, there"}\n' >"$out/stop.jsonl"
+    "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" --prompts "$out/stop.jsonl" --output "$out/stop.out.jsonl" \
+        --max-new-tokens 256 --stop " red ball" --stop "Lily" 2>/dev/null
+    python3 - "$out/stop.out.jsonl" "$story" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+want = [sys.argv[2].split("Lily")[0][len("Once"):], " was a little girl named "]
+for line, w in zip(lines, want):
+    if line["output"] != w or line["finish_reason"] != "stop":
+        print(f"FAIL: batch --stop: record {line['record']}: {line['output']!r} ({line['finish_reason']}), expected {w!r} (stop)")
+        sys.exit(1)
+PY
     # A tokenizer for another vocabulary is refused.
     expect_fail "bytes remain after the model's 128 tokens" "llama2.c tokenizer .bin of this model" -- \
         "${gen[@]}" --model "$fixtures/llama_mha_tied" -t "$w/tok512.bin" --raw --prompt "x"
@@ -108,7 +139,7 @@ sys.stdout.buffer.write(text + b"\n")' "$w/tok512.bin" "$out/sampled.ids" >"$out
 # The sampling options on a fixture model (random weights: a flat-ish distribution over 128 ids).
 sampling() {
     local m=$fixtures/llama_gqa_untied p=94,23,29,115,96,86 n=100
-    local greedy a b c hot
+    local greedy a b c hot distinct_k
     greedy=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids 2>/dev/null)
     # A seed repeats the draws; another seed draws others.
     a=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1 --seed 11 2>/dev/null)
@@ -137,9 +168,23 @@ sampling() {
         echo "FAIL: temperature 50 drew $distinct_hot distinct ids of 100 (expected >= 50), greedy $distinct_greedy (<= 20)"
         zt_failures=$((zt_failures + 1))
     fi
+    # top-k 1 is greedy; top-k of the whole vocabulary (128) changes nothing; top-k 2 keeps each
+    # token among the two most likely, and differs from the unrestricted draws.
+    b=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1 --top-k 1 --seed 9 2>/dev/null)
+    same "top-k 1 is greedy" "$greedy" "$b"
+    b=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 1 --top-k 128 --seed 11 2>/dev/null)
+    same "top-k 128 (the vocabulary) as no top-k" "$a" "$b"
+    b=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens $n --print-ids --temperature 50 --top-k 2 --seed 5 2>/dev/null)
+    distinct_k=$(tr ' ' '\n' <<<"$b" | sort -u | wc -l)
+    if [ "$b" = "$hot" ] || [ "$distinct_k" -ge "$(tr ' ' '\n' <<<"$hot" | sort -u | wc -l)" ]; then
+        echo "FAIL: top-k 2 at temperature 50 drew $distinct_k distinct ids, as many as without top-k"
+        zt_failures=$((zt_failures + 1))
+    fi
     # The log says how the tokens were chosen.
-    expect_ok "sampling up to 3 tokens with temperature 0.7, top-p 0.9, seed 4" "stopped by --max-new-tokens" -- \
+    expect_ok "sampling up to 3 tokens with temperature 0.7, top-k 0 (off), top-p 0.9, seed 4" "stopped by --max-new-tokens" -- \
         "${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens 3 --temperature 0.7 --top-p 0.9 --seed 4
+    expect_ok "temperature 0.7, top-k 5, top-p 1, seed 4" -- \
+        "${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens 3 --temperature 0.7 --top-k 5 --seed 4
     # Only as many tokens as the model has positions (max_position_embeddings 256).
     expect_ok "exceed the model's 256 positions" "generated 250 tokens" "stopped by the model's context is full" -- \
         "${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens 1000 --print-ids
@@ -163,6 +208,17 @@ errors() {
     expect_fail "--top-p '0': expected the probability mass to sample from, a number above 0 and at most 1" -- \
         "$zt_run" --generate --model "$m" --prompt-ids 1 --top-p 0
     expect_fail "--top-p '1.5'" -- "$zt_run" --generate --model "$m" --prompt-ids 1 --top-p 1.5
+    expect_fail "--top-k '-1': expected how many of the most likely tokens to sample from (0: all of them)" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --top-k -1
+    expect_fail "--top-k 'many'" -- "$zt_run" --generate --model "$m" --prompt-ids 1 --top-k many
+    expect_fail "--stop '': a stop text needs at least one character" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --stop ""
+    expect_fail "bytes, longer than the 256 a stop text may have" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --stop "$(printf 'x%.0s' {1..300})"
+    expect_fail "--stop is for generation: add --generate" -- "$zt_run" --model "$m" --stop x
+    expect_fail "--stop ends the answer's text, and --print-ids writes ids" -- \
+        "$zt_run" --generate --model "$m" --prompt-ids 1 --print-ids --stop x
+    expect_fail "--stop needs a tokenizer" -- "${gen[@]}" --model "$m" --prompt-ids 1 --stop x
     expect_fail "--max-new-tokens '0': expected how many tokens to generate at most, a whole number from 1" -- \
         "$zt_run" --generate --model "$m" --prompt-ids 1 --max-new-tokens 0
     expect_fail "--seed '-3': expected the sampling seed, a whole number from 0" -- \

@@ -101,7 +101,8 @@ device_sampling() {
     local k prompt spec host dev
     for k in 0 1 2; do
         prompt=$(reference $k prompt)
-        for spec in "--temperature 0" "--temperature 0.8 --top-p 0.9 --seed 7" "--temperature 1.3 --seed 11"; do
+        for spec in "--temperature 0" "--temperature 0.8 --top-p 0.9 --seed 7" "--temperature 1.3 --seed 11" \
+            "--temperature 0.9 --top-k 5 --seed 3"; do
             host=$("${gen[@]}" --plugins llama,paged $spec --set generate.device_sampling=false \
                 --prompt-ids "$prompt" 2>"$out/host.log") ||
                 { echo "FAIL: host sampler, $spec, prompt $k: $(tail -n 3 "$out/host.log")"; zt_failures=$((zt_failures + 1)); continue; }
@@ -141,6 +142,65 @@ if len(dev) != 12 or len(host) != 12 or bad:
     sys.exit(f"FAIL: batch device sampling != host sampling: records {bad} ({len(dev)} and {len(host)} lines)")
 print("batch: device sampling equals the host sampler on all 12 records")
 PY
+}
+
+# CUDA graphs (generate.cuda_graphs): a replayed step runs the kernels a launched one does, with the
+# same shapes, so the tokens are identical with and without graphs, for every attention plugin, one
+# prompt and a continuously batched run (batch sizes change as records finish and join, each its own
+# graph; paged shares the prompts' prefixes), greedy and sampled; --stats counts the replays.
+graphs() {
+    local k prompt plugin on off
+    for k in 0 1 2; do
+        prompt=$(reference $k prompt)
+        for plugin in naive flash paged; do
+            on=$("${gen[@]}" --plugins "llama,$plugin" --prompt-ids "$prompt" --stats "$out/on.json" 2>"$out/on.log") ||
+                { echo "FAIL: $plugin graphs on, prompt $k: $(tail -n 3 "$out/on.log")"; zt_failures=$((zt_failures + 1)); continue; }
+            off=$("${gen[@]}" --plugins "llama,$plugin" --prompt-ids "$prompt" --set generate.cuda_graphs=false \
+                --stats "$out/off.json" 2>"$out/off.log") ||
+                { echo "FAIL: $plugin graphs off, prompt $k: $(tail -n 3 "$out/off.log")"; zt_failures=$((zt_failures + 1)); continue; }
+            same "$plugin, prompt $k: tokens with CUDA graphs" "$off" "$on"
+            grep -q "decode steps replay CUDA graphs" "$out/on.log" ||
+                { echo "FAIL: $plugin: the log does not say the steps replay graphs"; zt_failures=$((zt_failures + 1)); }
+            python3 - "$out/on.json" "$out/off.json" "$plugin" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, sys
+on, off = (json.load(open(p))["cuda_graphs"] for p in sys.argv[1:3])
+# 24 new tokens: the prompt's step and the first one-token step run eagerly, the second is captured
+if not (on["on"] and on["captured"] == 1 and on["replayed_steps"] == 22) or off != {"on": False, "captured": 0, "replayed_steps": 0}:
+    sys.exit(f"FAIL: {sys.argv[3]}: --stats cuda_graphs {on} (on), {off} (off)")
+PY
+        done
+    done
+    python3 - "$out/ids.jsonl" "$model/expected.json" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[2]))["generate"]
+with open(sys.argv[1], "w") as f:
+    for i in range(20):
+        f.write(json.dumps({"id": i, "prompt_ids": runs[i % 3]["prompt"][: 4 + i % 7]}) + "\n")
+PY
+    local spec graphs
+    for plugin in naive paged; do
+        for spec in "--temperature 0" "--temperature 0.8 --top-k 20 --top-p 0.95 --seed 5"; do
+            for graphs in true false; do
+                "$zt_run" --generate --model "$model" --set device=cuda --plugins "llama,$plugin" --set generate.max_seqs=8 \
+                    $spec --set generate.cuda_graphs=$graphs --prompts "$out/ids.jsonl" --output "$out/batch_$graphs.jsonl" \
+                    --max-new-tokens 24 --stats "$out/batch_$graphs.stats.json" >"$out/batch_$graphs.log" 2>&1
+                same "exit status (batch, $plugin, $spec, cuda_graphs=$graphs)" 0 "$?"
+            done
+            python3 - "$out" "$plugin $spec" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, sys
+out, name = sys.argv[1], sys.argv[2]
+on = [json.loads(l).get("output_ids") for l in open(f"{out}/batch_true.jsonl")]
+off = [json.loads(l).get("output_ids") for l in open(f"{out}/batch_false.jsonl")]
+bad = [i + 1 for i, (a, b) in enumerate(zip(on, off)) if a != b or a is None]
+g = json.load(open(f"{out}/batch_true.stats.json"))["cuda_graphs"]
+if len(on) != 20 or len(off) != 20 or bad:
+    sys.exit(f"FAIL: batch ({name}) with graphs != without: records {bad} ({len(on)} and {len(off)} lines)")
+if not (g["on"] and g["captured"] >= 2 and g["replayed_steps"] > 0):
+    sys.exit(f"FAIL: batch ({name}): --stats cuda_graphs {g}: expected graphs of several batch sizes, replayed")
+print(f"batch ({name}): 20 records identical with graphs ({g['captured']} captured, {g['replayed_steps']} replayed steps)")
+PY
+        done
+    done
 }
 
 # The CPU path's errors: a prompt longer than the context, a KV budget too small for one sequence.
