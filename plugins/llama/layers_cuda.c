@@ -243,13 +243,13 @@ static zt_status read_env(llama_state *s)
         if (r->prof && (st = prof_end(r)) != ZT_OK) goto done;          \
     } while (0)
 
-/* The scratch the kernel context needs for this batch: RMSNorm and embedding backward, and the LM
- * head's logits chunk. The chunk is halved until it fits LM_HEAD_SCRATCH bytes, as the kernel
+/* The scratch the kernel context needs for this batch: RMSNorm and embedding backward, the LM
+ * head's logits chunk, and device sampling's probabilities. The chunk is halved until it fits LM_HEAD_SCRATCH bytes, as the kernel
  * halves it, so the scratch is exactly what the kernel will use: fewer, larger GEMMs than a tighter
  * budget, and 2048 rows of a 32k vocabulary (384 MiB). */
 #define LM_HEAD_SCRATCH (512ull << 20)
 
-static uint64_t scratch_needed(const llama_config *c, int64_t N)
+static uint64_t scratch_needed(const llama_config *c, int64_t N, int samples)
 {
     int64_t chunk = N;
     while (chunk > 1 && zt_cuda_lm_head_loss_scratch_bytes(chunk, c->vocab) > LM_HEAD_SCRATCH) chunk = (chunk + 1) / 2;
@@ -258,6 +258,9 @@ static uint64_t scratch_needed(const llama_config *c, int64_t N)
     uint64_t embed = zt_cuda_embedding_backward_scratch_bytes(N, c->vocab);
     if (norm > need) need = norm;
     if (embed > need) need = embed;
+    /* device sampling (the head of a generation step): fp64 probabilities of every row */
+    uint64_t sample = samples ? zt_cuda_sample_scratch_bytes((int32_t)N, (int32_t)c->vocab) : 0;
+    if (sample > need) need = sample;
     return need;
 }
 
@@ -266,7 +269,8 @@ static zt_status gpu_run_init(gpu_run *r, llama_state *s, const zt_unit_call *c)
     llama_call_init(&r->call, s, c);
     r->stream = zt_plugin_stream(s->host);
     r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
-    return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(&s->cfg, r->call.tokens), &s->gpu->ctx);
+    int samples = c->struct_size >= ZT_UNIT_CALL_SIZE_1_4 && c->sample_tokens;
+    return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(&s->cfg, r->call.tokens, samples), &s->gpu->ctx);
 }
 
 /* A [B, T, heads, D] device view (the run's 16-bit type) for the attention plugin. */
