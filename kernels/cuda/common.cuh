@@ -59,6 +59,20 @@ zt_status zt_cuda_check_launch(const char *what);
 /* The context's scratch, or NULL (with the error recorded) when it holds fewer than `bytes`. */
 void *zt_cuda_scratch(zt_cuda_ctx *ctx, uint64_t bytes, const char *what);
 
+/* GEMMs of a few rows (gemm_small_m.cu): C[M,N] (+)= alpha A[M,K] B[N,K]^T for M up to
+ * ZT_CUDA_SMALL_M_ROWS, streaming B once, where cuBLASLt's tiles would mostly be padding. One row
+ * only: on a 7B decode step (H200) it beat cuBLASLt by 3% at M = 1 and ran at half its speed at
+ * M = 8, where reading A from L1 for every weight chunk costs more than the padding saves. fits:
+ * whether this shape and layout can go there (no transposed A, transposed B, K and the leading
+ * dimensions of A and B multiples of 8, A and B 16-byte aligned, not switched off by
+ * ZT_CUDA_SMALL_M_GEMM=0). C_in NULL: C itself when accumulating. */
+#define ZT_CUDA_SMALL_M_ROWS 1
+int zt_cuda_small_m_gemm_fits(int trans_a, int trans_b, int64_t M, int64_t K, const void *A, int64_t lda,
+                              const void *B, int64_t ldb);
+zt_status zt_cuda_small_m_gemm(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t M, int64_t N, int64_t K, float alpha,
+                               const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, const void *C_in,
+                               void *C, int32_t c_dtype, int64_t ldc, int accumulate);
+
 /* Frees the cached cuBLASLt descriptors (gemm.cu). */
 void zt_cuda_release_gemm_plans(zt_cuda_ctx *ctx);
 

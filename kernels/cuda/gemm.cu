@@ -163,6 +163,8 @@ static zt_status gemm_impl(zt_cuda_ctx *ctx, cudaStream_t stream, int trans_a, i
         return ZT_OK;
     }
     if (!C_in) C_in = C;
+    if (zt_cuda_small_m_gemm_fits(trans_a, trans_b, M, K, A, lda, B, ldb)) /* a decode step's linear layers */
+        return zt_cuda_small_m_gemm(ctx, stream, M, N, K, alpha, A, lda, B, ldb, C_in, C, c_dtype, ldc, accumulate);
     /* C and D share one layout: the plan must suit the less aligned of the two */
     int align_cd = pointer_alignment(C) < pointer_alignment(C_in) ? pointer_alignment(C)
                                                                    : pointer_alignment(C_in);

@@ -209,29 +209,33 @@ static void test_swiglu_rows(zt_cuda_ctx *ctx)
 
 /* ---- residual add as GEMM epilogue ----------------------------------------------------------- */
 
+/* M 197 through cuBLASLt's epilogue; 1 and 3 rows (a decode step) through gemm_small_m.cu. */
 static void test_linear_residual(zt_cuda_ctx *ctx)
 {
-    const int64_t M = 197, N = 136, K = 264;
-    float *x = random_bf16_values(M * K, 1.0f), *w = random_bf16_values(N * K, 0.2f);
-    float *res = random_bf16_values(M * N, 4.0f), *ref = host_f32(M * N);
-    memcpy(ref, res, sizeof(float) * (size_t)(M * N));
-    ZT_CHECK(zt_cpu_gemm(NULL, 0, 1, M, N, K, x, K, w, K, ref, N, 1) == ZT_OK); /* ref = res + x w^T */
-    uint16_t *d_x = device_bf16(x, M * K), *d_w = device_bf16(w, N * K), *d_res = device_bf16(res, M * N);
-    uint16_t *d_y = device_alloc((uint64_t)(M * N) * 2);
-    ZT_CHECK(check_ok("linear + residual", zt_cuda_linear_forward_residual(ctx, 0, M, N, K, d_x, d_w, d_res, d_y)));
-    float *g = download_bf16(d_y, M * N), *g_res = download_bf16(d_res, M * N);
-    ZT_CHECK(check_rel_l2("linear + residual, y = res + x w^T (bf16)", g, ref, M * N, TOL_BF16_OUT));
-    ZT_CHECK(check_identical("linear + residual leaves the residual", g_res, res, M * N));
-    free(g);
-    ZT_CHECK(check_ok("linear + residual in place",
-                      zt_cuda_linear_forward_residual(ctx, 0, M, N, K, d_x, d_w, d_res, d_res)));
-    g = download_bf16(d_res, M * N);
-    ZT_CHECK(check_rel_l2("linear + residual in place", g, ref, M * N, TOL_BF16_OUT));
-    ZT_CHECK(check_fails("linear + residual without residual",
-                         zt_cuda_linear_forward_residual(ctx, 0, M, N, K, d_x, d_w, NULL, d_y), ZT_ERR_INVALID_ARG,
-                         "residual"));
-    free(x), free(w), free(res), free(ref), free(g), free(g_res);
-    device_free(d_x), device_free(d_w), device_free(d_res), device_free(d_y);
+    static const int64_t rows[3] = {197, 1, 3};
+    for (int r = 0; r < 3; r++) {
+        const int64_t M = rows[r], N = 136, K = 264;
+        float *x = random_bf16_values(M * K, 1.0f), *w = random_bf16_values(N * K, 0.2f);
+        float *res = random_bf16_values(M * N, 4.0f), *ref = host_f32(M * N);
+        memcpy(ref, res, sizeof(float) * (size_t)(M * N));
+        ZT_CHECK(zt_cpu_gemm(NULL, 0, 1, M, N, K, x, K, w, K, ref, N, 1) == ZT_OK); /* ref = res + x w^T */
+        uint16_t *d_x = device_bf16(x, M * K), *d_w = device_bf16(w, N * K), *d_res = device_bf16(res, M * N);
+        uint16_t *d_y = device_alloc((uint64_t)(M * N) * 2);
+        ZT_CHECK(check_ok("linear + residual", zt_cuda_linear_forward_residual(ctx, 0, M, N, K, d_x, d_w, d_res, d_y)));
+        float *g = download_bf16(d_y, M * N), *g_res = download_bf16(d_res, M * N);
+        ZT_CHECK(check_rel_l2("linear + residual, y = res + x w^T (bf16)", g, ref, M * N, TOL_BF16_OUT));
+        ZT_CHECK(check_identical("linear + residual leaves the residual", g_res, res, M * N));
+        free(g);
+        ZT_CHECK(check_ok("linear + residual in place",
+                          zt_cuda_linear_forward_residual(ctx, 0, M, N, K, d_x, d_w, d_res, d_res)));
+        g = download_bf16(d_res, M * N);
+        ZT_CHECK(check_rel_l2("linear + residual in place", g, ref, M * N, TOL_BF16_OUT));
+        ZT_CHECK(check_fails("linear + residual without residual",
+                             zt_cuda_linear_forward_residual(ctx, 0, M, N, K, d_x, d_w, NULL, d_y), ZT_ERR_INVALID_ARG,
+                             "residual"));
+        free(x), free(w), free(res), free(ref), free(g), free(g_res);
+        device_free(d_x), device_free(d_w), device_free(d_res), device_free(d_y);
+    }
 }
 
 /* ---- a layer's q|k|v and gate|up chains, as layers_cuda.c composes them ---------------------- */

@@ -83,6 +83,34 @@ static void test_gemm(zt_cuda_ctx *ctx)
         device_free(dA), device_free(dB), device_free(dC);
     }
 
+    /* A few rows (a decode step's linear layers: one row goes to gemm_small_m.cu, more to cuBLASLt)
+     * against the CPU, x w^T with padded leading dimensions, fp32 and 16-bit output, overwriting and
+     * accumulating, K not a multiple of the kernel's unrolled 1024 columns. */
+    for (int64_t m = 1; m <= 9; m++)
+        for (int c_bf16 = 0; c_bf16 < 2; c_bf16++)
+            for (int acc = 0; acc < 2; acc++) {
+                const int64_t n = m % 2 ? 777 : 1000, k = m % 3 ? 1032 : 4096, lda = k + 16, ldb = k + 8;
+                int64_t ldc = n + (m % 2);
+                float *A = random_bf16_values(m * lda, 1.0f), *B = random_bf16_values(n * ldb, 1.0f);
+                float *C0 = random_f32(m * ldc, 4.0f);
+                if (c_bf16) round_to_bf16(C0, m * ldc);
+                float *ref = host_f32(m * ldc);
+                memcpy(ref, C0, sizeof(float) * (size_t)(m * ldc));
+                ZT_CHECK(zt_cpu_gemm(NULL, 0, 1, m, n, k, A, lda, B, ldb, ref, ldc, acc) == ZT_OK);
+                uint16_t *dA = device_bf16(A, m * lda), *dB = device_bf16(B, n * ldb);
+                void *dC = c_bf16 ? (void *)device_bf16(C0, m * ldc) : (void *)device_f32(C0, m * ldc);
+                if (!acc) device_poison(dC, (uint64_t)(m * ldc) * (c_bf16 ? 2 : 4));
+                snprintf(name, sizeof name, "gemm of %lld rows x w^T (N %lld, K %lld) out=%s accumulate=%d", (long long)m,
+                         (long long)n, (long long)k, c_bf16 ? cuda_test_dtype16_name() : "fp32", acc);
+                ZT_CHECK(check_ok(name, zt_cuda_gemm(ctx, 0, 0, 1, m, n, k, dA, lda, dB, ldb, dC,
+                                                     c_bf16 ? cuda_test_dtype16() : ZT_F32, ldc, acc)));
+                float *got = c_bf16 ? download_bf16(dC, m * ldc) : download_f32(dC, m * ldc);
+                float *got_block = block_of(got, m, n, ldc), *ref_block = block_of(ref, m, n, ldc);
+                ZT_CHECK(check_rel_l2(name, got_block, ref_block, m * n, c_bf16 ? TOL_BF16_OUT : TOL_F32));
+                free(A), free(B), free(C0), free(ref), free(got), free(got_block), free(ref_block);
+                device_free(dA), device_free(dB), device_free(dC);
+            }
+
     /* K = 0 overwrites C with zeros */
     float *zeros = host_f32(8 * 8);
     memset(zeros, 0, sizeof(float) * 64);
