@@ -171,6 +171,10 @@ static const zt_option k_host_options[] = {
      "zt-run --generate on a GPU: capture each batch size's one-token decode step in a CUDA graph and "
      "replay it (one launch instead of hundreds); false: launch every kernel each step (the same "
      "tokens)."},
+    {"generate.warmup", ZT_OPT_BOOL, 0, "true", 0, 0, NULL,
+     "zt-run --generate on a GPU: before the clock starts, run one throw-away prompt and three decode "
+     "steps (kernel loading, GEMM algorithm choice, memory pool growth, the batch-1 CUDA graph), as "
+     "the PyTorch peer's untimed calls and vLLM's start-up do; false: the first record pays for them."},
     {"gpu_mem_limit", ZT_OPT_BYTES, ZT_OPT_NO_DEFAULT, NULL, 0, 0, NULL,
      "Make each GPU behave like a card of this size, e.g. \"24GiB\": zt's pools get it less "
      "gpu_context_reserve; unset: no cap."},

@@ -169,6 +169,7 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     READ(zt_config_get_int, "generate.max_seqs", &s->generate_max_seqs);
     READ(read_bool, "generate.device_sampling", &s->generate_device_sampling);
     READ(read_bool, "generate.cuda_graphs", &s->generate_cuda_graphs);
+    READ(read_bool, "generate.warmup", &s->generate_warmup);
     int64_t limit = 0;
     READ_OPTIONAL(zt_config_get_int, "gpu_mem_limit", &has, &limit);
     s->gpu_mem_limit = has && limit > 0 ? (uint64_t)limit : 0;

@@ -96,6 +96,7 @@ typedef struct zt_host_settings {
     int64_t generate_max_seqs;   /* zt-run --generate --prompts: sequences decoded together */
     int32_t generate_device_sampling; /* generate.device_sampling: the GPU head samples */
     int32_t generate_cuda_graphs; /* generate.cuda_graphs: decode steps replay CUDA graphs */
+    int32_t generate_warmup;     /* generate.warmup: a throw-away prompt before the clock starts (GPU) */
     uint64_t gpu_mem_limit;      /* 0: no cap */
     uint64_t gpu_context_reserve; /* what the process holds outside the pools (CUDA context, kernels) */
     int32_t device;              /* ZT_DEVICE_SETTING_* */

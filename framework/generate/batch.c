@@ -496,6 +496,10 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
     for (int32_t i = 0; slots && i < max_seqs; i++) slots[i].rec = -1;
     zt_log(ZT_LOG_INFO, "%lld records to answer from %s, up to %d at once (generate.max_seqs), %s", (long long)(tail - head),
            o->prompts, (int)max_seqs, g->s->temperature == 0 ? "greedy" : "sampled with a seed per record");
+    /* Warm-up with a typical prompt (records are tokenized as they are admitted). */
+    int32_t n_draw = g->have_tok && g->tok.info.vocab_size < m->info->vocab_size ? g->tok.info.vocab_size
+                                                                                : m->info->vocab_size;
+    if (st == ZT_OK) st = gen_model_warmup(m, 128, n_draw, err);
     gen_stats_begin(&g->stats); /* after reading the records and creating the cache, as the peer's clock */
     while (st == ZT_OK) {
         int32_t running = 0;

@@ -3,6 +3,7 @@
  * only, appending their keys and values to the attention plugin's cache. */
 #include "generate/generate_internal.h"
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "state/safetensors.h"
 
@@ -162,6 +163,7 @@ zt_status gen_model_prepare(gen_model *m, int32_t max_seqs, int32_t seq_tokens, 
 {
     const zt_model_info *info = m->info;
     m->max_seqs = max_seqs;
+    m->seq_tokens = seq_tokens;
     /* Asked for (generate.device_sampling), on a GPU, and a model that can. */
     m->device_sampling = m->device_sampling && m->on_gpu && info->struct_size >= ZT_MODEL_INFO_SIZE_1_4 &&
                          (info->caps & ZT_MODEL_CAN_SAMPLE_ON_DEVICE);
@@ -484,6 +486,44 @@ zt_status gen_model_step_sampled(gen_model *m, const int32_t *tokens, int32_t n,
     static const int32_t seq0 = 0;
     zt_status st = gen_model_run_sampled(m, &seq0, 1, tokens, n, &m->n_cached, row, n_draw, next, err);
     if (st == ZT_OK) m->n_cached += n;
+    return st;
+}
+
+/* The first calls of a process load each kernel's module, pick cuBLASLt algorithms and grow the
+ * memory pool (0.1 s and more on a 7B model); without this they land in the first record's time to
+ * first token. The PyTorch peer times a generate() call after untimed ones, and vLLM profiles a run
+ * and captures its graphs at start-up, for the same reason. Nothing of it reaches an answer: the
+ * tokens are zeros, the sequence's cache is freed (paged publishes only prompts given by
+ * kv_prefix, which this is not), and the samplers draw nothing from any record's generator. */
+zt_status gen_model_warmup(gen_model *m, int32_t n_prompt, int32_t n_draw, zt_error *err)
+{
+    const zt_attention_ops *ops = m->attention.ops;
+    if (!m->warmup || !m->on_gpu || m->seq_tokens < 5 || !ops->kv_reset) return ZT_OK;
+    int32_t n = n_prompt < m->seq_tokens - 3 ? n_prompt : m->seq_tokens - 3;
+    if (n < 1) n = 1;
+    int32_t *zeros = calloc((size_t)n, sizeof *zeros), seq = 0, next = 0;
+    if (!zeros) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the warm-up prompt");
+    double t0 = zt_now_s();
+    zt_status st = ZT_OK;
+    if (ops->struct_size >= ZT_ATTENTION_OPS_SIZE_1_3 && ops->kv_reserve &&
+        (st = ops->kv_reserve(m->attention.state, m->kv, &seq, 1, n + 3)) != ZT_OK)
+        st = zt_plugin_failed(m->attention_lp, st, err, "kv_reserve(warm-up, %d tokens)", (int)(n + 3));
+    zt_sample_row greedy = {.temperature = 0, .top_p = 1};
+    for (int32_t step = 0, start = 0; step < 4 && st == ZT_OK; step++) {
+        int32_t len = step == 0 ? n : 1;
+        st = m->device_sampling ? gen_model_run_sampled(m, &seq, 1, zeros, len, &start, &greedy, n_draw, &next, err)
+                                : gen_model_run(m, &seq, 1, zeros, len, &start, err);
+        start += len;
+    }
+    free(zeros);
+    zt_status reset = ops->kv_reset ? ops->kv_reset(m->attention.state, m->kv, seq) : ZT_OK;
+    if (st == ZT_OK && reset != ZT_OK) st = zt_plugin_failed(m->attention_lp, reset, err, "kv_reset(warm-up)");
+    if (st == ZT_OK) st = zt_runtime_sync(m->rt, err);
+    if (st == ZT_OK)
+        zt_log(ZT_LOG_INFO, "warm-up (generate.warmup): a %d-token prompt and 3 steps in %.2f s, before the clock starts",
+               (int)n, zt_now_s() - t0);
+    m->n_cached = 0;
+    m->graph_replays = 0; /* --stats counts the steps of the answers */
     return st;
 }
 

@@ -355,6 +355,7 @@ static zt_status start_plugins(gen_run *g, zt_error *err)
     g->model.dtype = !g->model.on_gpu ? ZT_F32 : g->settings.fp16 ? ZT_F16 : ZT_BF16;
     g->model.device_sampling = g->settings.generate_device_sampling; /* gen_model_prepare checks the rest */
     g->model.cuda_graphs = g->settings.generate_cuda_graphs;
+    g->model.warmup = g->settings.generate_warmup;
     if (st == ZT_OK) st = zt_runtime_create(&ro, g->cfg, &g->rt, err);
     for (int k = 1; k <= ZT_KIND_COUNT && st == ZT_OK; k++)
         if (g->set.by_kind[k].plugin) st = zt_plugin_probe(&g->set.by_kind[k], g->rt, err);
@@ -649,12 +650,13 @@ static zt_status generate(gen_run *g, zt_error *err)
     }
 
     const char *why = "the model's context is full";
+    int32_t n_draw = tokenizer_vocab < V ? tokenizer_vocab : V; /* ids the tokenizer has */
+    if (st == ZT_OK) st = gen_model_warmup(m, n_prompt, n_draw, err);
     gen_stats_begin(&g->stats);
     g->stats.prompt_tokens = n_prompt;
     g->stats.peak_concurrent = 1;
     double started = g->stats.started, prefill_s = 0;
     int32_t length = n_prompt;
-    int32_t n_draw = tokenizer_vocab < V ? tokenizer_vocab : V; /* ids the tokenizer has */
     while (st == ZT_OK) {
         const int32_t *step = length == n_prompt ? ids : ids + length - 1;
         int32_t n_step = length == n_prompt ? n_prompt : 1, next = -1;

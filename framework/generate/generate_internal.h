@@ -92,6 +92,7 @@ typedef struct gen_model {
     int32_t max_seqs;        /* sequences the cache holds */
     int32_t rows;            /* tokens one call may run: max(longest sequence, max_seqs) */
     int32_t n_cached;        /* gen_model_step: tokens of sequence 0 already in the cache */
+    int32_t seq_tokens;      /* the longest sequence the cache holds (gen_model_prepare) */
     /* Where the units run: on the CPU in fp32 in host memory; on a GPU (device = cuda) in the
      * 16-bit compute type (bf16, or fp16 with fp16.enabled) in device memory, the logits in fp32,
      * copied to `logits` for the sampler. */
@@ -113,6 +114,7 @@ typedef struct gen_model {
     /* CUDA graphs (generate.cuda_graphs, a GPU and an attention plugin with kv_prepare, set before
      * gen_model_prepare): graphs[n] replays the units of a one-token step over n sequences. */
     int cuda_graphs;
+    int warmup;        /* generate.warmup (set before gen_model_prepare) */
     gen_graph *graphs; /* [max_seqs + 1] */
     int64_t graph_captures, graph_replays;
 } gen_model;
@@ -152,6 +154,10 @@ zt_status gen_model_run_sampled(gen_model *m, const int32_t *seq_ids, int32_t n_
 zt_sample_row gen_sample_row(zt_sampler *s);
 /* Sequence 0's next n tokens (the single-prompt path). */
 zt_status gen_model_step(gen_model *m, const int32_t *tokens, int32_t n, zt_error *err);
+/* On a GPU (generate.warmup), after gen_model_prepare and before the clock starts: a throw-away
+ * prompt of up to n_prompt tokens and three one-token steps on sequence 0 (sampled from n_draw ids
+ * when the head samples on the device), then that sequence's cache is freed. */
+zt_status gen_model_warmup(gen_model *m, int32_t n_prompt, int32_t n_draw, zt_error *err);
 /* gen_model_step with device sampling: the next token, drawn by *row from the first n_draw ids, in *next. */
 zt_status gen_model_step_sampled(gen_model *m, const int32_t *tokens, int32_t n, const zt_sample_row *row,
                                  int32_t n_draw, int32_t *next, zt_error *err);

@@ -14,8 +14,10 @@ devices=$("$cuda_devices")
 [ $? -eq 77 ] && skip "${devices#SKIP: }"
 model=$fixtures/llama_gen_hd64
 [ -f "$model/model.safetensors" ] || skip "the fixture $model is not in the build tree"
-# bf16 logits of this model (std about 0.8) differ from fp32 by about 0.01: 0.02 leaves a margin.
-TOL=0.02
+# bf16 logits of this model (initializer_range 0.15: logits of a few units) differ from fp32 by up
+# to about 0.03 (the flash prefill of flash and paged turned steps with gaps 0.024 and 0.031 on the
+# H200, 2026-12-03); 0.06 leaves a margin.
+TOL=0.06
 gen=("$zt_run" --generate --model "$model" --set device=cuda --set threads=2 --print-ids --max-new-tokens 24)
 
 same() {
@@ -149,7 +151,7 @@ PY
 # prompt and a continuously batched run (batch sizes change as records finish and join, each its own
 # graph; paged shares the prompts' prefixes), greedy and sampled; --stats counts the replays.
 graphs() {
-    local k prompt plugin on off
+    local k prompt plugin on off cold
     for k in 0 1 2; do
         prompt=$(reference $k prompt)
         for plugin in naive flash paged; do
@@ -161,12 +163,24 @@ graphs() {
             same "$plugin, prompt $k: tokens with CUDA graphs" "$off" "$on"
             grep -q "decode steps replay CUDA graphs" "$out/on.log" ||
                 { echo "FAIL: $plugin: the log does not say the steps replay graphs"; zt_failures=$((zt_failures + 1)); }
-            python3 - "$out/on.json" "$out/off.json" "$plugin" <<'PY' || zt_failures=$((zt_failures + 1))
+            cold=$("${gen[@]}" --plugins "llama,$plugin" --prompt-ids "$prompt" --set generate.warmup=false \
+                --stats "$out/cold.json" 2>"$out/cold.log") ||
+                { echo "FAIL: $plugin without warm-up, prompt $k: $(tail -n 3 "$out/cold.log")"; zt_failures=$((zt_failures + 1)); continue; }
+            same "$plugin, prompt $k: tokens without the warm-up" "$off" "$cold"
+            grep -q "warm-up (generate.warmup)" "$out/on.log" ||
+                { echo "FAIL: $plugin: the log does not report the warm-up"; zt_failures=$((zt_failures + 1)); }
+            python3 - "$out/on.json" "$out/off.json" "$out/cold.json" "$plugin" "$prompt" <<'PY' || zt_failures=$((zt_failures + 1))
 import json, sys
-on, off = (json.load(open(p))["cuda_graphs"] for p in sys.argv[1:3])
-# 24 new tokens: the prompt's step and the first one-token step run eagerly, the second is captured
-if not (on["on"] and on["captured"] == 1 and on["replayed_steps"] == 22) or off != {"on": False, "captured": 0, "replayed_steps": 0}:
-    sys.exit(f"FAIL: {sys.argv[3]}: --stats cuda_graphs {on} (on), {off} (off)")
+on, off, cold = (json.load(open(p))["cuda_graphs"] for p in sys.argv[1:4])
+# 24 new tokens: 23 one-token steps after the prompt's (24 after a one-token prompt, whose prefill is
+# one too). The warm-up captured the batch-1 graph, so all of them replay it; without the warm-up the
+# first runs eagerly, the second is captured and launched, the rest replay it.
+steps = 23 + (len(sys.argv[5].split(",")) == 1)
+if not (on["on"] and on["captured"] == 1 and on["replayed_steps"] == steps) or \
+        not (cold["on"] and cold["captured"] == 1 and cold["replayed_steps"] == steps - 1) or \
+        off != {"on": False, "captured": 0, "replayed_steps": 0}:
+    sys.exit(f"FAIL: {sys.argv[4]}: --stats cuda_graphs {on} (expected {steps} replayed), {cold} (no warm-up: "
+             f"{steps - 1}), {off} (off)")
 PY
         done
     done
@@ -184,7 +198,8 @@ PY
                 "$zt_run" --generate --model "$model" --set device=cuda --plugins "llama,$plugin" --set generate.max_seqs=8 \
                     $spec --set generate.cuda_graphs=$graphs --prompts "$out/ids.jsonl" --output "$out/batch_$graphs.jsonl" \
                     --max-new-tokens 24 --stats "$out/batch_$graphs.stats.json" >"$out/batch_$graphs.log" 2>&1
-                same "exit status (batch, $plugin, $spec, cuda_graphs=$graphs)" 0 "$?"
+                [ $? -eq 0 ] || { echo "FAIL: batch, $plugin, $spec, cuda_graphs=$graphs:"; tail -n 5 "$out/batch_$graphs.log"
+                                  zt_failures=$((zt_failures + 1)); }
             done
             python3 - "$out" "$plugin $spec" <<'PY' || zt_failures=$((zt_failures + 1))
 import json, sys
