@@ -26,28 +26,10 @@ __device__ __forceinline__ uint4 load_streaming(const uint4 *p)
     return v;
 }
 
-template <typename T> __device__ __forceinline__ void widen8(uint4 raw, float out[8]);
-template <> __device__ __forceinline__ void widen8<bf16>(uint4 raw, float out[8])
+/* 8 values of T in a register to fp32 (common.cuh's zt_load8 on the register's bytes). */
+template <typename T> __device__ __forceinline__ void widen8(uint4 raw, float out[8])
 {
-    zt_bf16x8 v;
-    v.raw = raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(v.pair[i]);
-        out[2 * i] = f.x;
-        out[2 * i + 1] = f.y;
-    }
-}
-template <> __device__ __forceinline__ void widen8<f16>(uint4 raw, float out[8])
-{
-    zt_f16x8 v;
-    v.raw = raw;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(v.pair[i]);
-        out[2 * i] = f.x;
-        out[2 * i + 1] = f.y;
-    }
+    zt_load8(reinterpret_cast<const T *>(&raw), out);
 }
 
 struct small_m_args {

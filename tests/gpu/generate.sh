@@ -46,6 +46,19 @@ print(",".join(map(str, r["prompt"])) if sys.argv[3] == "prompt" else " ".join(m
         "$model/expected.json" "$@"
 }
 
+# write_records N [short]: $out/ids.jsonl, N prompt_ids records cycling over the three reference
+# prompts; short: the first 4 + i % 7 ids of record i (prompts of several lengths).
+write_records() {
+    python3 - "$out/ids.jsonl" "$model/expected.json" "$1" "${2:-}" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[2]))["generate"]
+with open(sys.argv[1], "w") as f:
+    for i in range(int(sys.argv[3])):
+        p = runs[i % 3]["prompt"]
+        f.write(json.dumps({"id": i, "prompt_ids": p[: 4 + i % 7] if sys.argv[4] else p}) + "\n")
+PY
+}
+
 # Greedy tokens of naive, flash and paged (block sizes 16 and 1, shuffled) equal transformers' where
 # the choice is clear (so they equal each other there).
 fixture() {
@@ -65,13 +78,7 @@ fixture() {
 # reference gap rule where a reference exists; exactly otherwise is not required: the batch's GEMMs
 # differ), and naive and paged agree the same way.
 batch() {
-    python3 - "$out/ids.jsonl" "$model/expected.json" <<'PY'
-import json, sys
-runs = json.load(open(sys.argv[2]))["generate"]
-with open(sys.argv[1], "w") as f:
-    for i in range(12):
-        f.write(json.dumps({"id": i, "prompt_ids": runs[i % 3]["prompt"]}) + "\n")
-PY
+    write_records 12
     local spec
     for spec in "naive 1" "naive 8" "flash 8" "paged 1" "paged 8"; do
         set -- $spec
@@ -117,13 +124,7 @@ device_sampling() {
             same "device sampling = host sampling ($spec, prompt $k)" "$host" "$dev"
         done
     done
-    python3 - "$out/ids.jsonl" "$model/expected.json" <<'PY'
-import json, sys
-runs = json.load(open(sys.argv[2]))["generate"]
-with open(sys.argv[1], "w") as f:
-    for i in range(12):
-        f.write(json.dumps({"id": i, "prompt_ids": runs[i % 3]["prompt"]}) + "\n")
-PY
+    write_records 12
     for spec in true false; do
         "$zt_run" --generate --model "$model" --set device=cuda --plugins llama,paged --set generate.max_seqs=8 \
             --temperature 0.8 --top-p 0.9 --seed 5 --set generate.device_sampling=$spec \
@@ -184,13 +185,7 @@ if not (on["on"] and on["captured"] == 1 and on["replayed_steps"] == steps) or \
 PY
         done
     done
-    python3 - "$out/ids.jsonl" "$model/expected.json" <<'PY'
-import json, sys
-runs = json.load(open(sys.argv[2]))["generate"]
-with open(sys.argv[1], "w") as f:
-    for i in range(20):
-        f.write(json.dumps({"id": i, "prompt_ids": runs[i % 3]["prompt"][: 4 + i % 7]}) + "\n")
-PY
+    write_records 20 short
     local spec graphs
     for plugin in naive paged; do
         for spec in "--temperature 0" "--temperature 0.8 --top-k 20 --top-p 0.95 --seed 5"; do
