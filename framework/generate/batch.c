@@ -34,6 +34,15 @@ typedef struct record {
     int32_t n_ids;
     char *error;        /* why it cannot be answered (malformed, empty, too long, ...) */
     char *line;         /* its output line, once answered (with the newline) */
+    /* Its own sampling (the record's "temperature", "top_k", "top_p", "max_new_tokens", "seed",
+     * "stop"; the run's where it gives none). */
+    double temperature, top_p;
+    int32_t top_k;
+    int64_t max_new_tokens;
+    int has_seed;
+    uint64_t seed;
+    char *stops[MAX_STOP_TEXTS];
+    int n_stops;
 } record;
 
 typedef struct batch {
@@ -91,8 +100,73 @@ static void read_prompt_ids(const zt_json *j, int arr, int64_t number, int32_t v
     r->raw = 1;
 }
 
+/* A number field of the record within [lo, hi] (whole when `whole`), into *out; 0 and r->error set
+ * when it is not one. Absent: *out keeps the run's value. */
+static int read_option(const zt_json *j, int obj, int64_t number, const char *key, double lo, double hi, int whole,
+                       int lo_open, const char *meaning, double *out, record *r)
+{
+    int t = zt_json_object_get(j, obj, key);
+    if (t < 0) return 1;
+    double v = zt_json_is_number(j, t) ? zt_json_get_number(j, t) : NAN;
+    if (!(v >= lo && v <= hi) || (lo_open && v == lo) || (whole && v != floor(v))) {
+        const char *quote = j->tok[t].type == ZT_JSON_STRING ? "\"" : "";
+        r->error = printf_alloc("record %lld: \"%s\" is %s%.*s%s: expected %s", (long long)number, key, quote,
+                                j->tok[t].end - j->tok[t].start, j->text + j->tok[t].start, quote, meaning);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* The record's own sampling options, the run's (settings s) where it gives none. */
+static void read_sampling(const zt_json *j, int obj, int64_t number, const zt_generate_settings *s, record *r)
+{
+    double temperature = s->temperature, top_p = s->top_p, top_k = s->top_k, max_new = (double)s->max_new_tokens,
+           seed = -1;
+    if (!read_option(j, obj, number, "temperature", 0, 100, 0, 0, "a number from 0 (greedy) to 100", &temperature, r) ||
+        !read_option(j, obj, number, "top_p", 0, 1, 0, 1, "a number above 0 and at most 1", &top_p, r) ||
+        !read_option(j, obj, number, "top_k", 0, INT32_MAX, 1, 0, "a whole number >= 0 (0: all tokens)", &top_k, r) ||
+        !read_option(j, obj, number, "max_new_tokens", 1, 1000000, 1, 0, "a whole number from 1 to 1000000",
+                     &max_new, r) ||
+        !read_option(j, obj, number, "seed", 0, 9007199254740992.0, 1, 0, "a whole number from 0 to 2^53", &seed, r))
+        return;
+    r->temperature = temperature;
+    r->top_p = top_p;
+    r->top_k = (int32_t)top_k;
+    r->max_new_tokens = (int64_t)max_new;
+    r->has_seed = seed >= 0;
+    r->seed = r->has_seed ? (uint64_t)seed : 0;
+    int stop = zt_json_object_get(j, obj, "stop");
+    if (stop < 0 || zt_json_is_null(j, stop)) return;
+    int one = j->tok[stop].type == ZT_JSON_STRING, n = one ? 1 : j->tok[stop].size;
+    if ((!one && j->tok[stop].type != ZT_JSON_ARRAY) || n > MAX_STOP_TEXTS) {
+        r->error = printf_alloc("record %lld: \"stop\" must be a string or an array of at most %d strings",
+                                (long long)number, MAX_STOP_TEXTS);
+        return;
+    }
+    for (int k = 0, t = one ? stop : stop + 1; k < n; k++, t = zt_json_skip(j, t)) {
+        zt_error err = {0};
+        size_t len = 0;
+        if (j->tok[t].type != ZT_JSON_STRING) {
+            r->error = printf_alloc("record %lld: \"stop\" entry %d is not a string", (long long)number, k + 1);
+            return;
+        }
+        if (zt_json_string(j, t, &r->stops[r->n_stops], &len, &err) != ZT_OK) {
+            r->error = printf_alloc("record %lld: \"stop\" entry %d: %s", (long long)number, k + 1, err.msg);
+            return;
+        }
+        r->n_stops++;
+        if (len == 0 || len > MAX_STOP_TEXT_BYTES) {
+            r->error = printf_alloc("record %lld: \"stop\" entry %d has %zu bytes: a stop text needs 1 to %d",
+                                    (long long)number, k + 1, len, MAX_STOP_TEXT_BYTES);
+            return;
+        }
+    }
+}
+
 /* A record from object token `obj` of j; problems go to r->error. */
-static void read_record(const zt_json *j, int obj, int64_t number, int32_t vocab, record *r)
+static void read_record(const zt_json *j, int obj, int64_t number, int32_t vocab, const zt_generate_settings *s,
+                        record *r)
 {
     zt_error err = {0};
     if (!(r->id_json = printf_alloc("%lld", (long long)number))) return;
@@ -111,6 +185,8 @@ static void read_record(const zt_json *j, int obj, int64_t number, int32_t vocab
     }
     int instruction = zt_json_object_get(j, obj, "instruction"), prompt = zt_json_object_get(j, obj, "prompt");
     int input = zt_json_object_get(j, obj, "input"), ids = zt_json_object_get(j, obj, "prompt_ids");
+    read_sampling(j, obj, number, s, r);
+    if (r->error) return;
     if (ids >= 0 && instruction < 0 && prompt < 0) {
         read_prompt_ids(j, ids, number, vocab, r);
         return;
@@ -164,7 +240,7 @@ static zt_status read_records(batch *b, const char *path, zt_error *err)
         b->n_recs = j.tok[0].size;
         b->recs = calloc((size_t)b->n_recs + 1, sizeof *b->recs);
         for (int64_t i = 0, tok = 1; b->recs && i < b->n_recs; i++, tok = zt_json_skip(&j, (int)tok))
-            read_record(&j, (int)tok, i + 1, b->g->model.info->vocab_size, &b->recs[i]);
+            read_record(&j, (int)tok, i + 1, b->g->model.info->vocab_size, b->g->s, &b->recs[i]);
         zt_json_free(&j);
     } else {
         int64_t lines = 0;
@@ -180,7 +256,7 @@ static zt_status read_records(batch *b, const char *path, zt_error *err)
                 char origin[64];
                 snprintf(origin, sizeof origin, "record %lld", (long long)b->n_recs);
                 if (zt_json_parse(text + at, end - at, origin, &j, &line_err) == ZT_OK) {
-                    read_record(&j, 0, b->n_recs, b->g->model.info->vocab_size, r);
+                    read_record(&j, 0, b->n_recs, b->g->model.info->vocab_size, b->g->s, r);
                     zt_json_free(&j);
                 } else {
                     int64_t line = 1; /* blank lines make it differ from the record number */
@@ -314,7 +390,8 @@ static zt_status write_output(batch *b, zt_error *err)
 
 /* The answer's text: the generated ids without a final stop id, cut at the first stop text (the
  * template's answer suffix, --stop). *stopped: one was found. */
-static zt_status answer_text(gen_run *g, const slot *s, char **text, size_t *len, int *stopped, zt_error *err)
+static zt_status answer_text(gen_run *g, const record *r, const slot *s, char **text, size_t *len, int *stopped,
+                             zt_error *err)
 {
     int32_t end = s->length;
     if (end > s->n_prompt && gen_is_stop_id(g, s->ids[end - 1])) end--;
@@ -327,6 +404,10 @@ static zt_status answer_text(gen_run *g, const slot *s, char **text, size_t *len
                                         (size_t)(end - s->n_prompt), text, len, err);
     if (st != ZT_OK) return st;
     size_t cut = gen_stop_text_at(g, *text, 0, *len);
+    for (int k = 0; k < r->n_stops; k++) { /* the record's own stop texts */
+        const char *hit = memmem(*text, cut, r->stops[k], strlen(r->stops[k]));
+        if (hit) cut = (size_t)(hit - *text);
+    }
     *stopped = cut < *len;
     *len = cut;
     return ZT_OK;
@@ -368,15 +449,16 @@ static zt_status reserve(gen_model *m, const int32_t *seqs, int32_t n, int32_t n
 static zt_status after_token(batch *b, int32_t seq, slot *s, zt_error *err)
 {
     gen_run *g = b->g;
+    const record *r = &b->recs[s->rec];
     int32_t generated = s->length - s->n_prompt, context = g->model.info->max_seq_len;
     const char *reason = gen_is_stop_id(g, s->ids[s->length - 1]) ? "stop"
-                       : generated >= g->s->max_new_tokens ? "length"
+                       : generated >= r->max_new_tokens ? "length"
                        : s->length >= context ? "context" : NULL;
     char *text = NULL;
     size_t len = 0;
     int stopped = 0;
-    if (!reason && !g->n_stop_texts) return ZT_OK;
-    zt_status st = answer_text(g, s, &text, &len, &stopped, err);
+    if (!reason && !g->n_stop_texts && !r->n_stops) return ZT_OK;
+    zt_status st = answer_text(g, r, s, &text, &len, &stopped, err);
     if (st == ZT_OK && (reason || stopped)) {
         st = answer(b, s->rec, text, len, s->ids + s->n_prompt, s->n_prompt, generated, reason ? reason : "stop",
                     zt_now_s() - s->started, err);
@@ -397,6 +479,9 @@ static int start_record(batch *b, int64_t i, slot *s, zt_error *err, zt_status *
     if (!r->error && !r->ids && !g->have_tok)
         r->error = printf_alloc("record %lld is text, but no tokenizer is known to turn it into tokens: give -t FILE or "
                                 "--data DIR, or give the prompt as {\"prompt_ids\": [...]}", (long long)i + 1);
+    if (!r->error && r->n_stops && !g->have_tok)
+        r->error = printf_alloc("record %lld: \"stop\" ends the answer's text, but no tokenizer is known to give one: "
+                                "give -t FILE or --data DIR", (long long)i + 1);
     if (!r->error && !r->raw && !g->have_tpl)
         r->error = printf_alloc("record %lld is an Alpaca record (\"instruction\"), but --raw turns the template "
                                 "off: remove --raw, or give {\"prompt\": TEXT}", (long long)i + 1);
@@ -431,8 +516,8 @@ static int start_record(batch *b, int64_t i, slot *s, zt_error *err, zt_status *
     /* A seed of its own: the same answer whatever ran beside it. */
     uint64_t seed = zt_mix64((g->s->seed_given ? g->s->seed : (uint64_t)g->settings.seed) + (uint64_t)(i + 1) *
                              ZT_GOLDEN_GAMMA);
-    *st = zt_sampler_init(&s->sampler, g->model.info->vocab_size, g->s->temperature, g->s->top_k, g->s->top_p,
-                          seed, err);
+    if (r->has_seed) seed = r->seed; /* the record's own: the answer --prompt ... --seed S gives */
+    *st = zt_sampler_init(&s->sampler, g->model.info->vocab_size, r->temperature, r->top_k, r->top_p, seed, err);
     s->rec = i;
     return 0;
 }
@@ -609,6 +694,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
         free(b.recs[i].input);
         free(b.recs[i].ids);
         free(b.recs[i].error);
+        for (int k = 0; k < b.recs[i].n_stops; k++) free(b.recs[i].stops[k]);
         free(b.recs[i].line);
     }
     free(b.recs);

@@ -118,14 +118,18 @@ sys.stdout.buffer.write(text + b"\n")' "$w/tok512.bin" "$out/sampled.ids" >"$out
     "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" --raw --prompt "Once upon a time, there" \
         --max-new-tokens 20 --stop "Once" --stop "Lily" >"$out/stop3.txt" 2>/dev/null
     same "--stop in a --raw prompt" "Once upon a time, there was a little girl named " "$(cat "$out/stop3.txt")"
-    # Batch answers are cut the same way; finish_reason stop.
-    printf '{"prompt": "Once"}\n{"prompt": "Once upon a time, there"}\n' >"$out/stop.jsonl"
+    # Batch answers are cut the same way, also at a record's own "stop"; finish_reason stop.
+    printf '{"prompt": "Once"}\n{"prompt": "Once upon a time, there"}\n{"prompt": "Once", "stop": [" little", "zzz"]}\n' \
+        >"$out/stop.jsonl"
     "${gen[@]}" --model "$w/stories260K_hf" -t "$w/tok512.bin" --prompts "$out/stop.jsonl" --output "$out/stop.out.jsonl" \
         --max-new-tokens 256 --stop " red ball" --stop "Lily" 2>/dev/null
     python3 - "$out/stop.out.jsonl" "$story" <<'PY' || zt_failures=$((zt_failures + 1))
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
-want = [sys.argv[2].split("Lily")[0][len("Once"):], " was a little girl named "]
+want = [sys.argv[2].split("Lily")[0][len("Once"):], " was a little girl named ", " upon a time, there was a"]
+if len(lines) != 3:
+    print(f"FAIL: batch --stop: {len(lines)} answers for 3 records")
+    sys.exit(1)
 for line, w in zip(lines, want):
     if line["output"] != w or line["finish_reason"] != "stop":
         print(f"FAIL: batch --stop: record {line['record']}: {line['output']!r} ({line['finish_reason']}), expected {w!r} (stop)")
@@ -263,6 +267,61 @@ errors() {
     # A model.* key must agree with the model's own config.
     expect_fail "model.hidden_size is 64 in the config but 32 in $m/config.json" -- \
         "${gen[@]}" --model "$m" --prompt-ids 1 --set model.hidden_size=64
+}
+
+# Per-record sampling ("temperature", "top_k", "top_p", "max_new_tokens", "seed", "stop"): a record
+# with its own seed answers what a single --prompt-ids run with that seed gives, whatever the run's
+# settings and whatever shares its batch; temperature 0 or top_k 1 in a sampled run is greedy; its
+# own max_new_tokens ends it; bad values are that record's error line, the others still answered.
+batch_options() {
+    local m=$fixtures/llama_gqa_untied p=94,23,29,115,96,86 greedy seeded
+    greedy=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens 20 --print-ids 2>/dev/null)
+    seeded=$("${gen[@]}" --model "$m" --prompt-ids $p --max-new-tokens 30 --print-ids --temperature 1.1 --top-k 40 \
+        --seed 77 2>/dev/null)
+    python3 - "$out/opts.jsonl" "$p" <<'PY'
+import json, sys
+ids = [int(x) for x in sys.argv[2].split(",")]
+recs = [{"prompt_ids": ids, "temperature": 1.1, "top_k": 40, "seed": 77, "max_new_tokens": 30},
+        {"prompt_ids": ids, "temperature": 0},
+        {"prompt_ids": ids, "top_k": 1},
+        {"prompt_ids": ids, "max_new_tokens": 5},
+        {"prompt_ids": ids, "temperature": "hot"},
+        {"prompt_ids": ids, "top_p": 0},
+        {"prompt_ids": ids, "top_k": -1},
+        {"prompt_ids": ids, "max_new_tokens": 2.5},
+        {"prompt_ids": ids, "stop": 5},
+        {"prompt_ids": ids, "stop": ["x"]},
+        {"prompt_ids": ids, "seed": 77, "temperature": 1.1, "top_k": 40, "max_new_tokens": 30}]
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in recs))
+PY
+    local spec
+    for spec in "naive 1" "paged 4"; do
+        set -- $spec
+        "${gen[@]}" --plugins llama,$1 --set generate.max_seqs=$2 --model "$m" --prompts "$out/opts.jsonl" \
+            --output "$out/opts_$1.jsonl" --max-new-tokens 20 --temperature 0.9 --seed 3 2>"$out/opts_$1.log"
+        same "exit status of per-record options ($spec)" 0 "$?"
+        python3 - "$out/opts_$1.jsonl" "$greedy" "$seeded" "$spec" <<'PY' || zt_failures=$((zt_failures + 1))
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+greedy, seeded = [int(x) for x in sys.argv[2].split()], [int(x) for x in sys.argv[3].split()]
+bad = []
+def ids(k): return lines[k].get("output_ids")
+if ids(0) != seeded or ids(10) != seeded:
+    bad.append(f"records 1 and 11 (seed 77): {ids(0)} / {ids(10)}, the single run's {seeded}")
+if ids(1) != greedy or ids(2) != greedy:
+    bad.append(f"records 2 (temperature 0) and 3 (top_k 1): {ids(1)} / {ids(2)}, greedy {greedy}")
+if len(ids(3) or []) != 5 or lines[3]["finish_reason"] != "length":
+    bad.append(f"record 4 (max_new_tokens 5): {lines[3]}")
+for k, text in ((4, '"temperature" is "hot": expected a number from 0'), (5, '"top_p" is 0: expected a number above 0'),
+                (6, '"top_k" is -1: expected a whole number >= 0'), (7, '"max_new_tokens" is 2.5: expected a whole number'),
+                (8, '"stop" must be a string or an array'), (9, 'no tokenizer is known')):
+    e = lines[k]
+    if e["finish_reason"] != "error" or text not in e.get("error", "") or f"record {k + 1}" not in e["error"]:
+        bad.append(f"record {k + 1}: expected an error line with '{text}', got {e}")
+print("\n".join(f"FAIL ({sys.argv[4]}): " + b for b in bad) or f"per-record options ok ({sys.argv[4]})")
+sys.exit(1 if bad else 0)
+PY
+    done
 }
 
 # The quick start (scripts/quickstart.sh) on a shorter schedule: prepare the bundled tasks, train a
