@@ -68,6 +68,7 @@ zt_status zt_cli_create_runtime(const zt_config *cfg, const zt_host_settings *se
     if (!settings) settings = &defaults;
     opt.device_mem_limit = zt_device_pool_limit(settings);
     opt.comm_timeout_s = settings->comm_timeout_s;
+    opt.comm_backend = settings->comm_backend;
     opt.comms_logger = &settings->comms_logger;
     opt.flight_entries = in_child ? 0 : (uint32_t)settings->flight_recorder_entries;
     return zt_runtime_create(&opt, cfg, rt, err);

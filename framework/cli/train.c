@@ -74,6 +74,7 @@ static zt_status cpu_runtime_for_estimate(zt_error *why, const zt_host_settings 
     opt.n_threads = (int)settings->threads;
     opt.device_type = ZT_DEVICE_CPU; /* ranks as launched, so only rank 0 prints */
     opt.comm_timeout_s = settings->comm_timeout_s;
+    opt.comm_backend = settings->comm_backend;
     return zt_runtime_create(&opt, cfg, rt, why);
 }
 

@@ -30,6 +30,7 @@ static const char *const k_scheduler_types[] = {"constant", "WarmupLR", "WarmupD
                                                 "WarmupCosineLR", NULL};
 static const char *const k_data_modes[] = {"packed", "padded", NULL};
 static const char *const k_devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const k_comm_backends[] = {"auto", "nccl", "mpi", NULL};
 
 static const zt_option k_host_options[] = {
     /* ---- batch and steps (DeepSpeed names) ---- */
@@ -217,6 +218,10 @@ static const zt_option k_host_options[] = {
      NULL, "DeepSpeed: no effect in zt: --export always gathers the shards into one model."},
     {"zero_optimization.stage3_gather_fp16_weights_on_model_save", ZT_OPT_BOOL, ZT_OPT_NO_DEFAULT, NULL, 0, 0,
      NULL, "DeepSpeed (the older name): no effect in zt: --export always gathers the shards into one model."},
+    {"comm.backend", ZT_OPT_ENUM, 0, "auto", 0, 0, k_comm_backends,
+     "Multi-rank runs: what carries the collectives. auto: NCCL for GPU ranks, MPI for CPU ranks; mpi on "
+     "GPU ranks stages every buffer through host memory (slow: for machines without NCCL, or several ranks "
+     "sharing one GPU, which NCCL refuses); nccl on CPU ranks is an error (docs/distributed.md)."},
     {"comm.timeout_s", ZT_OPT_FLOAT, MIN_ONLY, "300", 0, 0, NULL,
      "Multi-rank runs: a collective not completed after this many seconds ends every rank with a "
      "message naming it, instead of hanging; 0 waits forever (docs/distributed.md)."},

@@ -213,6 +213,11 @@ zt_status zt_host_settings_read(const zt_config *cfg, zt_host_settings *s, zt_er
     }
     READ(read_bool, "auto_trans_ckpt", &s->auto_trans_ckpt);
     READ(zt_config_get_float, "comm.timeout_s", &s->comm_timeout_s);
+    const char *backend;
+    READ(zt_config_get_string, "comm.backend", &backend);
+    s->comm_backend = !strcmp(backend, "mpi") ? ZT_COMM_BACKEND_MPI
+                      : !strcmp(backend, "nccl") ? ZT_COMM_BACKEND_NCCL
+                                                 : ZT_COMM_BACKEND_AUTO;
     READ(read_bool, "comms_logger.enabled", &s->comms_logger.enabled);
     READ(read_bool, "comms_logger.verbose", &s->comms_logger.verbose);
     READ(read_bool, "comms_logger.prof_all", &s->comms_logger.prof_all);

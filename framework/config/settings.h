@@ -18,6 +18,8 @@
 
 /* `device` */
 enum { ZT_DEVICE_SETTING_AUTO = 0, ZT_DEVICE_SETTING_CPU = 1, ZT_DEVICE_SETTING_CUDA = 2 };
+/* comm.backend: what carries a multi-rank run's collectives (host/runtime.c picks by it) */
+enum { ZT_COMM_BACKEND_AUTO = 0, ZT_COMM_BACKEND_NCCL = 1, ZT_COMM_BACKEND_MPI = 2 };
 /* `data.mode`; unset is ZT_DATA_MODE_MANIFEST: the layout zt-prep recorded (--pack or --pad) */
 enum { ZT_DATA_MODE_MANIFEST = -1, ZT_DATA_MODE_PADDED = 0, ZT_DATA_MODE_PACKED = 1 };
 
@@ -107,6 +109,7 @@ typedef struct zt_host_settings {
     int32_t auto_trans_ckpt;
     int32_t seq_parallel; /* parallel_config.use_seq_parallel: the model splits the sequence over "tp" */
     double comm_timeout_s;
+    int comm_backend; /* ZT_COMM_BACKEND_* (comm.backend) */
 
     /* DeepSpeed's comms_logger block (docs/distributed.md, "Watching the collectives") */
     zt_comms_logger_settings comms_logger;

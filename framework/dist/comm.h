@@ -17,6 +17,9 @@
  *                           operation runs on the stream it is given and is watched (an event
  *                           after it, a watchdog thread that aborts NCCL and ends the process
  *                           past comm.timeout_s). Buffers are device memory.
+ *   framework/dist/comm_host_staged.c  zt_comm_host_staged_create: GPU ranks over the MPI backend
+ *                           (comm.backend = mpi): every buffer copied through host memory, 16-bit
+ *                           reductions in fp32. For machines without NCCL and ranks sharing a GPU.
  * zt_runtime_create picks the backend by how the process was launched and the run's device.
  */
 #ifndef ZT_FRAMEWORK_COMM_H
@@ -103,5 +106,11 @@ static inline void zt_comm_describe_bytes(uint64_t bytes, char out[32])
 /* The single-process backend. It copies through `device`, which must outlive it. */
 zt_status zt_comm_local_create(const zt_device_backend *device, const zt_device_ctx *device_ctx,
                                zt_comm_backend **out, zt_error *err);
+
+/* GPU ranks over a host backend (`inner`, MPI's): buffers anywhere, staged through host memory
+ * around each call, ordered on its stream. Takes ownership of inner (destroyed with the result, or
+ * here on failure). */
+zt_status zt_comm_host_staged_create(zt_comm_backend *inner, const zt_device_backend *device,
+                                     const zt_device_ctx *device_ctx, zt_comm_backend **out, zt_error *err);
 
 #endif

@@ -533,6 +533,23 @@ zt_status zt_launch_comm_create(const zt_launch *launch, int device_type, double
     return load_mpi_backend(launch, timeout_s, out, err);
 }
 
+zt_status zt_launch_comm_create_mpi_for_gpus(const zt_launch *launch, double timeout_s, zt_comm_backend **out,
+                                             zt_error *err)
+{
+    *out = NULL;
+    const char *by = launch->launcher ? launch->launcher : "";
+    if (!strcmp(by, ZT_NPROC_LAUNCHER) || !strcmp(by, ZT_TORCHRUN_LAUNCHER)) {
+        char command[2048];
+        own_command(command, sizeof command);
+        return zt_error_set(err, ZT_ERR_UNSUPPORTED,
+                            "comm.backend = mpi: these %d GPU ranks were started by %s, but MPI connects only the "
+                            "processes its own launcher starts: run mpirun -np %d %s (srun --mpi=pmix under "
+                            "Slurm), or leave comm.backend at auto (NCCL)", launch->world_size, by,
+                            launch->world_size, command);
+    }
+    return load_mpi_backend(launch, timeout_s, out, err);
+}
+
 static zt_status load_mpi_backend(const zt_launch *launch, double timeout_s, zt_comm_backend **out, zt_error *err)
 {
     char path[PATH_MAX], tried[3 * PATH_MAX + 16];

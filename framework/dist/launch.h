@@ -51,6 +51,12 @@ zt_status zt_launch_detect(zt_launch *out, zt_error *err);
  * current CUDA device must be this rank's GPU (the runtime selects local_rank). */
 zt_status zt_launch_comm_create(const zt_launch *launch, int device_type, double timeout_s,
                                 zt_comm_backend **out, zt_error *err);
+/* comm.backend = mpi on GPU ranks: the MPI backend as for CPU ranks (the runtime stages device buffers
+ * through host memory around it, dist/comm.h). MPI connects only ranks that its own launcher
+ * (mpirun, srun --mpi=pmix) starts: ranks of zt-run --nproc on GPUs or of torchrun are refused with
+ * the command that works. */
+zt_status zt_launch_comm_create_mpi_for_gpus(const zt_launch *launch, double timeout_s, zt_comm_backend **out,
+                                             zt_error *err);
 
 /* The exchange at the start of a GPU job: rank 0 listens on `port` (every interface) and sends
  * data[len] to each of the world_size - 1 other ranks, which connect to addr:port (retrying until

@@ -18,6 +18,7 @@
 #include "dist/job.h"
 #include "dist/flight.h"
 #include "dist/launch.h"
+#include "config/settings.h"
 
 static volatile sig_atomic_t g_cancel_requested = 0;
 
@@ -395,6 +396,27 @@ static zt_status gpu_of_rank(const zt_launch *launch, int *index, zt_error *err)
                         launch->local_rank >= 0 ? "" : ", or have the launcher set the local rank (ZT_LOCAL_RANK)");
 }
 
+/* Several ranks: NCCL for GPU ranks and MPI for CPU ranks (comm.backend auto), or MPI for GPU ranks
+ * with their buffers staged through host memory (mpi). */
+static zt_status create_multi_rank_backend(zt_runtime *rt, const zt_runtime_options *opt, const zt_launch *launch,
+                                           zt_error *err)
+{
+    int gpu = opt->device_type != ZT_DEVICE_CPU;
+    if (opt->comm_backend == ZT_COMM_BACKEND_NCCL && !gpu)
+        return zt_error_set(err, ZT_ERR_CONFIG,
+                            "comm.backend = nccl, but these %d ranks run on the CPU, where NCCL cannot carry their "
+                            "collectives: leave comm.backend at auto (MPI), or run on GPUs (device = cuda)",
+                            launch->world_size);
+    if (opt->comm_backend != ZT_COMM_BACKEND_MPI || !gpu)
+        return zt_launch_comm_create(launch, opt->device_type, opt->comm_timeout_s, &rt->comm, err);
+    zt_comm_backend *mpi = NULL;
+    zt_status st = zt_launch_comm_create_mpi_for_gpus(launch, opt->comm_timeout_s, &mpi, err);
+    if (st != ZT_OK) return st;
+    zt_log(ZT_LOG_INFO, "comm.backend = mpi: the collectives of these %d GPU ranks go through MPI, every buffer "
+           "staged through host memory", launch->world_size);
+    return zt_comm_host_staged_create(mpi, rt->device, &rt->device_ctx, &rt->comm, err);
+}
+
 /* One process: the local backend. A job of several ranks: the backend its launch calls for
  * (launch.c), log lines that say which rank wrote them, and under zt-run --nproc this rank's entry in
  * the job directory (job.h), once it is connected. */
@@ -406,7 +428,7 @@ static zt_status create_comm_backend(zt_runtime *rt, const zt_runtime_options *o
     zt_status st = zt_flight_init(launch->rank, launch->world_size, opt->flight_entries, err);
     if (st != ZT_OK) return st;
     if (launch->world_size == 1) return zt_comm_local_create(rt->device, &rt->device_ctx, &rt->comm, err);
-    st = zt_launch_comm_create(launch, opt->device_type, opt->comm_timeout_s, &rt->comm, err);
+    st = create_multi_rank_backend(rt, opt, launch, err);
     if (st == ZT_OK) {
         zt_log_set_rank(launch->rank);
         zt_job_register(opt->comm_timeout_s);

@@ -25,6 +25,7 @@ typedef struct zt_runtime_options {
     const zt_comms_logger_settings *comms_logger; /* what the communication monitor logs
                                                      (host/comm_monitor.h); NULL: nothing extra */
     uint32_t flight_entries;   /* the flight recorder's ring (comm.flight_recorder.entries); 0: off */
+    int comm_backend;          /* ZT_COMM_BACKEND_* of config/settings.h (comm.backend); 0: auto */
 } zt_runtime_options;
 
 /* cfg may be NULL (e.g. zt-run --list-plugins); it must outlive the runtime. */

@@ -89,6 +89,11 @@ expect_fail "zt-run: error: --master-addr is for training and has no effect with
 expect_fail "zt-run: error: --nproc-per-node 2 starts the ranks itself, but this process already is rank 0 of 2 (from mpirun)" -- \
     env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 "$zt_run" --nproc-per-node 2 "${run[@]}"
 
+# comm.backend = nccl cannot carry CPU ranks' collectives: refused with the way out
+expect_fail "comm.backend = nccl, but these 2 ranks run on the CPU" "leave comm.backend at auto (MPI)" -- \
+    "$zt_run" --nproc 2 "${run[@]}" --set comm.backend=nccl --output-dir "$work/nccl_cpu"
+expect_fail "config key 'comm.backend' must be one of \"auto\", \"nccl\", \"mpi\"; got \"gloo\"" -- "$zt_run" "${run[@]}" --set comm.backend=gloo --output-dir "$work/gloo"
+
 # A dry run estimates the whole job: nnodes x nproc-per-node data-parallel ranks.
 expect_ok "6 data-parallel ranks" -- "$zt_run" --dry-run --nnodes 2 --nproc-per-node 3 --master-addr node0 \
     "${run[@]}" --output-dir "$work/dry"
