@@ -229,3 +229,155 @@ zt_status zt_cuda_lm_head_loss(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t ro
     }
     return launch_total(stream, rows, row_loss, normalizer, loss);
 }
+
+/* ---- vocab-parallel: the LM head of one tensor-parallel rank ------------------------------------ */
+
+/* The chunk's logits, dlogits and three row statistics (max, sum of exp, target logit). */
+static uint64_t split_chunk_bytes(int64_t chunk_rows, int64_t local)
+{
+    return chunk_bytes(chunk_rows, local) + zt_round_up((uint64_t)chunk_rows * 3 * 4, 256);
+}
+
+uint64_t zt_cuda_lm_head_loss_split_scratch_bytes(int64_t chunk_rows, int64_t local)
+{
+    return split_chunk_bytes(chunk_rows, local);
+}
+
+/* Row `blockIdx.x`: the max of this rank's `valid` logits (-inf when it has none) and the target's
+ * logit when this rank holds it (else 0). Targets outside the whole vocabulary are recorded. */
+__global__ void __launch_bounds__(CE_THREADS)
+split_max_kernel(int64_t valid, int64_t ld, const float *logits, const int32_t *targets, int64_t vocab,
+                 int64_t first, int64_t first_row, float *stat_max, float *stat_target, unsigned long long *bad)
+{
+    __shared__ float shared[32];
+    int64_t row = blockIdx.x;
+    const float *x = logits + row * ld;
+    float m = -INFINITY;
+    for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) m = fmaxf(m, x[c]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++) m = fmaxf(m, shared[w]);
+    stat_max[row] = m;
+    int32_t target = targets[row];
+    if (target != ZT_CUDA_IGNORE_INDEX && (target < 0 || target >= vocab)) zt_record_bad_index(bad, first_row + row, target);
+    int64_t local = (int64_t)target - first;
+    stat_target[row] = target != ZT_CUDA_IGNORE_INDEX && local >= 0 && local < valid ? x[local] : 0.0f;
+}
+
+/* Row `blockIdx.x`: the sum of exp(logit - max) over this rank's logits, max the group's. */
+__global__ void __launch_bounds__(CE_THREADS)
+split_sum_kernel(int64_t valid, int64_t ld, const float *logits, const float *stat_max, float *stat_sum)
+{
+    __shared__ float shared[32];
+    int64_t row = blockIdx.x;
+    const float *x = logits + row * ld;
+    float m = stat_max[row], s = 0.0f;
+    for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) s += expf(x[c] - m);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    s = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x / 32); w++) s += shared[w];
+    stat_sum[row] = s;
+}
+
+/* Row `blockIdx.x`: its loss from the group's statistics and, when dlogits, this rank's columns of
+ * the gradient. */
+template <typename T>
+__global__ void __launch_bounds__(CE_THREADS)
+split_finish_kernel(int64_t valid, int64_t ld, const float *logits, const int32_t *targets, int64_t vocab,
+                    int64_t first, float grad_scale, const float *stat_max, const float *stat_sum,
+                    const float *stat_target, float *row_loss, T *dlogits)
+{
+    int64_t row = blockIdx.x;
+    const float *x = logits + row * ld;
+    T *dx = dlogits ? dlogits + row * ld : NULL;
+    int32_t target = targets[row];
+    int ignored = target == ZT_CUDA_IGNORE_INDEX || target < 0 || target >= vocab;
+    float m = stat_max[row], s = stat_sum[row];
+    if (threadIdx.x == 0) row_loss[row] = ignored ? 0.0f : m + logf(s) - stat_target[row];
+    if (!dx) return;
+    int64_t local = ignored ? -1 : (int64_t)target - first;
+    float scale = grad_scale / s;
+    for (int64_t c = threadIdx.x; c < valid; c += blockDim.x) {
+        float d = ignored ? 0.0f : expf(x[c] - m) * scale;
+        if (c == local) d -= grad_scale;
+        dx[c] = zt_from_f32<T>(d);
+    }
+}
+
+zt_status zt_cuda_lm_head_loss_split(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t dim,
+                                     const zt_cuda_vocab_split *split, const uint16_t *x, const uint16_t *w,
+                                     const int32_t *targets, double normalizer, float dloss,
+                                     float *row_loss, double *loss, uint16_t *dx, float *dw)
+{
+    zt_status st = check_loss_args("vocab-parallel LM head loss", rows, split->vocab, normalizer);
+    if (st != ZT_OK) return st;
+    int64_t valid = split->valid, local = split->local;
+    if (dim <= 0 || dim % 8 != 0 || valid < 0 || local < valid || split->first < 0 ||
+        split->first + valid > split->vocab || !split->reduce)
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG,
+                            "vocab-parallel LM head loss: dim %lld (a positive multiple of 8), rows %lld..%lld of "
+                            "%lld held as %lld, or the reduce callback are not valid", (long long)dim,
+                            (long long)split->first, (long long)(split->first + valid), (long long)split->vocab,
+                            (long long)local);
+    /* the chunk from `local`, the same on every rank: each chunk is one round of reductions */
+    int64_t chunk = rows;
+    while (chunk > 1 && split_chunk_bytes(chunk, local) > ctx->scratch_bytes) chunk = (chunk + 1) / 2;
+    char *scratch = (char *)zt_cuda_scratch(ctx, split_chunk_bytes(rows > 0 ? chunk : 0, local),
+                                            "vocab-parallel LM head loss");
+    if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
+    int64_t ld = logits_ld(local), body = valid / 8 * 8, tail = valid - body;
+    const uint16_t *w_tail = w + body * dim;
+    float *logits = (float *)scratch;
+    uint16_t *dlogits = (uint16_t *)(scratch + zt_round_up((uint64_t)chunk * ld * 4, 256));
+    float *stats = (float *)(scratch + chunk_bytes(chunk, local));
+    int need_grad = dx || dw;
+    float grad_scale = (float)(dloss / normalizer);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        const uint16_t *xc = x + r0 * dim;
+        float *stat_max = stats, *stat_sum = stats + n, *stat_target = stats + 2 * n;
+        if (body) st = zt_cuda_gemm(ctx, stream, 0, 1, n, body, dim, xc, dim, w, dim, logits, ZT_F32, ld, 0);
+        if (st == ZT_OK && tail)
+            st = zt_cuda_gemm(ctx, stream, 0, 1, n, tail, dim, xc, dim, w_tail, dim, logits + body, ZT_F32, ld, 0);
+        if (st != ZT_OK) return st;
+        split_max_kernel<<<(unsigned)n, CE_THREADS, 0, stream>>>(valid, ld, logits, targets + r0, split->vocab,
+                                                                 split->first, r0, stat_max, stat_target,
+                                                                 ctx->index_errors + ZT_INDEX_CROSS_ENTROPY);
+        if ((st = zt_cuda_check_launch("vocab-parallel cross-entropy (row maxima)")) != ZT_OK) return st;
+        if ((st = split->reduce(split->user, stat_max, n, 1, stream)) != ZT_OK) return st;
+        split_sum_kernel<<<(unsigned)n, CE_THREADS, 0, stream>>>(valid, ld, logits, stat_max, stat_sum);
+        if ((st = zt_cuda_check_launch("vocab-parallel cross-entropy (sums)")) != ZT_OK) return st;
+        if ((st = split->reduce(split->user, stat_sum, 2 * n, 0, stream)) != ZT_OK) return st; /* sum, target */
+        ZT_DISPATCH16(ctx->dtype, T,
+                      split_finish_kernel<T><<<(unsigned)n, CE_THREADS, 0, stream>>>(
+                          valid, ld, logits, targets + r0, split->vocab, split->first, grad_scale, stat_max,
+                          stat_sum, stat_target, row_loss + r0, need_grad ? (T *)dlogits : NULL));
+        if ((st = zt_cuda_check_launch("vocab-parallel cross-entropy")) != ZT_OK) return st;
+        /* dx = dlogits w over this rank's rows (a share of the sum), tail first as above */
+        uint16_t *dxc = dx ? dx + r0 * dim : NULL;
+        if (dx && !valid) {
+            cudaError_t e = cudaMemsetAsync(dxc, 0, (size_t)(n * dim) * 2, stream);
+            if (e != cudaSuccess)
+                return zt_cuda_fail(ZT_ERR_DEVICE, "vocab-parallel LM head: clearing dx failed: %s",
+                                    cudaGetErrorString(e));
+        }
+        if (dx && tail)
+            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, tail, dlogits + body, ld, w_tail, dim, dxc, ZT_BF16, dim, 0);
+        if (st == ZT_OK && dx && body)
+            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, body, dlogits, ld, w, dim, dxc, ZT_BF16, dim, tail ? 1 : 0);
+        if (st == ZT_OK && dw && body)
+            st = zt_cuda_gemm(ctx, stream, 1, 0, body, dim, n, dlogits, ld, xc, dim, dw, ZT_F32, dim, 1);
+        if (st == ZT_OK && dw && tail)
+            st = zt_cuda_gemm(ctx, stream, 1, 0, tail, dim, n, dlogits + body, ld, xc, dim, dw + body * dim, ZT_F32,
+                              dim, 1);
+        if (st != ZT_OK) return st;
+    }
+    return launch_total(stream, rows, row_loss, normalizer, loss);
+}

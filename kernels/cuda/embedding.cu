@@ -29,46 +29,66 @@ static zt_status check_shape(const char *what, int64_t tokens, int64_t vocab, in
     return ZT_OK;
 }
 
-__global__ void embedding_forward_kernel(int64_t vocab, int64_t dim, const int32_t *ids,
-                                         const bf16 *table, bf16 *y, unsigned long long *bad)
+/* Rows [first, first + rows) of the vocabulary live in table (a tensor-parallel rank's shard; the
+ * whole table: 0, vocab); a valid id outside them gives zeros. */
+__global__ void embedding_forward_kernel(int64_t vocab, int64_t first, int64_t rows, int64_t dim,
+                                         const int32_t *ids, const bf16 *table, bf16 *y,
+                                         unsigned long long *bad)
 {
     int64_t t = blockIdx.x;
     int32_t id = ids[t];
     int valid = id >= 0 && id < vocab;
     if (!valid && threadIdx.x == 0) zt_record_bad_index(bad, t, id);
+    int64_t local = (int64_t)id - first;
+    int here = valid && local >= 0 && local < rows;
     for (int64_t col = (int64_t)threadIdx.x * 8; col < dim; col += (int64_t)blockDim.x * 8) {
-        uint4 v = valid ? *reinterpret_cast<const uint4 *>(table + (int64_t)id * dim + col)
-                        : make_uint4(0, 0, 0, 0);
+        uint4 v = here ? *reinterpret_cast<const uint4 *>(table + local * dim + col) : make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint4 *>(y + t * dim + col) = v;
     }
+}
+
+static zt_status check_rows(const char *what, int64_t vocab, int64_t first, int64_t rows)
+{
+    if (first < 0 || rows < 0 || first + rows > vocab)
+        return zt_cuda_fail(ZT_ERR_INVALID_ARG, "%s: rows %lld..%lld are not inside the vocabulary of %lld",
+                            what, (long long)first, (long long)(first + rows), (long long)vocab);
+    return ZT_OK;
+}
+
+zt_status zt_cuda_embedding_forward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                         int64_t vocab, int64_t first, int64_t rows, int64_t dim,
+                                         const int32_t *ids, const uint16_t *table, uint16_t *y)
+{
+    const void *ptrs[] = {table, y};
+    zt_status st = check_shape("embedding forward", tokens, vocab, dim, ptrs, 2);
+    if (st == ZT_OK) st = check_rows("embedding forward", vocab, first, rows);
+    if (st != ZT_OK || tokens == 0) return st;
+    embedding_forward_kernel<<<(unsigned)tokens, THREADS, 0, stream>>>(
+        vocab, first, rows, dim, ids, (const bf16 *)table, (bf16 *)y,
+        ctx->index_errors + ZT_INDEX_EMBEDDING_FORWARD);
+    return zt_cuda_check_launch("embedding forward");
 }
 
 zt_status zt_cuda_embedding_forward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
                                     int64_t vocab, int64_t dim, const int32_t *ids,
                                     const uint16_t *table, uint16_t *y)
 {
-    const void *ptrs[] = {table, y};
-    zt_status st = check_shape("embedding forward", tokens, vocab, dim, ptrs, 2);
-    if (st != ZT_OK || tokens == 0) return st;
-    embedding_forward_kernel<<<(unsigned)tokens, THREADS, 0, stream>>>(
-        vocab, dim, ids, (const bf16 *)table, (bf16 *)y,
-        ctx->index_errors + ZT_INDEX_EMBEDDING_FORWARD);
-    return zt_cuda_check_launch("embedding forward");
+    return zt_cuda_embedding_forward_rows(ctx, stream, tokens, vocab, 0, vocab, dim, ids, table, y);
 }
 
-/* keys[t] = ids[t] (an out-of-range id becomes `vocab`, which sorts last and is skipped);
- * positions[t] = t. */
-__global__ void prepare_sort_kernel(int64_t tokens, int64_t vocab, const int32_t *ids,
-                                    int32_t *keys, int32_t *positions, unsigned long long *bad)
+/* keys[t] = ids[t] - first (an out-of-range id, or one outside the rows, becomes `rows`, which
+ * sorts last and is skipped); positions[t] = t. */
+__global__ void prepare_sort_kernel(int64_t tokens, int64_t vocab, int64_t first, int64_t rows,
+                                    const int32_t *ids, int32_t *keys, int32_t *positions,
+                                    unsigned long long *bad)
 {
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < tokens;
          t += (int64_t)gridDim.x * blockDim.x) {
         int32_t id = ids[t];
-        if (id < 0 || id >= vocab) {
-            zt_record_bad_index(bad, t, id);
-            id = (int32_t)vocab;
-        }
-        keys[t] = id;
+        int64_t key = (int64_t)id - first;
+        if (id < 0 || id >= vocab) zt_record_bad_index(bad, t, id);
+        if (id < 0 || id >= vocab || key < 0 || key >= rows) key = rows;
+        keys[t] = (int32_t)key;
         positions[t] = (int32_t)t;
     }
 }
@@ -119,35 +139,43 @@ uint64_t zt_cuda_embedding_backward_scratch_bytes(int64_t tokens, int64_t vocab)
     return 4 * buffer + zt_round_up(sort_temp_bytes(tokens, vocab), 256);
 }
 
-zt_status zt_cuda_embedding_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
-                                     int64_t vocab, int64_t dim, const int32_t *ids,
-                                     const uint16_t *dy, float *dtable)
+zt_status zt_cuda_embedding_backward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                          int64_t vocab, int64_t first, int64_t rows, int64_t dim,
+                                          const int32_t *ids, const uint16_t *dy, float *dtable)
 {
     const void *ptrs[] = {dy, dtable};
     zt_status st = check_shape("embedding backward", tokens, vocab, dim, ptrs, 2);
+    if (st == ZT_OK) st = check_rows("embedding backward", vocab, first, rows);
     if (st != ZT_OK || tokens == 0) return st;
     char *scratch = (char *)zt_cuda_scratch(
-        ctx, zt_cuda_embedding_backward_scratch_bytes(tokens, vocab), "embedding backward");
+        ctx, zt_cuda_embedding_backward_scratch_bytes(tokens, rows), "embedding backward");
     if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
     uint64_t buffer = zt_round_up((uint64_t)tokens * sizeof(int32_t), 256);
     int32_t *keys_a = (int32_t *)scratch, *keys_b = (int32_t *)(scratch + buffer);
     int32_t *pos_a = (int32_t *)(scratch + 2 * buffer), *pos_b = (int32_t *)(scratch + 3 * buffer);
     void *temp = scratch + 4 * buffer;
-    size_t temp_bytes = sort_temp_bytes(tokens, vocab);
+    size_t temp_bytes = sort_temp_bytes(tokens, rows);
 
     prepare_sort_kernel<<<zt_grid_for(tokens, 256, ctx), 256, 0, stream>>>(
-        tokens, vocab, ids, keys_a, pos_a, ctx->index_errors + ZT_INDEX_EMBEDDING_BACKWARD);
+        tokens, vocab, first, rows, ids, keys_a, pos_a, ctx->index_errors + ZT_INDEX_EMBEDDING_BACKWARD);
     if ((st = zt_cuda_check_launch("embedding backward (sort keys)")) != ZT_OK) return st;
     cub::DoubleBuffer<int32_t> keys(keys_a, keys_b), positions(pos_a, pos_b);
     cudaError_t e = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, positions, (int)tokens,
-                                                    0, key_bits(vocab), stream);
+                                                    0, key_bits(rows), stream);
     if (e != cudaSuccess)
         return zt_cuda_fail(ZT_ERR_DEVICE, "embedding backward: sorting token ids failed: %s",
                             cudaGetErrorString(e));
     dim3 grid((unsigned)tokens, (unsigned)((dim + COLUMNS_PER_BLOCK - 1) / COLUMNS_PER_BLOCK));
     ZT_DISPATCH16(ctx->dtype, T,
-                  accumulate_runs_kernel<T><<<grid, THREADS, 0, stream>>>(tokens, vocab, dim, keys.Current(),
+                  accumulate_runs_kernel<T><<<grid, THREADS, 0, stream>>>(tokens, rows, dim, keys.Current(),
                                                                           positions.Current(), (const T *)dy,
                                                                           dtable));
     return zt_cuda_check_launch("embedding backward");
+}
+
+zt_status zt_cuda_embedding_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                     int64_t vocab, int64_t dim, const int32_t *ids,
+                                     const uint16_t *dy, float *dtable)
+{
+    return zt_cuda_embedding_backward_rows(ctx, stream, tokens, vocab, 0, vocab, dim, ids, dy, dtable);
 }

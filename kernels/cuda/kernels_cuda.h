@@ -165,6 +165,16 @@ uint64_t zt_cuda_embedding_backward_scratch_bytes(int64_t tokens, int64_t vocab)
 zt_status zt_cuda_embedding_backward(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
                                      int64_t vocab, int64_t dim, const int32_t *ids,
                                      const uint16_t *dy, float *dtable);
+/* Tensor parallel (a vocab-parallel embedding): table holds only the vocabulary's rows
+ * [first, first + rows); the forward writes zeros for the tokens of other rows (the ranks' outputs
+ * then sum to the lookup), the backward adds only to these rows. Ids outside [0, vocab) are
+ * recorded as above. */
+zt_status zt_cuda_embedding_forward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                         int64_t vocab, int64_t first, int64_t rows, int64_t dim,
+                                         const int32_t *ids, const uint16_t *table, uint16_t *y);
+zt_status zt_cuda_embedding_backward_rows(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t tokens,
+                                          int64_t vocab, int64_t first, int64_t rows, int64_t dim,
+                                          const int32_t *ids, const uint16_t *dy, float *dtable);
 
 /* ---- softmax cross-entropy -------------------------------------------------------------------- */
 
@@ -190,6 +200,26 @@ zt_status zt_cuda_lm_head_loss(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t ro
                                int64_t vocab, const uint16_t *x, const uint16_t *w,
                                const int32_t *targets, double normalizer, float dloss,
                                float *row_loss, double *loss, uint16_t *dx, float *dw);
+
+/* The same, vocab-parallel (Megatron's vocab-parallel cross-entropy, which never gathers the
+ * logits): this rank's w holds the vocabulary's rows [first, first + valid) of `vocab` (valid may be
+ * 0), and the row statistics are combined over the tensor-parallel group by `reduce`, which the
+ * caller provides: it all-reduces n fp32 values of buf in place, ordered on `stream` (the max of
+ * each row's logits, then each row's sum of exp(logit - max) and its target's logit, per chunk).
+ * row_loss and *loss are the whole vocabulary's on every rank; dx is this rank's share (the caller
+ * sums it over the group), dw this rank's rows. */
+typedef zt_status (*zt_cuda_group_reduce_fn)(void *user, float *buf, int64_t n, int is_max, cudaStream_t stream);
+typedef struct zt_cuda_vocab_split {
+    int64_t vocab, first, valid;
+    int64_t local; /* rows every rank holds, padding included (>= valid): sizes the chunks alike on all */
+    zt_cuda_group_reduce_fn reduce;
+    void *user;
+} zt_cuda_vocab_split;
+uint64_t zt_cuda_lm_head_loss_split_scratch_bytes(int64_t chunk_rows, int64_t local);
+zt_status zt_cuda_lm_head_loss_split(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t rows, int64_t dim,
+                                     const zt_cuda_vocab_split *split, const uint16_t *x, const uint16_t *w,
+                                     const int32_t *targets, double normalizer, float dloss,
+                                     float *row_loss, double *loss, uint16_t *dx, float *dw);
 
 /* ---- optimizer -------------------------------------------------------------------------------- */
 

@@ -83,8 +83,8 @@ static void *carve(byte_carver *cv, int64_t n, uint64_t elem_bytes)
 
 static void carve_layer(const llama_state *s, int32_t unit, int64_t N, byte_carver *cv, gpu_layer_acts *a)
 {
-    const llama_config *c = &s->cfg;
-    int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim, F = c->intermediate;
+    int64_t H = s->cfg.hidden, Q, KV, F;
+    tp_cuda_widths(s, &Q, &KV, &F); /* this rank's heads and MLP part */
     a->norm1 = carve(cv, N * H, 2);
     a->rstd1 = carve(cv, N, 4);
     a->q = carve(cv, N * Q, 2);
@@ -109,9 +109,9 @@ static void carve_head(const llama_config *c, int64_t N, byte_carver *cv, gpu_he
 
 static void carve_layer_grads(const llama_state *s, int64_t N, byte_carver *cv, gpu_layer_grads *d)
 {
-    const llama_config *c = &s->cfg;
-    int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
-    d->act = carve(cv, N * c->intermediate, 2);
+    int64_t H = s->cfg.hidden, Q, KV, F;
+    tp_cuda_widths(s, &Q, &KV, &F);
+    d->act = carve(cv, N * F, 2);
     d->norm = carve(cv, N * H, 2);
     d->resid = carve(cv, N * H, 2);
     d->attn = carve(cv, N * Q, 2);
@@ -249,11 +249,18 @@ static zt_status read_env(llama_state *s)
  * budget, and 2048 rows of a 32k vocabulary (384 MiB). */
 #define LM_HEAD_SCRATCH (512ull << 20)
 
-static uint64_t scratch_needed(const llama_config *c, int64_t N, int samples)
+static uint64_t lm_head_scratch(const llama_state *s, int64_t chunk)
 {
+    return s->tp.size > 1 ? zt_cuda_lm_head_loss_split_scratch_bytes(chunk, s->tp.vocab)
+                          : zt_cuda_lm_head_loss_scratch_bytes(chunk, s->cfg.vocab);
+}
+
+static uint64_t scratch_needed(const llama_state *s, int64_t N, int samples)
+{
+    const llama_config *c = &s->cfg;
     int64_t chunk = N;
-    while (chunk > 1 && zt_cuda_lm_head_loss_scratch_bytes(chunk, c->vocab) > LM_HEAD_SCRATCH) chunk = (chunk + 1) / 2;
-    uint64_t need = zt_cuda_lm_head_loss_scratch_bytes(chunk, c->vocab);
+    while (chunk > 1 && lm_head_scratch(s, chunk) > LM_HEAD_SCRATCH) chunk = (chunk + 1) / 2;
+    uint64_t need = lm_head_scratch(s, chunk);
     uint64_t norm = zt_cuda_rmsnorm_backward_scratch_bytes(N, c->hidden);
     uint64_t embed = zt_cuda_embedding_backward_scratch_bytes(N, c->vocab);
     if (norm > need) need = norm;
@@ -270,7 +277,7 @@ static zt_status gpu_run_init(gpu_run *r, llama_state *s, const zt_unit_call *c)
     r->stream = zt_plugin_stream(s->host);
     r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
     int samples = c->struct_size >= ZT_UNIT_CALL_SIZE_1_4 && c->sample_tokens;
-    return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(&s->cfg, r->call.tokens, samples), &s->gpu->ctx);
+    return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(s, r->call.tokens, samples), &s->gpu->ctx);
 }
 
 /* A [B, T, heads, D] device view (the run's 16-bit type) for the attention plugin. */
@@ -299,19 +306,20 @@ static zt_tensor attention_view(const gpu_run *r, void *data, int64_t heads)
 static zt_attn_args attention_args(const gpu_run *r, const gpu_layer_acts *a)
 {
     const llama_config *c = &r->call.s->cfg;
+    const llama_tp *t = &r->call.s->tp; /* this rank's heads */
     zt_attn_args args;
     memset(&args, 0, sizeof args);
     args.struct_size = sizeof args;
-    args.n_heads = (int32_t)c->heads;
-    args.n_kv_heads = (int32_t)c->kv_heads;
+    args.n_heads = (int32_t)t->heads;
+    args.n_kv_heads = (int32_t)t->kv_heads;
     args.head_dim = (int32_t)c->head_dim;
     args.scale = 1.0f / sqrtf((float)c->head_dim);
     args.causal = 1;
     args.batch = r->call.c->batch;
-    args.q = attention_view(r, a->q, c->heads);
-    args.k = attention_view(r, a->k, c->kv_heads);
-    args.v = attention_view(r, a->v, c->kv_heads);
-    args.out = attention_view(r, a->attn, c->heads);
+    args.q = attention_view(r, a->q, t->heads);
+    args.k = attention_view(r, a->k, t->kv_heads);
+    args.v = attention_view(r, a->v, t->kv_heads);
+    args.out = attention_view(r, a->attn, t->heads);
     return args;
 }
 
@@ -332,9 +340,12 @@ static zt_status embedding_forward_impl(llama_state *s, const zt_unit_call *c)
     if (st != ZT_OK) return st;
     r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
     /* Out-of-range ids are recorded on the device and reported when the LM head reads the loss. */
-    CUDA_STEP(zt_cuda_embedding_forward(s->gpu->ctx, r->stream, r->call.tokens, s->cfg.vocab, s->cfg.hidden,
-                                        c->batch->tokens, param(r, EMBED_TABLE), c->x_out.data),
+    CUDA_STEP(zt_cuda_embedding_forward_rows(s->gpu->ctx, r->stream, r->call.tokens, s->cfg.vocab,
+                                             s->tp.vocab_first, s->tp.vocab_valid, s->cfg.hidden, c->batch->tokens,
+                                             param(r, EMBED_TABLE), c->x_out.data),
               "embedding forward");
+    /* vocab-parallel: each token's row is on one rank, zeros on the others */
+    st = tp_cuda_reduce(r, c->x_out.data, r->call.tokens * s->cfg.hidden, "the embedding lookup");
 done:
     return st;
 }
@@ -351,8 +362,9 @@ static zt_status embedding_backward_impl(llama_state *s, const zt_unit_call *c)
         if (!g) st = prof_event(s, r->stream, &p->model_end);
     }
     if (st != ZT_OK || !g) return st; /* a frozen embedding has nothing to propagate */
-    CUDA_STEP(zt_cuda_embedding_backward(s->gpu->ctx, r->stream, r->call.tokens, s->cfg.vocab, s->cfg.hidden,
-                                         c->batch->tokens, c->dx_out.data, g),
+    CUDA_STEP(zt_cuda_embedding_backward_rows(s->gpu->ctx, r->stream, r->call.tokens, s->cfg.vocab,
+                                              s->tp.vocab_first, s->tp.vocab_valid, s->cfg.hidden, c->batch->tokens,
+                                              c->dx_out.data, g),
               "embedding backward");
     if (r->prof) st = prof_event(s, r->stream, &r->prof->model_end);
 done:
@@ -367,16 +379,15 @@ done:
  * GEMMs instead; checkpoints and HF files are unchanged either way. */
 static int qkv_weights_adjacent(const gpu_run *r)
 {
-    const llama_config *c = &r->call.s->cfg;
-    int64_t H = c->hidden, Q = c->heads * c->head_dim, KV = c->kv_heads * c->head_dim;
+    int64_t H = r->call.s->cfg.hidden, Q, KV, F;
+    tp_cuda_widths(r->call.s, &Q, &KV, &F);
     return r->call.s->gpu->fuse && param(r, LAYER_K) == param(r, LAYER_Q) + Q * H &&
            param(r, LAYER_V) == param(r, LAYER_K) + KV * H;
 }
 
 static int gate_up_weights_adjacent(const gpu_run *r)
 {
-    const llama_config *c = &r->call.s->cfg;
-    return r->call.s->gpu->fuse && param(r, LAYER_UP) == param(r, LAYER_GATE) + c->intermediate * c->hidden;
+    return r->call.s->gpu->fuse && param(r, LAYER_UP) == param(r, LAYER_GATE) + r->call.s->tp.ffn * r->call.s->cfg.hidden;
 }
 
 /* Gradients: both (all three) trainable and adjacent, so one dW GEMM accumulates into them. */
@@ -419,8 +430,10 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     const llama_config *cfg = &s->cfg;
     zt_cuda_ctx *ctx = s->gpu->ctx;
     cudaStream_t stream = r->stream;
-    int64_t N = r->call.tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
-    int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D;
+    int64_t N = r->call.tokens, H = cfg->hidden, D = cfg->head_dim, Q, KV, F;
+    tp_cuda_widths(s, &Q, &KV, &F);
+    /* row-parallel o and down: tp rank 0 adds the residual, the all-reduce sums the rest (tp_cuda.c) */
+    int add_residual = s->tp.rank == 0;
     float eps = (float)cfg->rms_norm_eps;
     int64_t QKV = Q + 2 * KV;
     const int32_t *positions = c->batch->positions;
@@ -454,7 +467,7 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     if (gpu_lora_slot(r, LAYER_V) >= 0)
         CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_V, H, KV, a->norm1, a->lora[LAYER_V], qkv + Q + KV, QKV),
                   "v_proj LoRA forward");
-    CUDA_STEP(zt_cuda_rope_qkv_forward(ctx, stream, N, cfg->heads, cfg->kv_heads, D, positions, s->gpu->inv_freq, qkv,
+    CUDA_STEP(zt_cuda_rope_qkv_forward(ctx, stream, N, s->tp.heads, s->tp.kv_heads, D, positions, s->gpu->inv_freq, qkv,
                                        a->q, a->k, a->v),
               "rope forward (q, k; v copied)");
     gpu_free(s, qkv); /* stream-ordered: the pool reuses it after the rope kernel */
@@ -475,10 +488,15 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     if (r->prof && (st = prof_end(r)) != ZT_OK) goto done;
 
     /* the residual add is the GEMMs' epilogue (beta = 1 with C = the residual) */
-    CUDA_STEP(zt_cuda_linear_forward_residual(ctx, stream, N, H, Q, a->attn, param(r, LAYER_O), x, a->resid),
-              "o_proj forward + residual");
+    if (add_residual)
+        CUDA_STEP(zt_cuda_linear_forward_residual(ctx, stream, N, H, Q, a->attn, param(r, LAYER_O), x, a->resid),
+                  "o_proj forward + residual");
+    else
+        CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, H, Q, a->attn, param(r, LAYER_O), a->resid),
+                  "o_proj forward (tensor-parallel part)");
     if (gpu_lora_slot(r, LAYER_O) >= 0)
         CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_O, Q, H, a->attn, a->lora[LAYER_O], a->resid, H), "o_proj LoRA forward");
+    if ((st = tp_cuda_reduce(r, a->resid, N * H, "the attention output")) != ZT_OK) goto done;
     CUDA_STEP(zt_cuda_rmsnorm_forward(ctx, stream, N, H, eps, a->resid, param(r, LAYER_POST_NORM), a->norm2, a->rstd2),
               "post_attention_layernorm forward");
     /* gate|up in one [N, 2 F] array (row stride 2 F), one GEMM where the two weights are adjacent. */
@@ -503,11 +521,16 @@ static zt_status layer_compute(const gpu_run *r, const uint16_t *x, const gpu_la
     }
     CUDA_STEP(zt_cuda_swiglu_forward_rows(ctx, stream, N, F, a->gate, a->up, 2 * F, act, F), "SwiGLU forward");
     /* out is written last, after every read of x: the host may pass one buffer as both. */
-    CUDA_STEP(zt_cuda_linear_forward_residual(ctx, stream, N, H, F, act, param(r, LAYER_DOWN), a->resid, out),
-              "down_proj forward + residual");
+    if (add_residual)
+        CUDA_STEP(zt_cuda_linear_forward_residual(ctx, stream, N, H, F, act, param(r, LAYER_DOWN), a->resid, out),
+                  "down_proj forward + residual");
+    else
+        CUDA_STEP(zt_cuda_linear_forward(ctx, stream, N, H, F, act, param(r, LAYER_DOWN), out),
+                  "down_proj forward (tensor-parallel part)");
     if (gpu_lora_slot(r, LAYER_DOWN) >= 0)
         CUDA_STEP(gpu_lora_forward(r, &lora, LAYER_DOWN, F, H, act, a->lora[LAYER_DOWN], out, H),
                   "down_proj LoRA forward");
+    st = tp_cuda_reduce(r, out, N * H, "the MLP output");
 done:
     gpu_lora_end(r, &lora);
     gpu_free(s, act);
@@ -546,8 +569,9 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     const llama_config *cfg = &s->cfg;
     zt_cuda_ctx *ctx = s->gpu->ctx;
     cudaStream_t stream = r->stream;
-    int64_t N = r->call.tokens, H = cfg->hidden, F = cfg->intermediate, D = cfg->head_dim;
-    int64_t Q = cfg->heads * D, KV = cfg->kv_heads * D, QKV = Q + 2 * KV;
+    int64_t N = r->call.tokens, H = cfg->hidden, D = cfg->head_dim, Q, KV, F;
+    tp_cuda_widths(s, &Q, &KV, &F);
+    int64_t QKV = Q + 2 * KV;
     st = llama_saved_materialize(&r->call, saved, layer_fill, &fresh);
     if (st != ZT_OK) goto done;
     llama_saved *rec = fresh ? fresh : saved;
@@ -608,6 +632,8 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
                   "gate/up_proj LoRA gradients");
         CUDA_STEP(gpu_lora_backward_input(r, &lora, k, H, d.lora, d.norm), "gate/up_proj LoRA backward");
     }
+    /* column-parallel gate|up: every rank's share of the norm's output gradient, summed */
+    if ((st = tp_cuda_reduce(r, d.norm, N * H, "the MLP input gradient")) != ZT_OK) goto done;
     /* the residual branch's gradient dy is added inside the norm's backward (one rounding, no add) */
     g = grad(r, LAYER_POST_NORM);
     CUDA_STEP(zt_cuda_rmsnorm_backward_add(ctx, stream, N, H, a.resid, param(r, LAYER_POST_NORM), a.rstd2, d.norm,
@@ -625,10 +651,10 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
         CUDA_STEP(gpu_lora_backward_input(r, &lora, LAYER_O, Q, d.lora, d.attn), "o_proj LoRA backward");
     }
     zt_attn_args args = attention_args(r, &a);
-    args.dout = attention_view(r, d.attn, cfg->heads);
-    args.dq = attention_view(r, d.q, cfg->heads);
-    args.dk = attention_view(r, d.k, cfg->kv_heads);
-    args.dv = attention_view(r, d.v, cfg->kv_heads);
+    args.dout = attention_view(r, d.attn, s->tp.heads);
+    args.dq = attention_view(r, d.q, s->tp.heads);
+    args.dk = attention_view(r, d.k, s->tp.kv_heads);
+    args.dv = attention_view(r, d.v, s->tp.kv_heads);
     if (r->prof && (st = prof_begin(r, "attention backward (plugin)")) != ZT_OK) goto done;
     double host_t0 = r->prof ? prof_now_ms() : 0;
     void *attention_saved = rec->attention_saved;
@@ -641,7 +667,8 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     if (r->prof) prof_host_time(r, host_t0);
     if (r->prof && (st = prof_end(r)) != ZT_OK) goto done;
     /* rope's transpose gathers dq, dk, dv into one stacked [N, Q + 2 KV] gradient */
-    CUDA_STEP(zt_cuda_rope_qkv_backward(ctx, stream, N, cfg->heads, cfg->kv_heads, D, c->batch->positions,
+    if ((st = tp_cuda_sum_kv_replicas(r, d.k, d.v)) != ZT_OK) goto done;
+    CUDA_STEP(zt_cuda_rope_qkv_backward(ctx, stream, N, s->tp.heads, s->tp.kv_heads, D, c->batch->positions,
                                         s->gpu->inv_freq, d.q, d.k, d.v, d.qkv),
               "rope backward (q, k; v copied)");
     const int64_t qkv_rows[3] = {Q, KV, KV};
@@ -672,6 +699,7 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
                   "q/k/v_proj LoRA gradients");
         CUDA_STEP(gpu_lora_backward_input(r, &lora, k, H, d.lora, d.norm), "q/k/v_proj LoRA backward");
     }
+    if ((st = tp_cuda_reduce(r, d.norm, N * H, "the attention input gradient")) != ZT_OK) goto done;
     /* dx_in is written last, after every read of dx_out: the host may pass one buffer as both. */
     g = grad(r, LAYER_INPUT_NORM);
     CUDA_STEP(zt_cuda_rmsnorm_backward_add(ctx, stream, N, H, c->x_in.data, param(r, LAYER_INPUT_NORM), a.rstd1,
@@ -702,7 +730,10 @@ static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_hea
     CUDA_STEP(zt_cuda_rmsnorm_forward(ctx, r->stream, N, H, (float)cfg->rms_norm_eps, x, param(r, HEAD_NORM), a->norm,
                                       a->rstd),
               "final norm forward");
-    if (logits_out) /* in the caller's layout: row stride V, which need not be a multiple of 8 */
+    if (logits_out && s->tp.size > 1) /* this rank's vocabulary columns, gathered */
+        CUDA_STEP(tp_cuda_gather_logits(r, a->norm, param(r, HEAD_LM), logits_out, logits_dtype),
+                  "lm_head forward (logits, all-gathered over tp)");
+    else if (logits_out) /* in the caller's layout: row stride V, which need not be a multiple of 8 */
         CUDA_STEP(zt_cuda_gemm(ctx, r->stream, 0, 1, N, V, H, a->norm, H, param(r, HEAD_LM), H, logits_out,
                                logits_dtype, V, 0),
                   "lm_head forward (logits)");
@@ -715,9 +746,17 @@ static zt_status head_compute(const gpu_run *r, const uint16_t *x, const gpu_hea
     if (!loss_out) return ZT_OK;
     if (!(row_loss = device_alloc(r, ZT_POOL_WORKSPACE, (uint64_t)N * sizeof(float), "per-token loss")))
         return ZT_ERR_OUT_OF_MEMORY;
-    CUDA_STEP(zt_cuda_lm_head_loss(ctx, r->stream, N, H, V, a->norm, param(r, HEAD_LM), c->batch->targets,
-                                   (double)c->batch->n_loss_tokens_global, 1.0f, row_loss, s->gpu->loss, NULL, NULL),
-              "LM head loss");
+    zt_cuda_vocab_split split = tp_cuda_vocab_split(r);
+    if (s->tp.size > 1)
+        CUDA_STEP(zt_cuda_lm_head_loss_split(ctx, r->stream, N, H, &split, a->norm, param(r, HEAD_LM), c->batch->targets,
+                                             (double)c->batch->n_loss_tokens_global, 1.0f, row_loss, s->gpu->loss,
+                                             NULL, NULL),
+                  "LM head loss (vocab-parallel)");
+    else
+        CUDA_STEP(zt_cuda_lm_head_loss(ctx, r->stream, N, H, V, a->norm, param(r, HEAD_LM), c->batch->targets,
+                                       (double)c->batch->n_loss_tokens_global, 1.0f, row_loss, s->gpu->loss, NULL,
+                                       NULL),
+                  "LM head loss");
     double loss = 0, wait_t0 = r->prof ? prof_now_ms() : 0;
     cudaError_t e = cudaMemcpyAsync(&loss, s->gpu->loss, sizeof loss, cudaMemcpyDeviceToHost, r->stream);
     if (e != cudaSuccess) {
@@ -788,11 +827,20 @@ static zt_status head_backward_impl(llama_state *s, const zt_unit_call *c)
     float *row_loss = carve(&wv, N, 4);
     /* The logits again, chunk by chunk, now with d_norm = dlogits W and dW += dlogits^T norm. */
     /* fp16: dloss = the loss scale S, so every gradient below carries S (the zero plugin divides it out) */
-    CUDA_STEP(zt_cuda_lm_head_loss(ctx, r->stream, N, H, V, a.norm, param(r, HEAD_LM), c->batch->targets,
-                                   (double)c->batch->n_loss_tokens_global, (float)zt_unit_call_loss_scale(c),
-                                   row_loss, s->gpu->loss, d_norm,
-                                   grad(r, HEAD_LM)),
-              "LM head backward");
+    float dloss = (float)zt_unit_call_loss_scale(c);
+    zt_cuda_vocab_split split = tp_cuda_vocab_split(r);
+    if (s->tp.size > 1) {
+        CUDA_STEP(zt_cuda_lm_head_loss_split(ctx, r->stream, N, H, &split, a.norm, param(r, HEAD_LM),
+                                             c->batch->targets, (double)c->batch->n_loss_tokens_global, dloss,
+                                             row_loss, s->gpu->loss, d_norm, grad(r, HEAD_LM)),
+                  "LM head backward (vocab-parallel)");
+        if ((st = tp_cuda_reduce(r, d_norm, N * H, "the LM head's input gradient")) != ZT_OK) goto done;
+    } else {
+        CUDA_STEP(zt_cuda_lm_head_loss(ctx, r->stream, N, H, V, a.norm, param(r, HEAD_LM), c->batch->targets,
+                                       (double)c->batch->n_loss_tokens_global, dloss, row_loss, s->gpu->loss, d_norm,
+                                       grad(r, HEAD_LM)),
+                  "LM head backward");
+    }
     float *g = grad(r, HEAD_NORM);
     CUDA_STEP(zt_cuda_rmsnorm_backward(ctx, r->stream, N, H, c->x_in.data, param(r, HEAD_NORM), a.rstd, d_norm,
                                        c->dx_in.data, g),

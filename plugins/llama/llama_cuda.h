@@ -30,6 +30,20 @@ typedef struct gpu_run {
     gpu_prof *prof; /* set while the profile records; NULL otherwise (the only cost when off) */
 } gpu_run;
 
+/* ---- tensor parallelism (tp_cuda.c) ------------------------------------------------------------ */
+
+/* This rank's q width (heads x head_dim), k/v width and MLP width: the whole model's on one rank. */
+void tp_cuda_widths(const llama_state *s, int64_t *Q, int64_t *KV, int64_t *F);
+/* buf[0, n) (the run's 16-bit type) summed over "tp" in place on the unit's stream; nothing on one rank. */
+zt_status tp_cuda_reduce(const gpu_run *r, uint16_t *buf, int64_t n, const char *what);
+/* The vocab-parallel LM head's description of this rank, reducing over "tp" (valid while r is). */
+zt_cuda_vocab_split tp_cuda_vocab_split(const gpu_run *r);
+/* With replicated KV heads: dk and dv [N, head_dim] summed over the ranks that share this rank's head. */
+zt_status tp_cuda_sum_kv_replicas(const gpu_run *r, uint16_t *dk, uint16_t *dv);
+/* The whole logits [N, vocab] (dtype, row stride vocab) into out: this rank's columns from norm and
+ * its LM head rows w, then all-gathered over "tp". */
+zt_status tp_cuda_gather_logits(const gpu_run *r, const uint16_t *norm, const uint16_t *w, void *out, int32_t dtype);
+
 /* ---- LoRA (lora_cuda.c) ------------------------------------------------------------------------ */
 
 /* One unit call's LoRA dropout state: with lora_dropout > 0 in training, the mask chains of the layer's

@@ -73,9 +73,11 @@ zt_status llama_parallelize(llama_state *s, const zt_model_parallel *p)
     }
     const llama_config *c = &s->cfg;
     int32_t tp = p->tp_size;
-    if (tp > 1 && s->on_gpu) {
-        h->error(h->ctx, ZT_ERR_UNSUPPORTED, "tensor parallel (model_parallel %d) runs on CPU ranks in this zt; "
-                 "train with device = cpu, or with model_parallel 1 on GPUs", (int)tp);
+    if (tp > 1 && s->on_gpu && (p->seq_parallel || s->lora.r > 0)) {
+        h->error(h->ctx, ZT_ERR_UNSUPPORTED, "tensor parallel (model_parallel %d) on GPUs computes the plain "
+                 "Megatron split; %s runs on CPU ranks only: %s, or train with device = cpu", (int)tp,
+                 p->seq_parallel ? "sequence parallelism (parallel_config.use_seq_parallel)" : "a LoRA adapter",
+                 p->seq_parallel ? "set use_seq_parallel to false" : "train the adapter with model_parallel 1");
         return ZT_ERR_UNSUPPORTED;
     }
     if (tp > c->kv_heads && s->lora.r > 0) {
@@ -101,6 +103,20 @@ zt_status llama_parallelize(llama_state *s, const zt_model_parallel *p)
                  (int)tp, (long long)c->kv_heads, (int)tp, (int)tp, (int)tp, (long long)c->kv_heads,
                  (long long)c->kv_heads, sizes, (long long)c->heads);
         return ZT_ERR_CONFIG;
+    }
+    if (s->on_gpu && tp > 1) { /* the bf16 kernels' 16-byte rows (layers_cuda.c check_shapes) for each shard */
+        int64_t D = c->head_dim, kv = tp <= c->kv_heads ? c->kv_heads / tp : 1;
+        const struct { const char *what; int64_t width; } w[] = {
+            {"query heads x head_dim", c->heads / tp * D}, {"key/value heads x head_dim", kv * D},
+            {"MLP width", c->intermediate / tp}};
+        for (int i = 0; i < 3; i++)
+            if (w[i].width % 8) {
+                h->error(h->ctx, ZT_ERR_CONFIG, "tensor parallel over %d ranks on GPUs: each rank's %s would be "
+                         "%lld, but the bf16 kernels need a multiple of 8; use a model_parallel that leaves "
+                         "multiples of 8, or train on the CPU (device = cpu)", (int)tp, w[i].what,
+                         (long long)w[i].width);
+                return ZT_ERR_CONFIG;
+            }
     }
     llama_tp *t = &s->tp;
     llama_tp_init(s);

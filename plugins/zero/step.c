@@ -161,6 +161,41 @@ static zt_status zero_tp_norm(zero_state *s, double *norm)
     return ZT_OK;
 }
 
+/* On the GPU under tensor parallelism: the norm of norm_tensors with each range held by k tensor ranks
+ * counted 1/k, one device reduction per distinct k (1 for split tensors, tp for the norms, tp / kv
+ * heads for replicated key/value heads), their squares added in order of k. The ranges are
+ * regrouped in place and restored. */
+static zt_status gpu_norm_of_replicas(zero_state *s, double *norm)
+{
+    int32_t n = s->n_ranges, done_below = 0;
+    double sum = 0;
+    const float **tensors = s->norm_tensors;
+    int64_t *sizes = s->norm_sizes;
+    zt_status st = ZT_OK;
+    while (st == ZT_OK) {
+        int32_t k = 0; /* the smallest replica count above done_below */
+        for (int32_t r = 0; r < n; r++)
+            if (s->ranges[r].replicas > done_below && (!k || s->ranges[r].replicas < k)) k = s->ranges[r].replicas;
+        if (!k) break;
+        int32_t m = 0;
+        for (int32_t r = 0; r < n; r++)
+            if (s->ranges[r].replicas == k) {
+                tensors[m] = s->units[s->ranges[r].unit].grad + s->ranges[r].grad_offset;
+                sizes[m++] = s->ranges[r].count;
+            }
+        double part = 0;
+        st = zero_cuda_global_norm(s->host, s->gpu, m, tensors, sizes, &part);
+        sum += part * part / k;
+        done_below = k;
+    }
+    for (int32_t r = 0; r < n; r++) {
+        tensors[r] = s->units[s->ranges[r].unit].grad + s->ranges[r].grad_offset;
+        sizes[r] = s->ranges[r].count;
+    }
+    *norm = sqrt(sum);
+    return st;
+}
+
 /* sqrt of the sum of squares of every trainable gradient of the whole model, the same on every rank. */
 zt_status zero_global_norm(zero_state *s, double *norm)
 {
@@ -172,7 +207,10 @@ zt_status zero_global_norm(zero_state *s, double *norm)
     }
     double local = 0;
     /* offload, stages 2-3: the reduced gradients are the host shards */
-    if (s->gpu && !(s->off.on_gpu && SHARDED_GRADS)) {
+    if (s->gpu && !(s->off.on_gpu && SHARDED_GRADS) && s->has_tp) {
+        zt_status st = gpu_norm_of_replicas(s, &local);
+        if (st != ZT_OK) return st;
+    } else if (s->gpu && !(s->off.on_gpu && SHARDED_GRADS)) {
         zt_status st = zero_cuda_global_norm(h, s->gpu, s->n_ranges, s->norm_tensors, s->norm_sizes, &local);
         if (st != ZT_OK) return st;
     } else if (s->has_tp) { /* each value once: a range held by k tensor ranks counts 1/k on each */

@@ -717,11 +717,6 @@ static zt_status zero_setup(void *opaque, const zt_layout *layout, const zt_opti
     s->norm_parts = zero_alloc_table(s, (uint64_t)s->dp.size * sizeof *s->norm_parts, PLUGIN_NAME " norm");
     /* tensor parallelism: the norm also adds the other tensor ranks' shards */
     if (layout->struct_size >= ZT_LAYOUT_SIZE_1_4 && layout->tp_replicas) {
-        if (gpu) {
-            h->error(h->ctx, ZT_ERR_UNSUPPORTED, PLUGIN_NAME ": tensor parallelism (a layout with tp_replicas) runs "
-                     "on CPU ranks only");
-            return ZT_ERR_UNSUPPORTED;
-        }
         st = h->group_get(h->ctx, "tp", &s->tp);
         if (st != ZT_OK) return st;
         s->has_tp = 1;
