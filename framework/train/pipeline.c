@@ -5,7 +5,9 @@
  * as many slots as its list keeps micro-batches live (slot 0 is the trainer's own). Activations and
  * gradients cross between neighbouring stages over the "pp" group, and each stage computes and stores
  * only its units (t->grid). Every stage loads the same micro-batches (the loader is sharded over "dp"
- * only), so the first stage has the tokens and the last the targets.
+ * only), so the first stage has the tokens and the last the targets. On GPU ranks the buffers are
+ * device memory in the compute type, like the trainer's own hidden states, and the transfers run on
+ * the compute stream after the unit calls that produce them (the host collectives order them there).
  *
  * Every step each rank appends its instructions' times to OUTPUT_DIR/pipeline.rank<R>.jsonl: one line
  * {"step":N,"stage":S,"stages":P,"micro_batches":M,"list_s":T,"compute_s":C,"idle_share":1-C/T,
@@ -26,9 +28,11 @@ typedef struct tr_pipeline {
     int32_t *slot;       /* [n_actions]: the slot of each instruction's micro-batch */
     void ***hidden;      /* [n_slots][n_units]: slot 0 is t->hidden */
     void ***saved;       /* [n_slots][n_units]: slot 0 is t->saved */
-    float **grad_in;     /* [n_slots]: the gradient of this stage's output, received */
-    float **grad_out;    /* [n_slots]: the gradient of its input, to send */
+    void **grad_in;      /* [n_slots]: the gradient of this stage's output, received */
+    void **grad_out;     /* [n_slots]: the gradient of its input, to send */
     uint64_t count;      /* elements of one micro-batch's hidden states */
+    int32_t dtype;       /* theirs: F32 on the CPU, the 16-bit compute type on a GPU */
+    uint64_t bytes;      /* count elements of dtype */
     double *times;       /* [n_actions][2]: each instruction's start and end in the step, seconds */
     FILE *timing;        /* OUTPUT_DIR/pipeline.rank<R>.jsonl, opened at the first step */
     int timing_opened;
@@ -66,11 +70,20 @@ static zt_status assign_slots(tr_pipeline *p, zt_error *err)
     return st;
 }
 
+/* A zeroed buffer where the trainer keeps hidden states (host memory, or the GPU's). */
 static void *pipe_alloc(trainer *t, uint64_t bytes, const char *tag, zt_error *err)
 {
-    void *p = zt_runtime_alloc(t->rt, ZT_POOL_ACTIVATIONS, ZT_MEM_HOST, bytes ? bytes : 1, 0, tag, err);
-    if (p) memset(p, 0, bytes);
-    return p;
+    void *p = zt_runtime_alloc(t->rt, ZT_POOL_ACTIVATIONS, t->on_gpu ? ZT_MEM_DEVICE : ZT_MEM_HOST, bytes ? bytes : 1,
+                               0, tag, err);
+    if (!p || !bytes) return p;
+    if (!t->on_gpu) return memset(p, 0, bytes);
+    void *zeros = calloc(1, bytes);
+    zt_status st = zeros ? zt_runtime_memcpy(t->rt, p, zeros, bytes, err)
+                         : zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory clearing %s", tag);
+    free(zeros);
+    if (st == ZT_OK) return p;
+    zt_runtime_free(t->rt, p);
+    return NULL;
 }
 
 zt_status tr_pipeline_setup(trainer *t, zt_error *err)
@@ -96,7 +109,9 @@ zt_status tr_pipeline_setup(trainer *t, zt_error *err)
     if (!p->times) return zt_error_set(err, ZT_ERR_OUT_OF_MEMORY, "out of memory for the pipeline's timings");
     int32_t n_units = t->info->n_units, first = t->grid.first_unit, last = t->grid.last_unit, n = p->n_slots;
     p->count = (uint64_t)t->set->micro_batch * (uint64_t)t->set->seq_len * (uint64_t)t->info->hidden_size;
-    uint64_t bytes = p->count * sizeof(float);
+    p->dtype = t->on_gpu ? t->compute16 : ZT_F32;
+    p->bytes = p->count * (t->on_gpu ? 2u : sizeof(float));
+    uint64_t bytes = p->bytes;
     p->hidden = calloc((size_t)n, sizeof *p->hidden);
     p->saved = calloc((size_t)n, sizeof *p->saved);
     p->grad_in = calloc((size_t)n, sizeof *p->grad_in);
@@ -201,30 +216,33 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
         float part = 0;
         switch (a->op) {
         case ZT_PP_FORWARD:
-            st = tr_forward(t, &b, flags, &part, err);
+            st = tr_upload_batch(t, &b, err);
+            if (st == ZT_OK) st = tr_forward(t, &b, flags, &part, err);
             *loss += part;
             *forward_s += zt_now_s() - t0;
             break;
         case ZT_PP_BACKWARD:
-            if (last + 1 < t->info->n_units) memcpy(t->dx[0], p->grad_in[slot], p->count * sizeof(float));
-            st = tr_backward(t, &b, k == p->n_micro - 1, err);
-            if (st == ZT_OK && first > 0) memcpy(p->grad_out[slot], t->dx[t->dx_bottom], p->count * sizeof(float));
+            if (last + 1 < t->info->n_units) st = zt_runtime_memcpy(t->rt, t->dx[0], p->grad_in[slot], p->bytes, err);
+            if (st == ZT_OK) st = tr_upload_batch(t, &b, err);
+            if (st == ZT_OK) st = tr_backward(t, &b, k == p->n_micro - 1, err);
+            if (st == ZT_OK && first > 0)
+                st = zt_runtime_memcpy(t->rt, p->grad_out[slot], t->dx[t->dx_bottom], p->bytes, err);
             *backward_s += zt_now_s() - t0;
             break;
         case ZT_PP_SEND_ACTIVATION:
-            st = h->send(h->ctx, &t->pp, t->hidden[last], p->count, ZT_F32, a->peer, NULL);
+            st = h->send(h->ctx, &t->pp, t->hidden[last], p->count, p->dtype, a->peer, NULL);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "sending a micro-batch's activations over 'pp'");
             break;
         case ZT_PP_RECV_ACTIVATION:
-            st = h->recv(h->ctx, &t->pp, t->hidden[first - 1], p->count, ZT_F32, a->peer, NULL);
+            st = h->recv(h->ctx, &t->pp, t->hidden[first - 1], p->count, p->dtype, a->peer, NULL);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "receiving a micro-batch's activations over 'pp'");
             break;
         case ZT_PP_SEND_GRADIENT:
-            st = h->send(h->ctx, &t->pp, p->grad_out[slot], p->count, ZT_F32, a->peer, NULL);
+            st = h->send(h->ctx, &t->pp, p->grad_out[slot], p->count, p->dtype, a->peer, NULL);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "sending a micro-batch's gradients over 'pp'");
             break;
         case ZT_PP_RECV_GRADIENT:
-            st = h->recv(h->ctx, &t->pp, p->grad_in[slot], p->count, ZT_F32, a->peer, NULL);
+            st = h->recv(h->ctx, &t->pp, p->grad_in[slot], p->count, p->dtype, a->peer, NULL);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "receiving a micro-batch's gradients over 'pp'");
             break;
         default:

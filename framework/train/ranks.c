@@ -37,9 +37,7 @@ static zt_status check_pipeline(trainer *t, zt_error *err)
     const char *why = NULL;
     int tied = 0;
     for (int32_t i = 0; i < t->info->n_params_decl; i++) tied |= (t->info->params[i].flags & ZT_PARAM_TIED) != 0;
-    if (t->host->device->device_type != ZT_DEVICE_CPU)
-        why = "the pipeline runs on CPU ranks (its buffers are host memory); train on the CPU (device = cpu)";
-    else if (tied)
+    if (tied)
         why = "the LM head is tied to the embedding, which lives on the first stage while the head runs on the last; "
               "set model.tie_word_embeddings to false";
     else if (s->eval_every > 0)

@@ -493,7 +493,7 @@ zt_status tr_backward(trainer *t, const zt_batch *b, int last_micro, zt_error *e
 /* GPU runs: the units read the batch from device memory. Copies b's arrays into device_micro and
  * points b there; ordered on the compute stream, so the copy lands after the kernels of the previous
  * micro-batch have read theirs. */
-static zt_status upload_batch(trainer *t, zt_batch *b, zt_error *err)
+zt_status tr_upload_batch(trainer *t, zt_batch *b, zt_error *err)
 {
     if (!t->on_gpu) return ZT_OK;
     size_t cells = (size_t)b->batch * (size_t)b->seq_len * sizeof(int32_t);
@@ -638,7 +638,7 @@ static zt_status train_step(trainer *t, int64_t step, step_outcome *out, zt_erro
     for (int64_t k = 0; k < t->set->accum && t->grid.pp_size == 1; k++) {
         zt_batch b = tr_batch_of(t, &t->micro[k], counts[0]);
         float part = 0;
-        st = upload_batch(t, &b, err);
+        st = tr_upload_batch(t, &b, err);
         double t0 = phase_clock(t, err, &st);
         if (st == ZT_OK) st = tr_forward(t, &b, flags, &part, err);
         double t1 = phase_clock(t, err, &st);
@@ -756,7 +756,7 @@ static zt_status evaluate(trainer *t, double *mean_loss, int64_t *n_tokens, zt_e
         zt_loader_batch_view(lb, &b);
         b.n_loss_tokens_global = 1; /* the model returns the sum; divided by the token count below */
         float part = 0;
-        st = upload_batch(t, &b, err);
+        st = tr_upload_batch(t, &b, err);
         if (st == ZT_OK) st = tr_forward(t, &b, 0, &part, err);
         if (st != ZT_OK) return st;
         sum += part;

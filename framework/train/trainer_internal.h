@@ -140,6 +140,9 @@ zt_status tr_gather_master(trainer *t, int32_t unit, float *full, zt_error *err)
 /* ---- trainer.c: one micro-batch through this rank's units ----------------------------------------- */
 
 zt_batch tr_batch_of(const trainer *t, const micro_batch *mb, int64_t n_loss_tokens_global);
+/* On a GPU: the batch's arrays copied into the trainer's device copy (one set: each micro-batch's
+ * before its forward or backward, ordered on the compute stream) and b pointed at them. */
+zt_status tr_upload_batch(trainer *t, zt_batch *b, zt_error *err);
 zt_status tr_forward(trainer *t, const zt_batch *b, uint32_t flags, float *loss, zt_error *err);
 zt_status tr_backward(trainer *t, const zt_batch *b, int last_micro, zt_error *err);
 
