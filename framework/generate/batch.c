@@ -403,11 +403,7 @@ static zt_status answer_text(gen_run *g, const record *r, const slot *s, char **
     zt_status st = gen_tokenizer_decode(&g->tok, s->ids[s->n_prompt - 1], s->ids + s->n_prompt,
                                         (size_t)(end - s->n_prompt), text, len, err);
     if (st != ZT_OK) return st;
-    size_t cut = gen_stop_text_at(g, *text, 0, *len);
-    for (int k = 0; k < r->n_stops; k++) { /* the record's own stop texts */
-        const char *hit = memmem(*text, cut, r->stops[k], strlen(r->stops[k]));
-        if (hit) cut = (size_t)(hit - *text);
-    }
+    size_t cut = gen_stop_text_at(g, r->stops, r->n_stops, *text, 0, *len);
     *stopped = cut < *len;
     *len = cut;
     return ZT_OK;
@@ -525,9 +521,9 @@ static int start_record(batch *b, int64_t i, slot *s, zt_error *err, zt_status *
 /* Samples the next token of slot s from logits row `row`. */
 static void sample(gen_run *g, slot *s, const float *logits, float *masked)
 {
-    int32_t V = g->model.info->vocab_size, tokenizer_vocab = g->have_tok ? g->tok.info.vocab_size : V;
+    int32_t V = g->model.info->vocab_size, n_draw = gen_n_draw(g);
     memcpy(masked, logits, (size_t)V * sizeof *masked);
-    for (int32_t v = tokenizer_vocab; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
+    for (int32_t v = n_draw; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
     s->ids[s->length++] = zt_sampler_next(&s->sampler, masked);
 }
 
@@ -543,7 +539,7 @@ static zt_status run_and_sample(gen_run *g, slot *slots, const int32_t *seqs, in
         for (int32_t k = 0; k < n && st == ZT_OK; k++) sample(g, &slots[seqs[k]], m->logits + (int64_t)k * V, masked);
         return st;
     }
-    int32_t n_draw = g->have_tok && g->tok.info.vocab_size < V ? g->tok.info.vocab_size : V;
+    int32_t n_draw = gen_n_draw(g);
     for (int32_t k = 0; k < n; k++) m->sample_rows[k] = gen_sample_row(&slots[seqs[k]].sampler);
     zt_status st = gen_model_run_sampled(m, seqs, n, tokens, n_new, start, m->sample_rows, n_draw, m->sampled, err);
     for (int32_t k = 0; k < n && st == ZT_OK; k++) {
@@ -582,9 +578,7 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
     zt_log(ZT_LOG_INFO, "%lld records to answer from %s, up to %d at once (generate.max_seqs), %s", (long long)(tail - head),
            o->prompts, (int)max_seqs, g->s->temperature == 0 ? "greedy" : "sampled with a seed per record");
     /* Warm-up with a typical prompt (records are tokenized as they are admitted). */
-    int32_t n_draw = g->have_tok && g->tok.info.vocab_size < m->info->vocab_size ? g->tok.info.vocab_size
-                                                                                : m->info->vocab_size;
-    if (st == ZT_OK) st = gen_model_warmup(m, 128, n_draw, err);
+    if (st == ZT_OK) st = gen_model_warmup(m, 128, gen_n_draw(g), err);
     gen_stats_begin(&g->stats); /* after reading the records and creating the cache, as the peer's clock */
     while (st == ZT_OK) {
         int32_t running = 0;

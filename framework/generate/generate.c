@@ -212,7 +212,7 @@ static zt_status stream_text(gen_run *g, text_stream *ts, int32_t prev, const in
     size_t len;
     zt_status st = gen_tokenizer_decode(&g->tok, prev, ids, n, &text, &len, err);
     if (st != ZT_OK) return st;
-    size_t end = gen_stop_text_at(g, text, ts->answer_from, len);
+    size_t end = gen_stop_text_at(g, NULL, 0, text, ts->answer_from, len);
     if (end < len) {
         ts->stopped = 1;
     } else if (!final) {
@@ -246,11 +246,18 @@ int gen_is_stop_id(const gen_run *g, int32_t id)
     return 0;
 }
 
-size_t gen_stop_text_at(const gen_run *g, const char *text, size_t from, size_t len)
+int32_t gen_n_draw(const gen_run *g)
+{
+    int32_t V = (int32_t)g->model.info->vocab_size;
+    return g->have_tok && g->tok.info.vocab_size < V ? (int32_t)g->tok.info.vocab_size : V;
+}
+
+size_t gen_stop_text_at(const gen_run *g, char *const *extra, int n_extra, const char *text, size_t from, size_t len)
 {
     size_t end = len;
-    for (int i = 0; i < g->n_stop_texts && from < len; i++) {
-        const char *hit = memmem(text + from, end - from, g->stop_texts[i], strlen(g->stop_texts[i]));
+    for (int i = 0; i < g->n_stop_texts + n_extra && from < end; i++) {
+        const char *stop = i < g->n_stop_texts ? g->stop_texts[i] : extra[i - g->n_stop_texts];
+        const char *hit = memmem(text + from, end - from, stop, strlen(stop));
         if (hit) end = (size_t)(hit - text); /* later texts are searched only before the earliest hit */
     }
     return end;
@@ -637,7 +644,6 @@ static zt_status generate(gen_run *g, zt_error *err)
      * written; --raw continues the prompt, so the prompt is written too. */
     int print_ids = o->print_ids || !g->have_tok;
     int32_t text_from = g->have_tpl || o->prompt_ids ? n_prompt : n_bos;
-    int32_t tokenizer_vocab = g->have_tok ? g->tok.info.vocab_size : V;
     text_stream ts = {0};
     if (!print_ids && text_from < n_prompt) { /* the --raw prompt: written, never searched for stop texts */
         char *prompt_text = NULL;
@@ -650,7 +656,7 @@ static zt_status generate(gen_run *g, zt_error *err)
     }
 
     const char *why = "the model's context is full";
-    int32_t n_draw = tokenizer_vocab < V ? tokenizer_vocab : V; /* ids the tokenizer has */
+    int32_t n_draw = gen_n_draw(g);
     if (st == ZT_OK) st = gen_model_warmup(m, n_prompt, n_draw, err);
     gen_stats_begin(&g->stats);
     g->stats.prompt_tokens = n_prompt;
@@ -673,7 +679,7 @@ static zt_status generate(gen_run *g, zt_error *err)
         }
         if (!m->device_sampling) {
             memcpy(masked, m->logits, (size_t)V * sizeof *masked);
-            for (int32_t v = tokenizer_vocab; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
+            for (int32_t v = n_draw; v < V; v++) masked[v] = -INFINITY; /* ids the tokenizer lacks */
             next = zt_sampler_next(&sampler, masked);
         }
         ids[length++] = next;

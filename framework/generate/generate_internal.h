@@ -221,9 +221,13 @@ typedef struct gen_run {
 zt_status gen_stats_write(gen_run *g, const gen_stats *s, zt_error *err);
 
 int gen_is_stop_id(const gen_run *g, int32_t id);
-/* Where text[0, len) ends at the earliest stop text (the template's answer suffix, --stop) that
- * begins at or after `from` (where the answer starts): its offset, or len when none occurs. */
-size_t gen_stop_text_at(const gen_run *g, const char *text, size_t from, size_t len);
+/* The ids a sampler may draw: the model's vocabulary, or the tokenizer's when it is smaller (a
+ * vocabulary padded for the kernels holds rows no text decodes to). */
+int32_t gen_n_draw(const gen_run *g);
+/* Where text[0, len) ends at the earliest stop text (the template's answer suffix, --stop, then the
+ * n_extra of extra: a --prompts record's own) that begins at or after `from` (where the answer
+ * starts): its offset, or len when none occurs. */
+size_t gen_stop_text_at(const gen_run *g, char *const *extra, int n_extra, const char *text, size_t from, size_t len);
 /* How many bytes at the end of text[from, len) begin a stop text (they may still become one). */
 size_t gen_stop_text_tail(const gen_run *g, const char *text, size_t from, size_t len);
 /* BOS (when the tokenizer has one) and the text: rendered as the template's user turn, or as it is
