@@ -204,6 +204,9 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
     int32_t first = t->grid.first_unit, last = t->grid.last_unit;
     void **own_hidden = t->hidden, **own_saved = t->saved;
     zt_status st = ZT_OK;
+    /* transfers on the compute stream, after the units that write what they send and before those
+     * that read what they receive (NULL would mean the comm stream, ordered with neither) */
+    void *stream = h->device->compute_stream;
     double begin = zt_now_s();
     *loss = 0;
     for (int32_t i = 0; i < p->n_actions && st == ZT_OK; i++) {
@@ -230,19 +233,19 @@ zt_status tr_pipeline_step(trainer *t, int64_t loss_tokens_global, uint32_t flag
             *backward_s += zt_now_s() - t0;
             break;
         case ZT_PP_SEND_ACTIVATION:
-            st = h->send(h->ctx, &t->pp, t->hidden[last], p->count, p->dtype, a->peer, NULL);
+            st = h->send(h->ctx, &t->pp, t->hidden[last], p->count, p->dtype, a->peer, stream);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "sending a micro-batch's activations over 'pp'");
             break;
         case ZT_PP_RECV_ACTIVATION:
-            st = h->recv(h->ctx, &t->pp, t->hidden[first - 1], p->count, p->dtype, a->peer, NULL);
+            st = h->recv(h->ctx, &t->pp, t->hidden[first - 1], p->count, p->dtype, a->peer, stream);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "receiving a micro-batch's activations over 'pp'");
             break;
         case ZT_PP_SEND_GRADIENT:
-            st = h->send(h->ctx, &t->pp, p->grad_out[slot], p->count, p->dtype, a->peer, NULL);
+            st = h->send(h->ctx, &t->pp, p->grad_out[slot], p->count, p->dtype, a->peer, stream);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "sending a micro-batch's gradients over 'pp'");
             break;
         case ZT_PP_RECV_GRADIENT:
-            st = h->recv(h->ctx, &t->pp, p->grad_in[slot], p->count, p->dtype, a->peer, NULL);
+            st = h->recv(h->ctx, &t->pp, p->grad_in[slot], p->count, p->dtype, a->peer, stream);
             if (st != ZT_OK) st = tr_host_failed(t, st, err, "receiving a micro-batch's gradients over 'pp'");
             break;
         default:

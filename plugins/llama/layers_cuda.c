@@ -667,10 +667,22 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
     if (r->prof) prof_host_time(r, host_t0);
     if (r->prof && (st = prof_end(r)) != ZT_OK) goto done;
     /* rope's transpose gathers dq, dk, dv into one stacked [N, Q + 2 KV] gradient */
-    if ((st = tp_cuda_sum_kv_replicas(r, d.k, d.v)) != ZT_OK) goto done;
     CUDA_STEP(zt_cuda_rope_qkv_backward(ctx, stream, N, s->tp.heads, s->tp.kv_heads, D, c->batch->positions,
                                         s->gpu->inv_freq, d.q, d.k, d.v, d.qkv),
               "rope backward (q, k; v copied)");
+    /* The input gradient first, from this rank's own dk and dv: the all-reduce of d.norm adds every
+     * rank's, so a replicated KV head's share is counted once (as tp.c) */
+    if (qkv_weights_adjacent(r)) {
+        CUDA_STEP(proj_backward_input(r, N, QKV, H, d.qkv, QKV, param(r, LAYER_Q), d.norm, 0),
+                  "q|k|v_proj backward (one GEMM)");
+    } else {
+        CUDA_STEP(proj_backward_input(r, N, Q, H, d.qkv, QKV, param(r, LAYER_Q), d.norm, 0), "q_proj backward");
+        CUDA_STEP(proj_backward_input(r, N, KV, H, d.qkv + Q, QKV, param(r, LAYER_K), d.norm, 1), "k_proj backward");
+        CUDA_STEP(proj_backward_input(r, N, KV, H, d.qkv + Q + KV, QKV, param(r, LAYER_V), d.norm, 1),
+                  "v_proj backward");
+    }
+    /* a KV head replicated on several ranks: its weight gradient is the sum of theirs */
+    if ((st = tp_cuda_sum_kv_replicas(r, d.qkv + Q, d.qkv + Q + KV, QKV)) != ZT_OK) goto done;
     const int64_t qkv_rows[3] = {Q, KV, KV};
     if (grads_adjacent(r, LAYER_Q, 3, qkv_rows)) {
         CUDA_STEP(proj_backward_weight(r, N, QKV, H, d.qkv, QKV, a.norm1, grad(r, LAYER_Q)),
@@ -682,15 +694,6 @@ static zt_status layer_backward_impl(llama_state *s, const zt_unit_call *c)
             CUDA_STEP(proj_backward_weight(r, N, KV, H, d.qkv + Q, QKV, a.norm1, g), "k_proj weight gradient");
         if ((g = grad(r, LAYER_V)))
             CUDA_STEP(proj_backward_weight(r, N, KV, H, d.qkv + Q + KV, QKV, a.norm1, g), "v_proj weight gradient");
-    }
-    if (qkv_weights_adjacent(r)) {
-        CUDA_STEP(proj_backward_input(r, N, QKV, H, d.qkv, QKV, param(r, LAYER_Q), d.norm, 0),
-                  "q|k|v_proj backward (one GEMM)");
-    } else {
-        CUDA_STEP(proj_backward_input(r, N, Q, H, d.qkv, QKV, param(r, LAYER_Q), d.norm, 0), "q_proj backward");
-        CUDA_STEP(proj_backward_input(r, N, KV, H, d.qkv + Q, QKV, param(r, LAYER_K), d.norm, 1), "k_proj backward");
-        CUDA_STEP(proj_backward_input(r, N, KV, H, d.qkv + Q + KV, QKV, param(r, LAYER_V), d.norm, 1),
-                  "v_proj backward");
     }
     for (int k = LAYER_Q; k <= LAYER_V; k++) {
         if (gpu_lora_slot(r, k) < 0) continue;

@@ -38,8 +38,9 @@ void tp_cuda_widths(const llama_state *s, int64_t *Q, int64_t *KV, int64_t *F);
 zt_status tp_cuda_reduce(const gpu_run *r, uint16_t *buf, int64_t n, const char *what);
 /* The vocab-parallel LM head's description of this rank, reducing over "tp" (valid while r is). */
 zt_cuda_vocab_split tp_cuda_vocab_split(const gpu_run *r);
-/* With replicated KV heads: dk and dv [N, head_dim] summed over the ranks that share this rank's head. */
-zt_status tp_cuda_sum_kv_replicas(const gpu_run *r, uint16_t *dk, uint16_t *dv);
+/* With replicated KV heads: dk and dv [N, head_dim] (row stride ld) summed over the ranks that share
+ * this rank's head. */
+zt_status tp_cuda_sum_kv_replicas(const gpu_run *r, uint16_t *dk, uint16_t *dv, int64_t ld);
 /* The whole logits [N, vocab] (dtype, row stride vocab) into out: this rank's columns from norm and
  * its LM head rows w, then all-gathered over "tp". */
 zt_status tp_cuda_gather_logits(const gpu_run *r, const uint16_t *norm, const uint16_t *w, void *out, int32_t dtype);

@@ -61,7 +61,7 @@ zt_cuda_vocab_split tp_cuda_vocab_split(const gpu_run *r)
                                  .local = t->vocab, .reduce = reduce_stats, .user = (void *)r};
 }
 
-zt_status tp_cuda_sum_kv_replicas(const gpu_run *r, uint16_t *dk, uint16_t *dv)
+zt_status tp_cuda_sum_kv_replicas(const gpu_run *r, uint16_t *dk, uint16_t *dv, int64_t ld)
 {
     const llama_state *s = r->call.s;
     const llama_tp *t = &s->tp;
@@ -73,18 +73,20 @@ zt_status tp_cuda_sum_kv_replicas(const gpu_run *r, uint16_t *dk, uint16_t *dv)
      * the ranks sharing a head add up, the others add zero (as tp.c) */
     uint16_t *all = h->alloc(h->ctx, ZT_POOL_WORKSPACE, ZT_MEM_DEVICE, bytes, 0, "replicated key/value gradients");
     if (!all) return ZT_ERR_OUT_OF_MEMORY;
-    size_t pitch = (size_t)KV * 2, row = (size_t)D * 2;
+    size_t pitch = (size_t)KV * 2, row = (size_t)D * 2, src_pitch = (size_t)ld * 2;
     uint16_t *col = all + t->kv_first * D;
     cudaError_t e = cudaMemsetAsync(all, 0, bytes, r->stream);
-    if (e == cudaSuccess) e = cudaMemcpy2DAsync(col, pitch, dk, row, row, (size_t)N, cudaMemcpyDeviceToDevice, r->stream);
     if (e == cudaSuccess)
-        e = cudaMemcpy2DAsync(col + N * KV, pitch, dv, row, row, (size_t)N, cudaMemcpyDeviceToDevice, r->stream);
+        e = cudaMemcpy2DAsync(col, pitch, dk, src_pitch, row, (size_t)N, cudaMemcpyDeviceToDevice, r->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy2DAsync(col + N * KV, pitch, dv, src_pitch, row, (size_t)N, cudaMemcpyDeviceToDevice, r->stream);
     zt_status st = e == cudaSuccess ? tp_cuda_reduce(r, all, 2 * N * KV, "the replicated key/value gradients")
                                     : ZT_ERR_DEVICE;
     if (st == ZT_OK) {
-        e = cudaMemcpy2DAsync(dk, row, col, pitch, row, (size_t)N, cudaMemcpyDeviceToDevice, r->stream);
+        e = cudaMemcpy2DAsync(dk, src_pitch, col, pitch, row, (size_t)N, cudaMemcpyDeviceToDevice, r->stream);
         if (e == cudaSuccess)
-            e = cudaMemcpy2DAsync(dv, row, col + N * KV, pitch, row, (size_t)N, cudaMemcpyDeviceToDevice, r->stream);
+            e = cudaMemcpy2DAsync(dv, src_pitch, col + N * KV, pitch, row, (size_t)N, cudaMemcpyDeviceToDevice,
+                                  r->stream);
         if (e != cudaSuccess) st = ZT_ERR_DEVICE;
     }
     if (e != cudaSuccess)

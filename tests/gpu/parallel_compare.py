@@ -11,7 +11,10 @@ same global batch (tests/gpu/parallel_one_gpu.sh), both bf16:
 
 The tolerances hold bf16's rounding of the split products (a row-parallel linear's partial sums are
 rounded before they are summed, a vocab-parallel loss adds its statistics in another order); the
-measured differences are printed for the record.
+measured differences are printed for the record. Measured on an H200 (2026-12-03) for tp2, tp2 with
+recompute and dp2 x tp2: loss 1.7e-4, gradient norm 5.8e-4, weights 1.5e-2 (a k_proj, whose small
+gradients AdamW's normalization turns into whole steps); the layouts' bugs found while writing this
+test were off by 1.6e-2 in the loss, 3.8x in the gradient norm and 0.12 in the weights.
 """
 import json
 import struct
@@ -19,7 +22,7 @@ import sys
 
 import numpy as np
 
-LOSS_RTOL, NORM_RTOL, WEIGHT_RTOL = 5e-3, 3e-2, 2e-2
+LOSS_RTOL, NORM_RTOL, WEIGHT_RTOL = 2e-3, 1e-2, 3e-2
 
 
 def records(path):

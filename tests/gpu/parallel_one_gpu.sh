@@ -27,7 +27,7 @@ else
         skip "zt-prep cannot tokenize the example tasks here; set ZT_GPU_TEST_DATA (run_gpu_test.sh says how)"
 fi
 # heads of 64 (the flash kernels' fast path), 2 KV heads, 4 layers, untied head (a pipeline needs it)
-common=(--data "$data" --set device=cuda --plugins flash --set model.hidden_size=256
+common=(--data "$data" --set device=cuda --set model.hidden_size=256
         --set model.intermediate_size=512 --set model.num_hidden_layers=4 --set model.num_attention_heads=4
         --set model.num_key_value_heads=2 --set model.tie_word_embeddings=false --set data.seq_len=128
         --set data.mode=padded --set threads=2 --set log.every=1 --set optimizer.params.lr=3e-3 --set seed=7
@@ -50,20 +50,20 @@ compare() {
     python3 "$here/parallel_compare.py" "$out/reference" "$out/$1" "$1" || zt_failures=$((zt_failures + 1))
 }
 
-run 1 reference "step 3" "${one_dp[@]}" --plugins zero0
-run 2 tp2 "tensor-parallel rank" "${one_dp[@]}" --set parallel_config.model_parallel=2
+run 1 reference "step 3" "${one_dp[@]}" --plugins flash,zero0
+run 2 tp2 "tensor-parallel rank" "${one_dp[@]}" --plugins flash --set parallel_config.model_parallel=2
 compare tp2
-run 4 tp4 "(replicated)" "${one_dp[@]}" --set parallel_config.model_parallel=4
+run 4 tp4 "(replicated)" "${one_dp[@]}" --plugins flash --set parallel_config.model_parallel=4
 compare tp4
-run 2 tp2_recompute "tensor-parallel rank" "${one_dp[@]}" --set parallel_config.model_parallel=2 --set recompute=true
+run 2 tp2_recompute "tensor-parallel rank" "${one_dp[@]}" --plugins flash --set parallel_config.model_parallel=2 --set recompute=true
 compare tp2_recompute
-run 4 dp2_tp2_zero3 "tensor-parallel rank" "${two_dp[@]}" --set parallel_config.model_parallel=2 --plugins zero3
+run 4 dp2_tp2_zero3 "tensor-parallel rank" "${two_dp[@]}" --set parallel_config.model_parallel=2 --plugins flash,zero3
 compare dp2_tp2_zero3
-run 2 pp2_zero1 "pipeline stage" "${one_dp[@]}" --set parallel_config.pipeline_stage=2 --plugins zero1
+run 2 pp2_zero1 "pipeline stage" "${one_dp[@]}" --set parallel_config.pipeline_stage=2 --plugins flash,zero1
 compare pp2_zero1
-run 2 pp2_zero3 "pipeline stage" "${one_dp[@]}" --set parallel_config.pipeline_stage=2 --plugins zero3
+run 2 pp2_zero3 "pipeline stage" "${one_dp[@]}" --set parallel_config.pipeline_stage=2 --plugins flash,zero3
 compare pp2_zero3
-run 4 tp2_pp2 "pipeline stage" "${one_dp[@]}" --set parallel_config.model_parallel=2 \
+run 4 tp2_pp2 "pipeline stage" "${one_dp[@]}" --plugins flash --set parallel_config.model_parallel=2 \
     --set parallel_config.pipeline_stage=2
 compare tp2_pp2
 finish
