@@ -147,8 +147,9 @@ zt_status prof_event(const llama_state *s, cudaStream_t stream, cudaEvent_t *ev)
 zt_status prof_begin(const gpu_run *r, const char *name);
 void prof_host_time(const gpu_run *r, double host_t0);
 zt_status prof_end(const gpu_run *r);
-/* Called by every embedding forward: a training one starts a micro-batch (the window's bounds). */
-zt_status prof_micro_begin(llama_state *s, cudaStream_t stream, int train);
+/* Called by every embedding forward: a training one, or a generation call's (zt-run --generate with
+ * generate.cuda_graphs=false), starts a micro-batch (the window's bounds). */
+zt_status prof_micro_begin(llama_state *s, cudaStream_t stream, int counted);
 /* At the plugin's end: resolves a window the run cut short and prints the table to stderr. */
 void prof_finish(llama_state *s);
 void prof_destroy_events(gpu_prof *p);

@@ -120,10 +120,10 @@ static zt_status prof_resolve(const llama_state *s, gpu_prof *p, cudaEvent_t end
 
 /* Called by every embedding forward: a training one starts a micro-batch, which may open or close
  * the window. */
-zt_status prof_micro_begin(llama_state *s, cudaStream_t stream, int train)
+zt_status prof_micro_begin(llama_state *s, cudaStream_t stream, int counted)
 {
     gpu_prof *p = s->gpu->prof;
-    if (!p || p->state == 2 || !train) return ZT_OK;
+    if (!p || p->state == 2 || !counted) return ZT_OK;
     p->micro++;
     zt_status st = ZT_OK;
     if (p->state == 1 && p->model_end) { /* the gap since the last embedding backward */
