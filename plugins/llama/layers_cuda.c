@@ -277,7 +277,7 @@ static zt_status gpu_run_init(gpu_run *r, llama_state *s, const zt_unit_call *c)
     r->stream = zt_plugin_stream(s->host);
     r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
     /* a CUDA graph being captured (generation) is never timed: its events would be graph nodes */
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     if (s->gpu->prof && cudaStreamIsCapturing(r->stream, &capturing) == cudaSuccess &&
         capturing != cudaStreamCaptureStatusNone)
         r->prof = NULL;
@@ -343,7 +343,7 @@ static zt_status embedding_forward_impl(llama_state *s, const zt_unit_call *c)
     zt_status st = gpu_run_init(r, s, c);
     /* a training micro-batch, or a generation call (a prompt's prefill or a decode step) */
     if (st == ZT_OK && (r->prof || s->gpu->prof)) {
-        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
         int graphed = cudaStreamIsCapturing(r->stream, &capturing) == cudaSuccess &&
                       capturing != cudaStreamCaptureStatusNone;
         if (!graphed) st = prof_micro_begin(s, r->stream, (c->flags & ZT_UNIT_TRAIN) != 0 || c->kv != NULL);
