@@ -170,6 +170,41 @@ static uint64_t chunk_bytes(int64_t chunk_rows, int64_t vocab)
            zt_round_up((uint64_t)chunk_rows * ld * 2, 256);
 }
 
+/* A chunk's logits[n, 0:rows] (fp32, row stride ld) = x[n, dim] w[0:rows, dim]^T: the body, the
+ * first rows / 8 * 8 rows of w, on the fast path, the tail (at most 7 rows) as a second GEMM. */
+static zt_status chunk_logits(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, int64_t dim, int64_t rows,
+                              const uint16_t *x, const uint16_t *w, float *logits, int64_t ld)
+{
+    int64_t body = rows / 8 * 8, tail = rows - body;
+    zt_status st = zt_cuda_gemm(ctx, stream, 0, 1, n, body, dim, x, dim, w, dim, logits, ZT_F32, ld, 0);
+    if (st == ZT_OK && tail)
+        st = zt_cuda_gemm(ctx, stream, 0, 1, n, tail, dim, x, dim, w + body * dim, dim, logits + body, ZT_F32, ld, 0);
+    return st;
+}
+
+/* From the chunk's dlogits[n, 0:rows] (row stride ld): dx[n, dim] = dlogits w (overwrites) and
+ * dw[0:rows, dim] += dlogits^T x (fp32); either may be NULL. dx sums over the rows: the tail's small
+ * share first (rounded to bf16 at its own magnitude), then the body added to it in fp32 and rounded
+ * once, as one GEMM rounds. */
+static zt_status chunk_grads(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n, int64_t dim, int64_t rows,
+                             const uint16_t *dlogits, int64_t ld, const uint16_t *x, const uint16_t *w,
+                             uint16_t *dx, float *dw)
+{
+    int64_t body = rows / 8 * 8, tail = rows - body;
+    const uint16_t *w_tail = w + body * dim;
+    zt_status st = ZT_OK;
+    if (dx && tail)
+        st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, tail, dlogits + body, ld, w_tail, dim, dx, ZT_BF16, dim, 0);
+    if (st == ZT_OK && dx)
+        st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, body, dlogits, ld, w, dim, dx, ZT_BF16, dim, tail ? 1 : 0);
+    if (st == ZT_OK && dw)
+        st = zt_cuda_gemm(ctx, stream, 1, 0, body, dim, n, dlogits, ld, x, dim, dw, ZT_F32, dim, 1);
+    if (st == ZT_OK && dw && tail)
+        st = zt_cuda_gemm(ctx, stream, 1, 0, tail, dim, n, dlogits + body, ld, x, dim, dw + body * dim, ZT_F32, dim,
+                          1);
+    return st;
+}
+
 uint64_t zt_cuda_lm_head_loss_scratch_bytes(int64_t chunk_rows, int64_t vocab)
 {
     return chunk_bytes(chunk_rows, vocab);
@@ -191,9 +226,7 @@ zt_status zt_cuda_lm_head_loss(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t ro
     char *scratch = (char *)zt_cuda_scratch(ctx, chunk_bytes(rows > 0 ? chunk : 0, vocab),
                                             "LM head loss (one row of logits)");
     if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
-    /* body: the rows of w in 8-element steps; tail: the at most 7 after them (0 for most models) */
-    int64_t ld = logits_ld(vocab), body = vocab / 8 * 8, tail = vocab - body;
-    const uint16_t *w_tail = w + body * dim;
+    int64_t ld = logits_ld(vocab);
     float *logits = (float *)scratch;
     uint16_t *dlogits = (uint16_t *)(scratch + zt_round_up((uint64_t)chunk * ld * 4, 256));
     int need_grad = dx || dw;
@@ -201,30 +234,11 @@ zt_status zt_cuda_lm_head_loss(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t ro
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
         const uint16_t *xc = x + r0 * dim;
-        /* logits[:, :body] and logits[:, body:vocab]: separate columns */
-        st = zt_cuda_gemm(ctx, stream, 0, 1, n, body, dim, xc, dim, w, dim, logits, ZT_F32, ld, 0);
-        if (st == ZT_OK && tail)
-            st = zt_cuda_gemm(ctx, stream, 0, 1, n, tail, dim, xc, dim, w_tail, dim, logits + body,
-                              ZT_F32, ld, 0);
+        st = chunk_logits(ctx, stream, n, dim, vocab, xc, w, logits, ld);
         if (st == ZT_OK)
             st = launch_rows(stream, n, vocab, ld, logits, targets + r0, r0, grad_scale,
                              row_loss + r0, need_grad ? dlogits : NULL, ctx);
-        /* dx sums over the vocabulary: the tail's small share first (rounded to bf16 at its own
-         * magnitude), then the body added to it in fp32 and rounded once, as one GEMM rounds */
-        uint16_t *dxc = dx ? dx + r0 * dim : NULL;
-        if (st == ZT_OK && dx && tail)
-            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, tail, dlogits + body, ld, w_tail, dim, dxc,
-                              ZT_BF16, dim, 0);
-        if (st == ZT_OK && dx)
-            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, body, dlogits, ld, w, dim, dxc, ZT_BF16, dim,
-                              tail ? 1 : 0);
-        /* dw[:body] and dw[body:vocab]: separate rows */
-        if (st == ZT_OK && dw)
-            st = zt_cuda_gemm(ctx, stream, 1, 0, body, dim, n, dlogits, ld, xc, dim, dw, ZT_F32, dim,
-                              1);
-        if (st == ZT_OK && dw && tail)
-            st = zt_cuda_gemm(ctx, stream, 1, 0, tail, dim, n, dlogits + body, ld, xc, dim,
-                              dw + body * dim, ZT_F32, dim, 1);
+        if (st == ZT_OK) st = chunk_grads(ctx, stream, n, dim, vocab, dlogits, ld, xc, w, dx ? dx + r0 * dim : NULL, dw);
         if (st != ZT_OK) return st;
     }
     return launch_total(stream, rows, row_loss, normalizer, loss);
@@ -332,8 +346,7 @@ zt_status zt_cuda_lm_head_loss_split(zt_cuda_ctx *ctx, cudaStream_t stream, int6
     char *scratch = (char *)zt_cuda_scratch(ctx, split_chunk_bytes(rows > 0 ? chunk : 0, local),
                                             "vocab-parallel LM head loss");
     if (!scratch) return ZT_ERR_BUFFER_TOO_SMALL;
-    int64_t ld = logits_ld(local), body = valid / 8 * 8, tail = valid - body;
-    const uint16_t *w_tail = w + body * dim;
+    int64_t ld = logits_ld(local);
     float *logits = (float *)scratch;
     uint16_t *dlogits = (uint16_t *)(scratch + zt_round_up((uint64_t)chunk * ld * 4, 256));
     float *stats = (float *)(scratch + chunk_bytes(chunk, local));
@@ -343,10 +356,7 @@ zt_status zt_cuda_lm_head_loss_split(zt_cuda_ctx *ctx, cudaStream_t stream, int6
         int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
         const uint16_t *xc = x + r0 * dim;
         float *stat_max = stats, *stat_sum = stats + n, *stat_target = stats + 2 * n;
-        if (body) st = zt_cuda_gemm(ctx, stream, 0, 1, n, body, dim, xc, dim, w, dim, logits, ZT_F32, ld, 0);
-        if (st == ZT_OK && tail)
-            st = zt_cuda_gemm(ctx, stream, 0, 1, n, tail, dim, xc, dim, w_tail, dim, logits + body, ZT_F32, ld, 0);
-        if (st != ZT_OK) return st;
+        if ((st = chunk_logits(ctx, stream, n, dim, valid, xc, w, logits, ld)) != ZT_OK) return st;
         split_max_kernel<<<(unsigned)n, CE_THREADS, 0, stream>>>(valid, ld, logits, targets + r0, split->vocab,
                                                                  split->first, r0, stat_max, stat_target,
                                                                  ctx->index_errors + ZT_INDEX_CROSS_ENTROPY);
@@ -360,23 +370,9 @@ zt_status zt_cuda_lm_head_loss_split(zt_cuda_ctx *ctx, cudaStream_t stream, int6
                           valid, ld, logits, targets + r0, split->vocab, split->first, grad_scale, stat_max,
                           stat_sum, stat_target, row_loss + r0, need_grad ? (T *)dlogits : NULL));
         if ((st = zt_cuda_check_launch("vocab-parallel cross-entropy")) != ZT_OK) return st;
-        /* dx = dlogits w over this rank's rows (a share of the sum), tail first as above */
-        uint16_t *dxc = dx ? dx + r0 * dim : NULL;
-        if (dx && !valid) {
-            cudaError_t e = cudaMemsetAsync(dxc, 0, (size_t)(n * dim) * 2, stream);
-            if (e != cudaSuccess)
-                return zt_cuda_fail(ZT_ERR_DEVICE, "vocab-parallel LM head: clearing dx failed: %s",
-                                    cudaGetErrorString(e));
-        }
-        if (dx && tail)
-            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, tail, dlogits + body, ld, w_tail, dim, dxc, ZT_BF16, dim, 0);
-        if (st == ZT_OK && dx && body)
-            st = zt_cuda_gemm(ctx, stream, 0, 0, n, dim, body, dlogits, ld, w, dim, dxc, ZT_BF16, dim, tail ? 1 : 0);
-        if (st == ZT_OK && dw && body)
-            st = zt_cuda_gemm(ctx, stream, 1, 0, body, dim, n, dlogits, ld, xc, dim, dw, ZT_F32, dim, 1);
-        if (st == ZT_OK && dw && tail)
-            st = zt_cuda_gemm(ctx, stream, 1, 0, tail, dim, n, dlogits + body, ld, xc, dim, dw + body * dim, ZT_F32,
-                              dim, 1);
+        /* dx = dlogits w over this rank's rows (a share of the sum; zeros when it holds none: a GEMM
+         * with K = 0 writes zeros), dw its rows */
+        st = chunk_grads(ctx, stream, n, dim, valid, dlogits, ld, xc, w, dx ? dx + r0 * dim : NULL, dw);
         if (st != ZT_OK) return st;
     }
     return launch_total(stream, rows, row_loss, normalizer, loss);
