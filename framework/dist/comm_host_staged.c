@@ -57,20 +57,12 @@ static int is_half(int32_t dtype)
 
 static float widen(int32_t dtype, uint16_t h)
 {
-    if (dtype == ZT_F16) return zt_f32_from_f16_bits(h);
-    uint32_t x = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
+    return dtype == ZT_F16 ? zt_f32_from_f16_bits(h) : zt_f32_from_bf16_bits(h);
 }
 
 static uint16_t narrow(int32_t dtype, float f)
 {
-    if (dtype == ZT_F16) return zt_f16_bits_from_f32(f);
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* NaN stays a quiet NaN */
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);                  /* round to nearest even */
+    return dtype == ZT_F16 ? zt_f16_bits_from_f32(f) : zt_bf16_bits_from_f32(f);
 }
 
 /* The send side in host memory (fp32 for a 16-bit reduction), after the stream's work is done. */

@@ -1,4 +1,4 @@
-/* IEEE half <-> fp32 on the host, in plain C (no CUDA headers): the bits of the device's
+/* IEEE half (and bfloat16) <-> fp32 on the host, in plain C (no CUDA headers): the bits of the device's
  * __float2half_rn (round to nearest even, subnormals kept, inf from 65520 up) and __half2float. One
  * implementation for zt_cpu_to_f16 (the fp16 compute copies that adamw and the zero plugins write on
  * the CPU: offload, loads) and the CUDA library's host conversions (zt_cuda_f16_from_f32_host), so
@@ -39,6 +39,24 @@ static inline float zt_f32_from_f16_bits(uint16_t h)
         float f = (float)m * 5.9604644775390625e-8f;
         return sign ? -f : f;
     }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* bfloat16 <-> fp32: the bits of CUDA's __float2bfloat16_rn (round to nearest even, NaN kept a
+ * quiet NaN) and __bfloat162float. */
+static inline uint16_t zt_bf16_bits_from_f32(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static inline float zt_f32_from_bf16_bits(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
     float f;
     memcpy(&f, &x, 4);
     return f;

@@ -111,12 +111,7 @@ typedef struct bf16_job {
 static void bf16_range(void *arg, int64_t begin, int64_t end)
 {
     const bf16_job *j = arg;
-    for (int64_t i = begin; i < end; i++) {
-        uint32_t bits;
-        memcpy(&bits, &j->src[i], sizeof bits);
-        if ((bits & 0x7fffffffu) > 0x7f800000u) j->dst[i] = (uint16_t)((bits >> 16) | 0x40u);
-        else j->dst[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    }
+    for (int64_t i = begin; i < end; i++) j->dst[i] = zt_bf16_bits_from_f32(j->src[i]);
 }
 
 void zt_cpu_to_bf16(const zt_cpu_ctx *ctx, int64_t n, const float *src, uint16_t *dst)
