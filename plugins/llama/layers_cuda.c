@@ -271,16 +271,19 @@ static uint64_t scratch_needed(const llama_state *s, int64_t N, int samples)
     return need;
 }
 
+/* A CUDA graph is being captured on the stream (generation): the profile never times it, since its
+ * events would become graph nodes. */
+static int capturing(cudaStream_t stream)
+{
+    enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
+}
+
 static zt_status gpu_run_init(gpu_run *r, llama_state *s, const zt_unit_call *c)
 {
     llama_call_init(&r->call, s, c);
     r->stream = zt_plugin_stream(s->host);
-    r->prof = s->gpu->prof && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
-    /* a CUDA graph being captured (generation) is never timed: its events would be graph nodes */
-    enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (s->gpu->prof && cudaStreamIsCapturing(r->stream, &capturing) == cudaSuccess &&
-        capturing != cudaStreamCaptureStatusNone)
-        r->prof = NULL;
+    r->prof = s->gpu->prof && s->gpu->prof->state == 1 && !capturing(r->stream) ? s->gpu->prof : NULL;
     int samples = c->struct_size >= ZT_UNIT_CALL_SIZE_1_4 && c->sample_tokens;
     return zt_plugin_cuda_ctx(s->host, "llama", scratch_needed(s, r->call.tokens, samples), &s->gpu->ctx);
 }
@@ -342,13 +345,10 @@ static zt_status embedding_forward_impl(llama_state *s, const zt_unit_call *c)
     gpu_run run, *r = &run;
     zt_status st = gpu_run_init(r, s, c);
     /* a training micro-batch, or a generation call (a prompt's prefill or a decode step) */
-    if (st == ZT_OK && (r->prof || s->gpu->prof)) {
-        enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-        int graphed = cudaStreamIsCapturing(r->stream, &capturing) == cudaSuccess &&
-                      capturing != cudaStreamCaptureStatusNone;
-        if (!graphed) st = prof_micro_begin(s, r->stream, (c->flags & ZT_UNIT_TRAIN) != 0 || c->kv != NULL);
+    if (st == ZT_OK && s->gpu->prof && !capturing(r->stream)) {
+        st = prof_micro_begin(s, r->stream, (c->flags & ZT_UNIT_TRAIN) != 0 || c->kv != NULL);
         if (st != ZT_OK) return st;
-        r->prof = !graphed && s->gpu->prof->state == 1 ? s->gpu->prof : NULL;
+        r->prof = s->gpu->prof->state == 1 ? s->gpu->prof : NULL; /* this call may have opened the window */
     }
     /* Out-of-range ids are recorded on the device and reported when the LM head reads the loss. */
     CUDA_STEP(zt_cuda_embedding_forward_rows(s->gpu->ctx, r->stream, r->call.tokens, s->cfg.vocab,
