@@ -52,6 +52,22 @@ static int zt_test_failures = 0;
         }                                                                                     \
     } while (0)
 
+/* cond, or a failure with a message of its own (printf arguments). In a test whose ranks print
+ * together (mpirun), the line starts "rank R: " once zt_test_set_rank(R) has been called. */
+static int zt_test_rank_ = -1;
+static inline void zt_test_set_rank(int rank) { zt_test_rank_ = rank; }
+
+#define ZT_CHECK_MSG(cond, ...)                                                               \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            if (zt_test_rank_ >= 0) fprintf(stderr, "rank %d: ", zt_test_rank_);              \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                              \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fprintf(stderr, "\n");                                                            \
+            zt_test_failures++;                                                               \
+        }                                                                                     \
+    } while (0)
+
 #define ZT_SKIP(...)                                                                          \
     do {                                                                                      \
         fprintf(stderr, "SKIP: " __VA_ARGS__);                                                \

@@ -16,18 +16,9 @@
 #include "cpu/f16.h"
 #include "dist/comm.h"
 #include "dist/launch.h"
+#include "ztest.h"
 
-static int failures, rank, world;
-
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__);   \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fprintf(stderr, "\n");                                                \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
+static int rank, world;
 
 static float bf16_to_f32(uint16_t h)
 {
@@ -56,7 +47,7 @@ static void check_half_reduce(zt_comm_backend *b, void *comm, int32_t dtype, int
     }
     zt_error err = {0};
     zt_status st = b->all_reduce(b, comm, send, in_place ? send : recv, n, dtype, op, NULL, &err);
-    CHECK(st == ZT_OK, "all_reduce %s: %s", zt_comm_dtype_name(dtype), err.msg);
+    ZT_CHECK_MSG(st == ZT_OK, "all_reduce %s: %s", zt_comm_dtype_name(dtype), err.msg);
     const uint16_t *got = in_place ? send : recv;
     for (uint64_t i = 0; st == ZT_OK && i < n; i++) {
         float acc = op == ZT_REDUCE_MAX ? -INFINITY : 0.0f;
@@ -67,7 +58,7 @@ static void check_half_reduce(zt_comm_backend *b, void *comm, int32_t dtype, int
         }
         uint16_t want = dtype == ZT_BF16 ? f32_to_bf16(acc) : zt_f16_bits_from_f32(acc);
         if (got[i] != want) {
-            CHECK(0, "all_reduce %s op %d element %llu: 0x%04x, want 0x%04x (the fp32 result rounded once)",
+            ZT_CHECK_MSG(0, "all_reduce %s op %d element %llu: 0x%04x, want 0x%04x (the fp32 result rounded once)",
                   zt_comm_dtype_name(dtype), (int)op, (unsigned long long)i, got[i], want);
             break;
         }
@@ -81,44 +72,44 @@ static void check_f32_and_moves(zt_comm_backend *b, void *comm, uint64_t n)
     zt_error err = {0};
     float *x = malloc(n * world * sizeof *x), *y = malloc(n * world * sizeof *y);
     for (uint64_t i = 0; i < n; i++) x[i] = value(rank, i);
-    CHECK(b->all_reduce(b, comm, x, y, n, ZT_F32, ZT_REDUCE_SUM, NULL, &err) == ZT_OK, "all_reduce F32: %s", err.msg);
+    ZT_CHECK_MSG(b->all_reduce(b, comm, x, y, n, ZT_F32, ZT_REDUCE_SUM, NULL, &err) == ZT_OK, "all_reduce F32: %s", err.msg);
     for (uint64_t i = 0; i < n; i++) {
         float want = 0;
         for (int r = 0; r < world; r++) want += value(r, i);
         if (y[i] != want) {
-            CHECK(0, "all_reduce F32 element %llu: %g, want %g", (unsigned long long)i, y[i], want);
+            ZT_CHECK_MSG(0, "all_reduce F32 element %llu: %g, want %g", (unsigned long long)i, y[i], want);
             break;
         }
     }
     /* reduce_scatter of bf16: rank r gets block r of the sums, rounded once */
     uint16_t *h = malloc(n * world * 2), *hs = malloc(n * 2);
     for (uint64_t i = 0; i < n * world; i++) h[i] = f32_to_bf16(value(rank, i));
-    CHECK(b->reduce_scatter(b, comm, h, hs, n, ZT_BF16, ZT_REDUCE_SUM, NULL, &err) == ZT_OK, "reduce_scatter: %s",
+    ZT_CHECK_MSG(b->reduce_scatter(b, comm, h, hs, n, ZT_BF16, ZT_REDUCE_SUM, NULL, &err) == ZT_OK, "reduce_scatter: %s",
           err.msg);
     for (uint64_t i = 0; i < n; i++) {
         float acc = 0;
         for (int r = 0; r < world; r++) acc += bf16_to_f32(f32_to_bf16(value(r, rank * n + i)));
         if (hs[i] != f32_to_bf16(acc)) {
-            CHECK(0, "reduce_scatter element %llu: 0x%04x, want 0x%04x", (unsigned long long)i, hs[i], f32_to_bf16(acc));
+            ZT_CHECK_MSG(0, "reduce_scatter element %llu: 0x%04x, want 0x%04x", (unsigned long long)i, hs[i], f32_to_bf16(acc));
             break;
         }
     }
     /* all_gather of bf16: the bits of every rank's block, in rank order */
     for (uint64_t i = 0; i < n; i++) hs[i] = (uint16_t)(rank * 1000 + i % 1000);
-    CHECK(b->all_gather(b, comm, hs, h, n, ZT_BF16, NULL, &err) == ZT_OK, "all_gather: %s", err.msg);
+    ZT_CHECK_MSG(b->all_gather(b, comm, hs, h, n, ZT_BF16, NULL, &err) == ZT_OK, "all_gather: %s", err.msg);
     for (int r = 0; r < world; r++)
         for (uint64_t i = 0; i < n; i++)
             if (h[r * n + i] != (uint16_t)(r * 1000 + i % 1000)) {
-                CHECK(0, "all_gather: rank %d's element %llu is 0x%04x", r, (unsigned long long)i, h[r * n + i]);
+                ZT_CHECK_MSG(0, "all_gather: rank %d's element %llu is 0x%04x", r, (unsigned long long)i, h[r * n + i]);
                 r = world;
                 break;
             }
     /* broadcast from the last rank */
     for (uint64_t i = 0; i < n; i++) hs[i] = (uint16_t)(rank + 7 * i);
-    CHECK(b->broadcast(b, comm, hs, n, ZT_BF16, world - 1, NULL, &err) == ZT_OK, "broadcast: %s", err.msg);
+    ZT_CHECK_MSG(b->broadcast(b, comm, hs, n, ZT_BF16, world - 1, NULL, &err) == ZT_OK, "broadcast: %s", err.msg);
     for (uint64_t i = 0; i < n; i++)
         if (hs[i] != (uint16_t)(world - 1 + 7 * i)) {
-            CHECK(0, "broadcast element %llu: 0x%04x", (unsigned long long)i, hs[i]);
+            ZT_CHECK_MSG(0, "broadcast element %llu: 0x%04x", (unsigned long long)i, hs[i]);
             break;
         }
     /* a ring of sends: even ranks send first, odd ones receive first */
@@ -132,13 +123,13 @@ static void check_f32_and_moves(zt_comm_backend *b, void *comm, uint64_t n)
         st2 = b->recv(b, comm, y, n, ZT_F32, prev, NULL, &err);
         st1 = b->send(b, comm, x, n, ZT_F32, next, NULL, &err);
     }
-    CHECK(st1 == ZT_OK && st2 == ZT_OK, "send/recv: %s", err.msg);
+    ZT_CHECK_MSG(st1 == ZT_OK && st2 == ZT_OK, "send/recv: %s", err.msg);
     for (uint64_t i = 0; i < n; i++)
         if (y[i] != (float)(prev * 10000 + i)) {
-            CHECK(0, "recv element %llu: %g from rank %d", (unsigned long long)i, y[i], prev);
+            ZT_CHECK_MSG(0, "recv element %llu: %g from rank %d", (unsigned long long)i, y[i], prev);
             break;
         }
-    CHECK(b->barrier(b, comm, &err) == ZT_OK, "barrier: %s", err.msg);
+    ZT_CHECK_MSG(b->barrier(b, comm, &err) == ZT_OK, "barrier: %s", err.msg);
     free(x), free(y), free(h), free(hs);
 }
 
@@ -151,6 +142,7 @@ int main(void)
         return 77;
     }
     rank = launch.rank;
+    zt_test_set_rank(rank);
     world = launch.world_size;
     zt_device_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
@@ -177,6 +169,6 @@ int main(void)
     b->group_destroy(b, comm);
     b->destroy(b);
     free(all);
-    if (rank == 0) printf("host-staged collectives on %d ranks: %s\n", world, failures ? "FAIL" : "ok");
-    return failures ? 1 : 0;
+    if (rank == 0) printf("host-staged collectives on %d ranks: %s\n", world, zt_test_failures ? "FAIL" : "ok");
+    return zt_test_failures ? 1 : 0;
 }

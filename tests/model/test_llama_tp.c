@@ -21,18 +21,7 @@
 #include <string.h>
 
 #include "model_harness.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                          \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__);   \
-            fprintf(stderr, __VA_ARGS__);                                         \
-            fprintf(stderr, "\n");                                                \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
+#include "ztest.h"
 
 static int rank;
 
@@ -115,24 +104,24 @@ static void check_activations(mh_env *tp, zt_model_parallel *mp, const mh_params
     mh_run run;
     zt_error err = {0};
     if (mh_run_alloc(tp, batch, &run, &err) != ZT_OK) {
-        CHECK(0, "%s", err.msg);
+        ZT_CHECK_MSG(0, "%s", err.msg);
         return;
     }
     int64_t with_sp = held_by_forward(tp, shards, batch, &run);
     mp->seq_parallel = 0;
     zt_status st = tp->model->parallelize(tp->model_state, mp);
-    CHECK(st == ZT_OK, "parallelize without sequence parallelism: %s", mh_model_error(tp));
+    ZT_CHECK_MSG(st == ZT_OK, "parallelize without sequence parallelism: %s", mh_model_error(tp));
     int64_t plain = st == ZT_OK ? held_by_forward(tp, shards, batch, &run) : -1;
     mp->seq_parallel = 1;
     st = tp->model->parallelize(tp->model_state, mp);
-    CHECK(st == ZT_OK, "parallelize with sequence parallelism again: %s", mh_model_error(tp));
+    ZT_CHECK_MSG(st == ZT_OK, "parallelize with sequence parallelism again: %s", mh_model_error(tp));
     mh_run_free(&run);
 
     int64_t N = (int64_t)batch->batch.batch * batch->batch.seq_len, Ns = N / mp->tp_size;
     int64_t H = tp->info->hidden_size, layers = tp->info->n_layers;
     int64_t rows = carved(N * H) - carved(Ns * H), rstd = carved(N) - carved(Ns);
     int64_t saved = layers * (3 * rows + 2 * rstd) + rows + rstd;
-    CHECK(with_sp > 0 && plain > 0 && plain - with_sp == saved,
+    ZT_CHECK_MSG(with_sp > 0 && plain > 0 && plain - with_sp == saved,
           "activations held by a training forward: %lld bytes with sequence parallelism, %lld without; the "
           "difference should be %lld (the norms' and the residual's rows on %lld of %lld tokens)",
           (long long)with_sp, (long long)plain, (long long)saved, (long long)Ns, (long long)N);
@@ -150,11 +139,11 @@ static void check_indivisible(mh_env *tp, const mh_params *shards)
     mh_run run;
     zt_error err = {0};
     if (mh_batch_make(&b, 1, 5, tokens, tokens, NULL, 0, &err) != ZT_OK || mh_run_alloc(tp, &b, &run, &err) != ZT_OK) {
-        CHECK(0, "%s", err.msg);
+        ZT_CHECK_MSG(0, "%s", err.msg);
         return;
     }
     zt_status st = mh_forward(tp, shards, &b, &run, ZT_UNIT_TRAIN, 0, &err);
-    CHECK(st != ZT_OK && strstr(err.msg, "use_seq_parallel") && strstr(err.msg, "does not divide"),
+    ZT_CHECK_MSG(st != ZT_OK && strstr(err.msg, "use_seq_parallel") && strstr(err.msg, "does not divide"),
           "a batch of 5 tokens under sequence parallelism: status %d, message '%s'", (int)st, err.msg);
     mh_run_free(&run);
     mh_batch_free(&b);
@@ -175,6 +164,7 @@ int main(int argc, char **argv)
     }
     const zt_host *host = tp.model_plugin.host;
     rank = host->world_rank;
+    zt_test_set_rank(rank);
     int32_t world = host->world_size;
     if (world < 2) {
         fprintf(stderr, "test_llama_tp needs several ranks: run it under mpirun -np 2 (or more)\n");
@@ -217,9 +207,9 @@ int main(int argc, char **argv)
     if (mh_forward(&ref, &full, &batch, &run_ref, 0, 1, &err) != ZT_OK ||
         mh_forward(&tp, &shards, &batch, &run_tp, 0, 1, &err) != ZT_OK)
         return fprintf(stderr, "rank %d: FAIL: %s\n", rank, err.msg), 1;
-    CHECK(fabs(run_tp.loss - run_ref.loss) <= 1e-5 * fabs(run_ref.loss), "evaluation loss %.9g, one rank %.9g",
+    ZT_CHECK_MSG(fabs(run_tp.loss - run_ref.loss) <= 1e-5 * fabs(run_ref.loss), "evaluation loss %.9g, one rank %.9g",
           run_tp.loss, run_ref.loss);
-    CHECK(rel_l2(run_tp.logits, run_ref.logits, (int64_t)B * T * V) < 1e-5, "gathered logits differ (rel L2 %.3g)",
+    ZT_CHECK_MSG(rel_l2(run_tp.logits, run_ref.logits, (int64_t)B * T * V) < 1e-5, "gathered logits differ (rel L2 %.3g)",
           rel_l2(run_tp.logits, run_ref.logits, (int64_t)B * T * V));
 
     /* training: forward and backward, and the same with recompute */
@@ -229,7 +219,7 @@ int main(int argc, char **argv)
         mh_forward(&tp, &shards, &batch, &run_tp, train, 0, &err) != ZT_OK ||
         mh_backward(&tp, &shards, &batch, &run_tp, NULL, &err) != ZT_OK)
         return fprintf(stderr, "rank %d: FAIL: %s\n", rank, err.msg), 1;
-    CHECK(fabs(run_tp.loss - run_ref.loss) <= 1e-5 * fabs(run_ref.loss), "training loss %.9g, one rank %.9g",
+    ZT_CHECK_MSG(fabs(run_tp.loss - run_ref.loss) <= 1e-5 * fabs(run_ref.loss), "training loss %.9g, one rank %.9g",
           run_tp.loss, run_ref.loss);
     int32_t n = ref.info->n_params_decl;
     float **grad_once = calloc((size_t)n, sizeof *grad_once);
@@ -241,7 +231,7 @@ int main(int argc, char **argv)
         float *want = malloc((size_t)shards.numel[i] * sizeof *want);
         slice(d, &sh, full.grad[i], shards.shape[i], want);
         double e = rel_l2(shards.grad[i], want, shards.numel[i]);
-        CHECK(e < 1e-4, "gradient of %s (split %d, rows/cols %lld..%lld) differs from the one-rank run: rel L2 %.3g",
+        ZT_CHECK_MSG(e < 1e-4, "gradient of %s (split %d, rows/cols %lld..%lld) differs from the one-rank run: rel L2 %.3g",
               d->name, (int)sh.split_dim, (long long)sh.offset, (long long)(sh.offset + sh.valid), e);
         grad_once[i] = malloc((size_t)shards.numel[i] * sizeof(float));
         memcpy(grad_once[i], shards.grad[i], (size_t)shards.numel[i] * sizeof(float));
@@ -255,9 +245,9 @@ int main(int argc, char **argv)
         int64_t k = shards.numel[i];
         float *all = malloc((size_t)(k * world) * sizeof *all);
         st = host->all_gather(host->ctx, &mp.tp, shards.grad[i], all, (uint64_t)k, ZT_F32, NULL);
-        CHECK(st == ZT_OK, "all_gather of %s's gradient failed", d->name);
+        ZT_CHECK_MSG(st == ZT_OK, "all_gather of %s's gradient failed", d->name);
         for (int32_t r = 1; st == ZT_OK && r < world; r++)
-            CHECK(memcmp(all, all + r * k, (size_t)k * sizeof(float)) == 0,
+            ZT_CHECK_MSG(memcmp(all, all + r * k, (size_t)k * sizeof(float)) == 0,
                   "the gradient of %s differs between tensor-parallel ranks 0 and %d", d->name, (int)r);
         free(all);
     }
@@ -267,12 +257,12 @@ int main(int argc, char **argv)
     if (mh_forward(&tp, &shards, &batch, &run_rc, train | ZT_UNIT_RECOMPUTE, 0, &err) != ZT_OK ||
         mh_backward(&tp, &shards, &batch, &run_rc, NULL, &err) != ZT_OK)
         return fprintf(stderr, "rank %d: FAIL: %s\n", rank, err.msg), 1;
-    CHECK(fabs(run_rc.loss - run_ref.loss) <= 1e-5 * fabs(run_ref.loss), "recompute loss %.9g, one rank %.9g",
+    ZT_CHECK_MSG(fabs(run_rc.loss - run_ref.loss) <= 1e-5 * fabs(run_ref.loss), "recompute loss %.9g, one rank %.9g",
           run_rc.loss, run_ref.loss);
     for (int32_t i = 0; i < n; i++) {
         if (!grad_once[i]) continue;
         double e = rel_l2(shards.grad[i], grad_once[i], shards.numel[i]);
-        CHECK(e < 1e-6, "with recompute, the gradient of %s differs (rel L2 %.3g)", ref.info->params[i].name, e);
+        ZT_CHECK_MSG(e < 1e-6, "with recompute, the gradient of %s differs (rel L2 %.3g)", ref.info->params[i].name, e);
         free(grad_once[i]);
     }
     free(grad_once);
@@ -283,7 +273,7 @@ int main(int argc, char **argv)
     }
 
     /* every rank's verdict, so all exit alike */
-    int32_t bad = failures;
+    int32_t bad = zt_test_failures;
     host->all_reduce(host->ctx, &mp.tp, &bad, &bad, 1, ZT_I32, ZT_REDUCE_SUM, NULL);
     if (rank == 0)
         printf("tensor parallel over %d ranks%s: loss %.7f (one rank %.7f), %d parameters checked: %s\n",
