@@ -177,7 +177,7 @@ def zt_row(stats):
     weights, kv = dev["params"], dev["kv_cache"]
     return {"tok_s": stats["tokens_per_s"], "ttft_s": stats["ttft_mean_s"], "weights_gib": weights / 2**30,
             "kv_gib": kv / 2**30, "work_gib": (dev["total"] - weights - kv) / 2**30,
-            "peak_gib": dev["total"] / 2**30, "concurrent": stats["peak_concurrent"]}
+            "peak_gib": dev["total"] / 2**30, "concurrent": stats["peak_concurrent"], "time": stats.get("time")}
 
 
 def table(args, rows, peers, concurrency, gpu, when):
@@ -199,6 +199,17 @@ def table(args, rows, peers, concurrency, gpu, when):
             ratio = f"{r['tok_s'] / best[batch]:.2f}" if best.get(batch) else ""
             out.append(f"| zt {name} | {batch} | {r['tok_s']:,.1f} | {r['ttft_s']:.3f} | {r['weights_gib']:.2f} | "
                        f"{r['kv_gib']:.2f} | {r['work_gib']:.2f} | {r['peak_gib']:.2f} | {r['concurrent']} | {ratio} |")
+    timed = [(name, batch, r) for (name, batch), r in rows if r.get("time")]
+    if timed:
+        out += ["", "Where zt's wall time went (--stats \"time\": prompts run as admitted, decode steps with their "
+                "read-back, the host between calls):", "",
+                "| run | batch | prefills s (count) | decode steps s (count) | ms per step | host between s |",
+                "|---|---|---|---|---|---|"]
+        for name, batch, r in timed:
+            t = r["time"]
+            per_step = 1e3 * t["decode_s"] / t["decode_steps"] if t["decode_steps"] else 0.0
+            out.append(f"| zt {name} | {batch} | {t['prefill_s']:.3f} ({t['prefills']}) | {t['decode_s']:.3f} "
+                       f"({t['decode_steps']}) | {per_step:.2f} | {t['other_s']:.3f} |")
     c = concurrency
     out += ["", f"Concurrency at {args.kv_budget} GiB of KV cache ({args.model}: {kv_bytes_per_token(args.model)} bytes "
             f"per token), Alpaca prompt lengths ({c['prompts']} prompts, mean {c['mean_prompt']:.1f} tokens) + "

@@ -618,7 +618,10 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
             s->started = zt_now_s();
             s->admitted = admitted++;
             int32_t n_run = s->n_prompt - cached;
+            double t0 = zt_now_s();
             if (st == ZT_OK) st = run_and_sample(g, slots, &i, 1, s->ids + cached, n_run, &cached, masked, err);
+            g->stats.prefill_s += zt_now_s() - t0;
+            g->stats.prefills++;
             if (st == ZT_OK) {
                 gen_stats_first_token(&g->stats, s->started);
                 running++;
@@ -664,7 +667,10 @@ zt_status gen_batch_run(gen_run *g, zt_error *err)
             tokens[k] = s->ids[s->length - 1];
             start[k] = s->length - 1;
         }
+        double t0 = zt_now_s();
         st = run_and_sample(g, slots, seqs, n, tokens, 1, start, masked, err);
+        g->stats.decode_s += zt_now_s() - t0;
+        g->stats.decode_steps++;
         for (int32_t k = 0; k < n && st == ZT_OK; k++) st = after_token(&b, seqs[k], &slots[seqs[k]], err);
         progress(&b, 0);
     }

@@ -666,6 +666,7 @@ static zt_status generate(gen_run *g, zt_error *err)
     while (st == ZT_OK) {
         const int32_t *step = length == n_prompt ? ids : ids + length - 1;
         int32_t n_step = length == n_prompt ? n_prompt : 1, next = -1;
+        double t0 = zt_now_s();
         if (m->device_sampling) { /* the head draws with this record's next u */
             zt_sample_row row = gen_sample_row(&sampler);
             st = gen_model_step_sampled(m, step, n_step, &row, n_draw, &next, err);
@@ -673,6 +674,13 @@ static zt_status generate(gen_run *g, zt_error *err)
             st = gen_model_step(m, step, n_step, err);
         }
         if (st != ZT_OK) break;
+        if (length == n_prompt) {
+            g->stats.prefill_s += zt_now_s() - t0;
+            g->stats.prefills++;
+        } else {
+            g->stats.decode_s += zt_now_s() - t0;
+            g->stats.decode_steps++;
+        }
         if (length == n_prompt) {
             prefill_s = zt_now_s() - started;
             gen_stats_first_token(&g->stats, started);

@@ -176,6 +176,11 @@ typedef struct gen_stats {
     int64_t sequences;         /* sequences that produced a first token */
     int64_t prompt_tokens, new_tokens;
     int32_t peak_concurrent;   /* the most sequences decoding at once */
+    /* Where the wall time went: prompts run as they are admitted, and decode steps (each call's wall
+     * time, host preparation and the GPU's work both: a call returns once its tokens are read back);
+     * the rest is the host's work between calls (detokenizing, stops, the output file). */
+    double prefill_s, decode_s;
+    int64_t prefills, decode_steps;
 } gen_stats;
 
 /* Starts the clock. */

@@ -1,7 +1,8 @@
 /* zt-run --generate --stats FILE: the run's figures as one JSON object, the numbers a benchmark
  * table needs (bench/generate/run.py): new tokens per second of wall time from the first prompt to
  * the last token (prefill included, as the PyTorch peer measures it), time to first token, the most
- * sequences that ran at once, and the peak of every memory pool (weights, KV cache, workspace). */
+ * sequences that ran at once, where the time went (prefills, decode steps, the host between them),
+ * and the peak of every memory pool (weights, KV cache, workspace). */
 #define _GNU_SOURCE /* open_memstream */
 #include "generate/generate_internal.h"
 
@@ -62,6 +63,9 @@ zt_status gen_stats_write(gen_run *g, const gen_stats *s, zt_error *err)
             (int)m->max_seqs, (long long)s->sequences, (int)s->peak_concurrent, (long long)s->prompt_tokens,
             (long long)s->new_tokens, wall, wall > 0 ? (double)s->new_tokens / wall : 0.0,
             s->first_token_s < 0 ? 0.0 : s->first_token_s, s->sequences ? s->ttft_sum_s / (double)s->sequences : 0.0);
+    fprintf(f, "\"time\":{\"prefill_s\":%.9f,\"prefills\":%lld,\"decode_s\":%.9f,\"decode_steps\":%lld,"
+            "\"other_s\":%.9f},", s->prefill_s, (long long)s->prefills, s->decode_s, (long long)s->decode_steps,
+            wall - s->prefill_s - s->decode_s);
     fputs("\"memory\":{\"device\":", f);
     write_pools(f, g->rt, ZT_MEM_DEVICE);
     fputs(",\"host\":", f);

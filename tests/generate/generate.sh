@@ -688,6 +688,12 @@ if abs(s["tokens_per_s"] - s["new_tokens"] / s["wall_s"]) > 1e-3 * s["tokens_per
     bad.append(f"tokens_per_s {s['tokens_per_s']} is not new_tokens / wall_s ({s['new_tokens']} / {s['wall_s']})")
 if not 0 < s["ttft_s"] <= s["wall_s"]:
     bad.append(f"ttft_s {s['ttft_s']} is not within (0, wall_s {s['wall_s']}]")
+t = s["time"]
+if t["prefills"] != 1 or t["decode_steps"] != s["new_tokens"] - 1:
+    bad.append(f"time: {t['prefills']} prefills, {t['decode_steps']} decode steps for one prompt and "
+               f"{s['new_tokens']} new tokens (expected 1 and {s['new_tokens'] - 1})")
+if min(t["prefill_s"], t["decode_s"], t["other_s"]) < -1e-6 or abs(t["prefill_s"] + t["decode_s"] + t["other_s"] - s["wall_s"]) > 1e-6:
+    bad.append(f"time: prefill {t['prefill_s']} + decode {t['decode_s']} + other {t['other_s']} is not wall_s {s['wall_s']}")
 if s["memory"]["host"]["params"] != 4 * numel:
     bad.append(f"host params pool {s['memory']['host']['params']} != 4 * {numel} stored parameters")
 if s["memory"]["host"]["kv_cache"] <= 0 or s["kv"]["bytes"] <= 0:
