@@ -6,8 +6,9 @@
   python3 bench/generate/run.py --build build-gpu --dry-run      # the command lines, nothing run
 
 One model with random weights of a preset (bench/generate writes it once as a bf16 Hugging Face
-directory with config.json and model.safetensors; no eos_token_id, so every sequence runs its whole
---new tokens, as the peer's min_new_tokens does), prompts of --prompt random token ids
+directory with config.json and model.safetensors; "eos_token_id": null, so every sequence runs its
+whole --new tokens, as the peer's min_new_tokens does: without the key zt, as transformers, takes
+LLaMA's default 2, and random weights draw it now and then), prompts of --prompt random token ids
 ({"prompt_ids": [...]} records, one per sequence of the batch), --new new tokens, greedy.
 
 For each attention backend (naive, flash, paged) and batch (1, 8, 32, and "max": the most sequences
@@ -81,11 +82,6 @@ def write_random_model(path, model, seed=0):
     different offset for each tensor (throughput does not depend on the values; writing 13 GB of fresh
     random numbers would take minutes)."""
     hidden, layers, heads, kv_heads, inter, vocab = PRESETS[model]
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-              "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
-              "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": CONTEXT,
-              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-              "bos_token_id": 1}
     D = hidden // heads
     shapes = [("model.embed_tokens.weight", [vocab, hidden])]
     for i in range(layers):
@@ -127,8 +123,21 @@ def write_random_model(path, model, seed=0):
                 n -= len(chunk)
                 start = 0
     os.replace(tmp, os.path.join(path, "model.safetensors"))
-    with open(os.path.join(path, "config.json"), "w") as f:
+    write_config(path, model)
+
+
+def write_config(path, model):
+    """config.json of the preset, written on every run (cheap), so a model directory left by an older
+    run of this script gets this one's config."""
+    hidden, layers, heads, kv_heads, inter, vocab = PRESETS[model]
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+              "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
+              "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": CONTEXT,
+              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "bos_token_id": 1, "eos_token_id": None}
+    with open(os.path.join(path, "config.json") + ".tmp", "w") as f:
         json.dump(config, f, indent=1)
+    os.replace(os.path.join(path, "config.json") + ".tmp", os.path.join(path, "config.json"))
 
 
 def write_prompts(path, n, lengths, vocab, seed):
@@ -177,7 +186,8 @@ def zt_row(stats):
     weights, kv = dev["params"], dev["kv_cache"]
     return {"tok_s": stats["tokens_per_s"], "ttft_s": stats["ttft_mean_s"], "weights_gib": weights / 2**30,
             "kv_gib": kv / 2**30, "work_gib": (dev["total"] - weights - kv) / 2**30,
-            "peak_gib": dev["total"] / 2**30, "concurrent": stats["peak_concurrent"], "time": stats.get("time")}
+            "peak_gib": dev["total"] / 2**30, "concurrent": stats["peak_concurrent"], "time": stats.get("time"),
+            "new_tokens": stats["new_tokens"]}
 
 
 def table(args, rows, peers, concurrency, gpu, when):
@@ -299,6 +309,7 @@ def main():
     if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
         print(f"== writing the random {args.model} model to {model_dir}", flush=True)
         write_random_model(model_dir, args.model)
+    write_config(model_dir, args.model)
     rows, peers = [], {}
     with open(os.path.join(args.work, "bench.log"), "w") as log:
         for kind, name, batch in plan:
@@ -311,6 +322,8 @@ def main():
                 cmd, stats = zt_command(args, name, batch, prompts, f"zt-{name}-{batch}")
                 proc, error = run(cmd, log, args.run_timeout)
                 r = {"error": error} if error else zt_row(json.load(open(stats)))
+                if "error" not in r and r["new_tokens"] != batch * args.new: # a stop id ended sequences early
+                    r = {"error": f"ran {r['new_tokens']} of {batch * args.new} new tokens: a stop id ended some early"}
             else:
                 proc, error = run(peer_command(args, name, batch), log, args.run_timeout)
                 lines = [l for l in (proc.stdout if proc else "").splitlines() if l.startswith("{")]
