@@ -1,7 +1,7 @@
 /* What the attention plugins' KV caches on a GPU share (naive and flash: a contiguous cache, one block
  * of the whole context per sequence; paged: blocks from one pool): the K/V pool in device memory in
- * the run's 16-bit type, [n_layers][n_blocks][block_size][n_kv_heads][head_dim] (the layout of the
- * decode kernels, kernels_cuda.h zt_cuda_kv_pages), and per decode step the block tables and lengths
+ * the run's 16-bit type, [n_layers][n_blocks][n_kv_heads][block_size][head_dim] (the decode
+ * kernels' head-major blocks, kernels_cuda.h zt_cuda_kv_pages), and per decode step the block tables and lengths
  * of the call's sequences, in call order, in fixed device buffers (so a captured CUDA graph replays
  * with new values): staged by kv_prepare before a step, else by the step's first kv_attend (which
  * the host never captures then). Each layer's kv_attend writes the new K/V (zt_cuda_kv_write) and attends over the
@@ -21,7 +21,7 @@
 typedef struct zt_kv_device {
     zt_cuda_ctx *ctx;        /* the decode kernel's context: its split scratch grows as calls need */
     uint16_t *k, *v;         /* the pool */
-    int64_t layer_elems;     /* n_blocks * block_size * n_kv_heads * head_dim */
+    int64_t layer_elems;     /* n_blocks * n_kv_heads * block_size * head_dim */
     int32_t n_layers, n_blocks, block_size, n_kv_heads, head_dim;
     int32_t table_stride;    /* blocks a sequence may hold */
     int32_t max_rows;        /* sequences one call may run */

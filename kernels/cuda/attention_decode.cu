@@ -8,7 +8,10 @@
  *    grouped-query heads read their K/V once, in place, never repeated.
  *  - Inside the block, a group of D/8 threads holds one token's K (then V) row as 16-byte loads
  *    (8 elements a thread); the block's groups walk the split's tokens UNROLL at a time with all
- *    loads issued before any arithmetic, to keep enough bytes in flight.
+ *    loads issued before any arithmetic, to keep enough bytes in flight. The cache's blocks are
+ *    head-major ([kv head][block_size][head_dim]), so the groups' loads within a block are one
+ *    contiguous run of block_size * D elements (4 KiB at 16 x 128 bf16), not D-element pieces a
+ *    whole token row apart.
  *  - Scores are taken in the log2 domain (q pre-multiplied by scale * log2 e); each group keeps a
  *    running max, sum and fp32 accumulator per row (exact softmax), merged across groups through
  *    shared memory at the end.
@@ -111,7 +114,7 @@ __global__ void __launch_bounds__(DECODE_THREADS) decode_kernel(decode_args a)
     int32_t begin = split * a.split_tokens;
     int32_t end = min(begin + a.split_tokens, length + last_row / a.group + 1);
     end = min(end, a.table_stride * a.block_size); /* a length past the table reads nothing outside it */
-    const int64_t row_stride = (int64_t)a.n_kv_heads * D;
+    const int64_t block_elems = (int64_t)a.n_kv_heads * a.block_size * D, head_base = (int64_t)kvh * a.block_size * D;
 
     for (int32_t t0 = begin; t0 < end; t0 += GROUPS * UNROLL) {
         float kf[UNROLL][8], vf[UNROLL][8];
@@ -121,8 +124,8 @@ __global__ void __launch_bounds__(DECODE_THREADS) decode_kernel(decode_args a)
             pos[u] = t0 + u * GROUPS + grp;
             if (pos[u] < end) {
                 int32_t blk = a.block_shift >= 0 ? pos[u] >> a.block_shift : pos[u] / a.block_size;
-                int64_t slot = (int64_t)__ldg(table + blk) * a.block_size + (pos[u] - blk * a.block_size);
-                int64_t off = slot * row_stride + (int64_t)kvh * D + lane * 8;
+                int64_t off = (int64_t)__ldg(table + blk) * block_elems + head_base +
+                              (int64_t)(pos[u] - blk * a.block_size) * D + lane * 8;
                 zt_load8((const T *)a.k + off, kf[u]);
                 zt_load8((const T *)a.v + off, vf[u]);
             } else {
@@ -241,8 +244,10 @@ __global__ void kv_write_kernel(zt_cuda_kv_pages p, int32_t n_seqs, int32_t n_ne
         if (pos < 0 || pos >= capacity) continue;
         int32_t block = p.block_tables[(int64_t)s * p.table_stride + pos / p.block_size];
         if (block < 0) continue;
-        int64_t slot = (int64_t)block * p.block_size + pos % p.block_size;
-        int64_t dst = slot * per_row + vec, src = token * per_row + vec;
+        /* head-major block: [kv head][block_size][head_dim] */
+        int per_head = p.head_dim / 8, h = vec / per_head;
+        int64_t dst = (((int64_t)block * p.n_kv_heads + h) * p.block_size + pos % p.block_size) * per_head + vec % per_head;
+        int64_t src = token * per_row + vec;
         reinterpret_cast<uint4 *>(p.k)[dst] = reinterpret_cast<const uint4 *>(k_new)[src];
         reinterpret_cast<uint4 *>(p.v)[dst] = reinterpret_cast<const uint4 *>(v_new)[src];
     }

@@ -373,7 +373,9 @@ zt_status zt_cuda_lora_dropout(zt_cuda_ctx *ctx, cudaStream_t stream, int64_t n,
 /* ---- decode attention over a paged KV cache, and sampling (generation; docs/kernels.md) -------- */
 
 /* A paged (or contiguous: one block per sequence) KV cache on the device, in the context's 16-bit type,
- * the layout of zt_kv_pages: [blocks][block_size][n_kv_heads][head_dim]. Everything that changes per
+ * head-major blocks: [blocks][n_kv_heads][block_size][head_dim] (one kv head's tokens of a block are one
+ * contiguous run, which the decode kernel's thread blocks, one per kv head, stream; the CPU's zt_kv_pages
+ * is token-major). Everything that changes per
  * decode step (block tables, lengths) is in device memory, so a captured CUDA graph replays with new
  * values. block_size: any value >= 1 (16 is the paged plugin's default); head_dim: 64 or 128. */
 typedef struct zt_cuda_kv_pages {

@@ -109,10 +109,16 @@ static void run_decode_case(zt_cuda_ctx *ctx, const decode_case *c)
     float *q = random_bf16_values((int64_t)S * N * H * D, 1.0f);
     float *k_ref = host_f32(pool), *v_ref = host_f32(pool);
     for (int64_t i = 0; i < pool; i++) k_ref[i] = v_ref[i] = NAN; /* the CPU kernel must not read these either */
+    /* The device pool is head-major ([block][kv head][block_size][head_dim], kernels_cuda.h), the CPU
+     * kernel's token-major ([block][block_size][kv head][head_dim]): k_dev, v_dev are what the device
+     * pool must hold after the write. */
+    float *k_dev = host_f32(pool), *v_dev = host_f32(pool);
+    for (int64_t i = 0; i < pool; i++) k_dev[i] = v_dev[i] = NAN;
     for (int32_t s = 0; s < S; s++)
         for (int32_t t = 0; t < lengths[s] + N; t++) {
-            int64_t slot = (int64_t)tables[s * stride + t / bs] * bs + t % bs;
+            int64_t block = tables[s * stride + t / bs], slot = block * bs + t % bs;
             for (int64_t e = 0; e < row; e++) {
+                int64_t dev = ((block * Hkv + e / D) * bs + t % bs) * D + e % D;
                 float kv = test_uniform(-2.0f, 2.0f), vv = test_uniform(-1.0f, 1.0f);
                 if (t >= lengths[s]) { /* a new token: from k_new / v_new */
                     int64_t src = ((int64_t)s * N + (t - lengths[s])) * row + e;
@@ -121,11 +127,13 @@ static void run_decode_case(zt_cuda_ctx *ctx, const decode_case *c)
                 } else {
                     round_to_bf16(&kv, 1);
                     round_to_bf16(&vv, 1);
-                    k[slot * row + e] = kv;
-                    v[slot * row + e] = vv;
+                    k[dev] = kv;
+                    v[dev] = vv;
                 }
                 k_ref[slot * row + e] = kv;
                 v_ref[slot * row + e] = vv;
+                k_dev[dev] = kv;
+                v_dev[dev] = vv;
             }
         }
 
@@ -141,8 +149,8 @@ static void run_decode_case(zt_cuda_ctx *ctx, const decode_case *c)
     float *k_back = download_bf16(dk, pool), *v_back = download_bf16(dv, pool);
     int64_t bad = 0;
     for (int64_t i = 0; i < pool; i++)
-        if (memcmp(&k_back[i], &k_ref[i], 4) && !(isnan(k_back[i]) && isnan(k_ref[i]))) bad++;
-        else if (memcmp(&v_back[i], &v_ref[i], 4) && !(isnan(v_back[i]) && isnan(v_ref[i]))) bad++;
+        if (memcmp(&k_back[i], &k_dev[i], 4) && !(isnan(k_back[i]) && isnan(k_dev[i]))) bad++;
+        else if (memcmp(&v_back[i], &v_dev[i], 4) && !(isnan(v_back[i]) && isnan(v_dev[i]))) bad++;
     if (bad) printf("%s: kv_write: %lld cache elements differ from what was written\n", what, (long long)bad);
     ZT_CHECK(bad == 0);
 
@@ -174,6 +182,8 @@ static void run_decode_case(zt_cuda_ctx *ctx, const decode_case *c)
     free(v);
     free(k_ref);
     free(v_ref);
+    free(k_dev);
+    free(v_dev);
     free(k_new);
     free(v_new);
     free(q);
