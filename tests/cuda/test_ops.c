@@ -85,11 +85,14 @@ static void test_gemm(zt_cuda_ctx *ctx)
 
     /* A few rows (a decode step's linear layers: one row goes to gemm_small_m.cu, more to cuBLASLt)
      * against the CPU, x w^T with padded leading dimensions, fp32 and 16-bit output, overwriting and
-     * accumulating, K not a multiple of the kernel's unrolled 1024 columns. */
-    for (int64_t m = 1; m <= 9; m++)
+     * accumulating, K not a multiple of the one-row kernel's unrolled 1024 columns, M up to a
+     * decode batch of 64 and past it. */
+    static const int64_t few_rows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 65};
+    for (size_t mi = 0; mi < sizeof few_rows / sizeof few_rows[0]; mi++)
         for (int c_bf16 = 0; c_bf16 < 2; c_bf16++)
             for (int acc = 0; acc < 2; acc++) {
-                const int64_t n = m % 2 ? 777 : 1000, k = m % 3 ? 1032 : 4096, lda = k + 16, ldb = k + 8;
+                const int64_t m = few_rows[mi];
+                const int64_t n = m % 2 ? 777 : m % 4 ? 1000 : 10000, k = m % 3 ? 1032 : 4096, lda = k + 16, ldb = k + 8;
                 int64_t ldc = n + (m % 2);
                 float *A = random_bf16_values(m * lda, 1.0f), *B = random_bf16_values(n * ldb, 1.0f);
                 float *C0 = random_f32(m * ldc, 4.0f);
