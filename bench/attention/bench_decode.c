@@ -13,23 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cuda/kernels_cuda.h"
-
-static void die(const char *what, const char *detail)
-{
-    fprintf(stderr, "zt-bench-decode: %s: %s\n", what, detail);
-    exit(1);
-}
-
-static void check(const char *what, zt_status st)
-{
-    if (st != ZT_OK) die(what, zt_cuda_last_error());
-}
-
-static void check_cuda(const char *what, cudaError_t e)
-{
-    if (e != cudaSuccess) die(what, cudaGetErrorString(e));
-}
+#include "../gpu/bench_util.h"
 
 static uint64_t next_random(uint64_t *state)
 {
@@ -37,64 +21,9 @@ static uint64_t next_random(uint64_t *state)
     return *state;
 }
 
-/* Device buffer of n 16-bit values in (-1, -0.5] and [0.5, 1) (the same bit pattern reads as bf16;
- * as fp16 it is a small normal number: either way finite). */
-static uint16_t *random_16(int64_t n, uint64_t *state)
-{
-    uint16_t *host = malloc(sizeof(uint16_t) * (size_t)n);
-    if (!host) die("malloc", "out of host memory");
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t r = next_random(state);
-        host[i] = (uint16_t)(((r >> 40) & 0x8000u) | 0x3f00u | ((r >> 20) & 0x7fu));
-    }
-    uint16_t *dev;
-    check_cuda("cudaMalloc", cudaMalloc((void **)&dev, sizeof(uint16_t) * (size_t)n));
-    check_cuda("cudaMemcpy", cudaMemcpy(dev, host, sizeof(uint16_t) * (size_t)n, cudaMemcpyHostToDevice));
-    free(host);
-    return dev;
-}
-
-static int compare_floats(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-static int parse_list(const char *text, int *out, int max)
-{
-    int n = 0;
-    for (const char *p = text; *p && n < max;) {
-        out[n++] = atoi(p);
-        const char *comma = strchr(p, ',');
-        if (!comma) break;
-        p = comma + 1;
-    }
-    return n;
-}
-
-static double copy_gbps(void)
-{
-    size_t bytes = (size_t)1 << 30;
-    void *a, *b;
-    check_cuda("cudaMalloc", cudaMalloc(&a, bytes));
-    check_cuda("cudaMalloc", cudaMalloc(&b, bytes));
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 2; i++) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e0, 0);
-    for (int i = 0; i < 10; i++) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0);
-    cudaEventRecord(e1, 0);
-    check_cuda("copy", cudaEventSynchronize(e1));
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * (double)bytes * 10 / (ms * 1e-3) / 1e9;
-}
-
 int main(int argc, char **argv)
 {
+    bench_name = "zt-bench-decode";
     int heads = 32, kv_heads = 32, dim = 128, block = 16, n_new = 1, iters = 50, fp16 = 0;
     int batches[16] = {1, 8, 32}, contexts[16] = {256, 1024, 2048}, nb = 3, nc = 3;
     for (int i = 1; i < argc; i++) {

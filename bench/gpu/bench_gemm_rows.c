@@ -13,77 +13,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cuda/kernels_cuda.h"
-
-static void die(const char *what, const char *detail)
-{
-    fprintf(stderr, "zt-bench-gemm-rows: %s: %s\n", what, detail);
-    exit(1);
-}
-
-static void check(const char *what, zt_status st)
-{
-    if (st != ZT_OK) die(what, zt_cuda_last_error());
-}
-
-static void check_cuda(const char *what, cudaError_t e)
-{
-    if (e != cudaSuccess) die(what, cudaGetErrorString(e));
-}
-
-/* n 16-bit values in (-1, -0.5] and [0.5, 1) as bf16 */
-static uint16_t *random_16(int64_t n, uint64_t *state)
-{
-    uint16_t *host = malloc(sizeof(uint16_t) * (size_t)n), *dev;
-    if (!host) die("malloc", "out of host memory");
-    for (int64_t i = 0; i < n; i++) {
-        *state ^= *state << 13, *state ^= *state >> 7, *state ^= *state << 17;
-        host[i] = (uint16_t)(((*state >> 40) & 0x8000u) | 0x3f00u | ((*state >> 20) & 0x7fu));
-    }
-    check_cuda("cudaMalloc", cudaMalloc((void **)&dev, sizeof(uint16_t) * (size_t)n));
-    check_cuda("cudaMemcpy", cudaMemcpy(dev, host, sizeof(uint16_t) * (size_t)n, cudaMemcpyHostToDevice));
-    free(host);
-    return dev;
-}
-
-static int compare_floats(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-static double copy_gbps(void)
-{
-    size_t bytes = (size_t)1 << 30;
-    void *a, *b;
-    check_cuda("cudaMalloc", cudaMalloc(&a, bytes));
-    check_cuda("cudaMalloc", cudaMalloc(&b, bytes));
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 2; i++) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e0, 0);
-    for (int i = 0; i < 10; i++) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0);
-    cudaEventRecord(e1, 0);
-    check_cuda("copy", cudaEventSynchronize(e1));
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * (double)bytes * 10 / (ms * 1e-3) / 1e9;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv)
 {
+    bench_name = "zt-bench-gemm-rows";
     int rows[16] = {1, 8, 16, 32, 64}, n_rows = 5, iters = 50;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) die(a, "needs a value (see the usage at the top of bench/gpu/bench_gemm_rows.c)");
         if (!strcmp(a, "--iters")) iters = atoi(v);
-        else if (!strcmp(a, "--rows")) {
-            n_rows = 0;
-            for (const char *p = v; *p && n_rows < 16; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") rows[n_rows++] = atoi(p);
-        } else die(a, "unknown option (see the usage at the top of bench/gpu/bench_gemm_rows.c)");
+        else if (!strcmp(a, "--rows")) n_rows = parse_list(v, rows, 16);
+        else die(a, "unknown option (see the usage at the top of bench/gpu/bench_gemm_rows.c)");
         i++;
     }
     if (iters < 1) die("--iters", "must be >= 1");
